@@ -1,0 +1,2 @@
+//! Asset manifests.
+#![forbid(unsafe_code)]

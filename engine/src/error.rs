@@ -1,0 +1,36 @@
+//! The one error type of the engine crate. Messages start lower case and name what was wrong.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The file could not be opened or read at all.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The GGUF file is malformed, truncated, hostile or uses something we do not support.
+    #[error("gguf: {0}")]
+    Gguf(String),
+    /// The GGUF is well formed but does not describe a model we can run.
+    #[error("model: {0}")]
+    Model(String),
+    /// The vocabulary in the GGUF cannot be turned into a tokenizer, or text cannot be tokenized.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// The chat template in the GGUF cannot be rendered.
+    #[error("chat template: {0}")]
+    Template(String),
+    /// The prompt (plus the tokens to generate) does not fit the context window.
+    #[error("prompt is {prompt_tokens} tokens but the context holds {context} (reserve room to generate, or shorten the conversation)")]
+    ContextOverflow { prompt_tokens: usize, context: usize },
+    /// A request that cannot be served as asked (empty prompt, bad sampling parameter).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("kernel: {0}")]
+    Kernel(#[from] kostant_kernels::KernelError),
+}
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -1,0 +1,1 @@
+//! Quantized matrix kernels. See ARCHITECTURE.md.
