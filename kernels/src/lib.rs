@@ -1,1 +1,111 @@
-//! Quantized matrix kernels. See ARCHITECTURE.md.
+//! Quantized matrix kernels over packed GGUF weights: block formats, scalar reference and SIMD
+//! dots, run-time CPU dispatch and the row-parallel matmul the engine calls.
+//!
+//! Layout: one module per format in `formats/` (block struct, size assert, reference
+//! dequantize/quantize/dot, SIMD twins); `dispatch` picks the kernel table once; `matmul` drives
+//! it over the rayon pool. `unsafe` is confined to SIMD loads/stores, the kernel-table calls and
+//! the byte-to-block casts, each with a `// SAFETY:` note.
+
+#[cfg(target_endian = "big")]
+compile_error!(
+    "kostant-kernels reads GGUF's little-endian data in place and needs a little-endian target"
+);
+
+mod block;
+mod dispatch;
+mod error;
+mod formats;
+mod matmul;
+mod threads;
+mod types;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+#[cfg(test)]
+mod testutil;
+
+pub use dispatch::{cpu_features, set_force_scalar, CpuFeatures, KernelPath};
+pub use error::KernelError;
+pub use matmul::matmul;
+pub use threads::init_threads;
+pub use types::{GgmlType, Weights};
+
+use block::{cast_blocks, cast_blocks_mut};
+use formats::{f16, f32 as f32_format, q4_0, q4_1, q4_k, q6_k, q8_0};
+
+/// Dot product of two equal-length f32 slices, SIMD-dispatched.
+///
+/// # Panics
+/// If the lengths differ: the signature has no error channel, and a mismatch is a bug in the
+/// caller's shapes that must not be silently truncated.
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    dispatch::kernels().dot_f32(a, b)
+}
+
+/// `y += alpha * x`, SIMD-dispatched.
+///
+/// # Panics
+/// If the lengths differ, for the same reason as [`dot_f32`].
+pub fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
+    dispatch::kernels().axpy_f32(alpha, x, y)
+}
+
+/// Number of whole blocks in `len` bytes of `ty`, or an error naming `what`.
+fn whole_blocks(what: &'static str, ty: GgmlType, len: usize) -> Result<usize, KernelError> {
+    let bb = ty.block_bytes();
+    if !len.is_multiple_of(bb) {
+        return Err(KernelError::PartialBlockBytes {
+            what,
+            ty,
+            len,
+            block_bytes: bb,
+        });
+    }
+    Ok(len / bb)
+}
+
+/// Expands one or more whole blocks of `ty` from `src` into `dst`, which must hold exactly
+/// `block_len` floats per block.
+pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), KernelError> {
+    let n_blocks = whole_blocks("src", ty, src.len())?;
+    let expected = n_blocks * ty.block_len();
+    if dst.len() != expected {
+        return Err(KernelError::Length {
+            what: "dst",
+            unit: "floats",
+            expected,
+            got: dst.len(),
+        });
+    }
+    match ty {
+        GgmlType::F32 => f32_format::dequantize(src, dst),
+        GgmlType::F16 => f16::dequantize(cast_blocks(src), dst),
+        GgmlType::Q4_0 => q4_0::dequantize(cast_blocks(src), dst),
+        GgmlType::Q4_1 => q4_1::dequantize(cast_blocks(src), dst),
+        GgmlType::Q8_0 => q8_0::dequantize(cast_blocks(src), dst),
+        GgmlType::Q4_K => q4_k::dequantize(cast_blocks(src), dst),
+        GgmlType::Q6_K => q6_k::dequantize(cast_blocks(src), dst),
+    }
+    Ok(())
+}
+
+/// Packs `src` (a whole number of blocks of `ty`) into GGUF bytes with the reference quantizers:
+/// for tests, synthetic models and requantization, not for hot paths.
+pub fn quantize_row(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, KernelError> {
+    let bytes = ty.checked_row_bytes("src", src.len())?;
+    let mut out = vec![0u8; bytes];
+    match ty {
+        GgmlType::F32 => {
+            for (o, v) in out.chunks_exact_mut(4).zip(src) {
+                o.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        GgmlType::F16 => f16::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::Q4_0 => q4_0::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::Q4_1 => q4_1::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::Q8_0 => q8_0::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::Q4_K => q4_k::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::Q6_K => q6_k::quantize(src, cast_blocks_mut(&mut out)),
+    }
+    Ok(out)
+}

@@ -1,0 +1,102 @@
+//! Matmul throughput per format at the default model's shapes, for 1 token (decode) and 64
+//! tokens (prefill), on the SIMD and the forced-scalar kernels, with 1 and 2 threads.
+//! Throughput is reported as weight bytes streamed per second (per call, whatever the tokens).
+//!
+//! `cargo bench -p kostant-kernels -- q4_1` runs a subset (criterion's name filter).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kostant_kernels::{matmul, quantize_row, set_force_scalar, GgmlType, KernelPath, Weights};
+use std::hint::black_box;
+use std::time::Duration;
+
+/// (type, rows, cols): the default model's weight shapes and the output projection.
+const SHAPES: &[(GgmlType, usize, usize)] = &[
+    (GgmlType::Q4_1, 576, 576),
+    (GgmlType::Q4_1, 192, 576),
+    (GgmlType::Q4_1, 1536, 576),
+    (GgmlType::Q4_1, 576, 1536),
+    (GgmlType::Q8_0, 49152, 576),
+    (GgmlType::Q4_0, 576, 1536),
+    (GgmlType::Q8_0, 576, 1536),
+    (GgmlType::Q4_K, 576, 1536),
+    (GgmlType::Q6_K, 576, 1536),
+    (GgmlType::F16, 576, 1536),
+    (GgmlType::F32, 576, 1536),
+];
+
+/// Deterministic pseudo-random values in [-1, 1) (an LCG: the bench needs data, not statistics).
+fn data(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn bench(c: &mut Criterion) {
+    let pools: Vec<(usize, rayon::ThreadPool)> = [1, 2]
+        .into_iter()
+        .map(|n| {
+            (
+                n,
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .build()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let best = kostant_kernels::cpu_features().best;
+    let both = [best, KernelPath::Scalar];
+    let paths = if best == KernelPath::Scalar {
+        &both[..1]
+    } else {
+        &both[..]
+    };
+    for &(ty, rows, cols) in SHAPES {
+        let src = data(rows * cols, 1);
+        let bytes: Vec<u8> = src
+            .chunks_exact(cols)
+            .flat_map(|row| quantize_row(ty, row).unwrap())
+            .collect();
+        let w = Weights::new(ty, &bytes, rows, cols).unwrap();
+        let mut group = c.benchmark_group(format!("{}_{rows}x{cols}", ty.name().to_lowercase()));
+        group
+            .throughput(Throughput::Bytes(bytes.len() as u64))
+            .sample_size(20)
+            .warm_up_time(Duration::from_millis(300))
+            .measurement_time(Duration::from_secs(1));
+        // Prefill only on one representative shape: scalar prefill is slow to measure.
+        let token_counts: &[usize] = if (ty, rows, cols) == (GgmlType::Q4_1, 576, 1536) {
+            &[1, 64]
+        } else {
+            &[1]
+        };
+        for &n_tokens in token_counts {
+            let x = data(n_tokens * cols, 2);
+            let mut out = vec![0.0f32; n_tokens * rows];
+            for &path in paths {
+                for (threads, pool) in &pools {
+                    set_force_scalar(path == KernelPath::Scalar);
+                    let id = BenchmarkId::new(format!("{path}/t{threads}"), format!("n{n_tokens}"));
+                    group.bench_function(id, |b| {
+                        pool.install(|| {
+                            b.iter(|| matmul(&w, black_box(&x), n_tokens, &mut out).unwrap())
+                        })
+                    });
+                }
+            }
+            set_force_scalar(false);
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

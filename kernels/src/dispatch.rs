@@ -1,0 +1,257 @@
+//! Run-time CPU dispatch: the kernel table is chosen once from the detected CPU features, and
+//! every hot call goes through it. A scalar table can be forced (for tests and benchmarks) with
+//! `set_force_scalar` or `KOSTANT_FORCE_SCALAR=1`.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+use crate::formats::f16::F16;
+use crate::formats::q4_0::BlockQ4_0;
+use crate::formats::q4_1::BlockQ4_1;
+use crate::formats::q4_k::BlockQ4K;
+use crate::formats::q6_k::BlockQ6K;
+use crate::formats::q8_0::BlockQ8_0;
+use crate::formats::q8_1::BlockQ8_1;
+use crate::formats::q8_k::BlockQ8K;
+use crate::formats::{f16, f32, q4_0, q4_1, q4_k, q6_k, q8_0, q8_1, q8_k};
+
+/// Which family of kernels the dispatcher runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelPath {
+    Scalar,
+    /// x86-64 with AVX2, FMA and F16C (Haswell and later).
+    Avx2Fma,
+}
+
+impl KernelPath {
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelPath::Scalar => "scalar",
+            KernelPath::Avx2Fma => "avx2+fma",
+        }
+    }
+}
+
+impl fmt::Display for KernelPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the CPU offers and which kernels the dispatcher picked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuFeatures {
+    /// The kernels in use right now (scalar if forced).
+    pub path: KernelPath,
+    /// The best kernels this CPU supports, whatever is forced.
+    pub best: KernelPath,
+    pub forced_scalar: bool,
+    pub avx2: bool,
+    pub fma: bool,
+    pub f16c: bool,
+    pub neon: bool,
+    pub dotprod: bool,
+}
+
+/// Displays the path in use: "avx2+fma", "scalar".
+impl fmt::Display for CpuFeatures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.path.name())
+    }
+}
+
+type DotFn<W, A> = unsafe fn(&[W], &[A]) -> f32;
+
+/// One implementation of every hot kernel. The function pointers are `unsafe fn` because the
+/// SIMD ones may only run on a CPU with their features; a table is only reachable through
+/// [`kernels`], which hands out the SIMD table only after detecting those features, so the
+/// safe wrapper methods below can call through it.
+pub(crate) struct Kernels {
+    pub path: KernelPath,
+    dot_f32: unsafe fn(&[f32], &[f32]) -> f32,
+    axpy_f32: unsafe fn(f32, &[f32], &mut [f32]),
+    dot_f16: DotFn<F16, f32>,
+    quantize_q8_1: unsafe fn(&[f32], &mut [BlockQ8_1]),
+    quantize_q8_k: unsafe fn(&[f32], &mut [BlockQ8K]),
+    dot_q4_0: DotFn<BlockQ4_0, BlockQ8_1>,
+    dot_q4_1: DotFn<BlockQ4_1, BlockQ8_1>,
+    dot_q8_0: DotFn<BlockQ8_0, BlockQ8_1>,
+    dot_q4_k: DotFn<BlockQ4K, BlockQ8K>,
+    dot_q6_k: DotFn<BlockQ6K, BlockQ8K>,
+}
+
+static SCALAR: Kernels = Kernels {
+    path: KernelPath::Scalar,
+    dot_f32: f32::dot_scalar,
+    axpy_f32: f32::axpy_scalar,
+    dot_f16: f16::dot_scalar,
+    quantize_q8_1: q8_1::quantize_scalar,
+    quantize_q8_k: q8_k::quantize_scalar,
+    dot_q4_0: q4_0::dot_scalar,
+    dot_q4_1: q4_1::dot_scalar,
+    dot_q8_0: q8_0::dot_scalar,
+    dot_q4_k: q4_k::dot_scalar,
+    dot_q6_k: q6_k::dot_scalar,
+};
+
+#[cfg(target_arch = "x86_64")]
+static AVX2: Kernels = Kernels {
+    path: KernelPath::Avx2Fma,
+    dot_f32: f32::avx2::dot,
+    axpy_f32: f32::avx2::axpy,
+    dot_f16: f16::avx2::dot,
+    quantize_q8_1: q8_1::avx2::quantize,
+    quantize_q8_k: q8_k::avx2::quantize,
+    dot_q4_0: q4_0::avx2::dot,
+    dot_q4_1: q4_1::avx2::dot,
+    dot_q8_0: q8_0::avx2::dot,
+    dot_q4_k: q4_k::avx2::dot,
+    dot_q6_k: q6_k::avx2::dot,
+};
+
+/// True when the AVX2 kernels may run here.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx2() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+fn best() -> &'static Kernels {
+    static BEST: OnceLock<&'static Kernels> = OnceLock::new();
+    BEST.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            return &AVX2;
+        }
+        &SCALAR
+    })
+}
+
+/// Forcing starts from `KOSTANT_FORCE_SCALAR` (read once) and can be changed at run time.
+fn force_flag() -> &'static AtomicBool {
+    static FORCE: OnceLock<AtomicBool> = OnceLock::new();
+    FORCE.get_or_init(|| {
+        let on = std::env::var("KOSTANT_FORCE_SCALAR").is_ok_and(|v| v == "1" || v == "true");
+        AtomicBool::new(on)
+    })
+}
+
+/// Makes every later kernel call use (or stop using) the scalar reference kernels. Calls
+/// already running finish on the table they started with.
+pub fn set_force_scalar(on: bool) {
+    force_flag().store(on, Ordering::Relaxed);
+}
+
+/// The kernel table to use now.
+pub(crate) fn kernels() -> &'static Kernels {
+    if force_flag().load(Ordering::Relaxed) {
+        &SCALAR
+    } else {
+        best()
+    }
+}
+
+/// The detected features and the kernel path in use.
+pub fn cpu_features() -> CpuFeatures {
+    let forced = force_flag().load(Ordering::Relaxed);
+    #[cfg(target_arch = "x86_64")]
+    let (avx2, fma, f16c) = (
+        is_x86_feature_detected!("avx2"),
+        is_x86_feature_detected!("fma"),
+        is_x86_feature_detected!("f16c"),
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    let (avx2, fma, f16c) = (false, false, false);
+    #[cfg(target_arch = "aarch64")]
+    let (neon, dotprod) = (
+        std::arch::is_aarch64_feature_detected!("neon"),
+        std::arch::is_aarch64_feature_detected!("dotprod"),
+    );
+    #[cfg(not(target_arch = "aarch64"))]
+    let (neon, dotprod) = (false, false);
+    CpuFeatures {
+        path: kernels().path,
+        best: best().path,
+        forced_scalar: forced,
+        avx2,
+        fma,
+        f16c,
+        neon,
+        dotprod,
+    }
+}
+
+impl Kernels {
+    #[inline]
+    pub fn dot_f32(&self, a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len(), "dot_f32: length mismatch");
+        // SAFETY: this table was handed out by `kernels`, which only selects SIMD kernels after
+        // detecting their CPU features; lengths were checked above.
+        unsafe { (self.dot_f32)(a, b) }
+    }
+
+    #[inline]
+    pub fn axpy_f32(&self, alpha: f32, x: &[f32], y: &mut [f32]) {
+        assert_eq!(x.len(), y.len(), "axpy_f32: length mismatch");
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.axpy_f32)(alpha, x, y) }
+    }
+
+    #[inline]
+    pub fn dot_f16(&self, w: &[F16], x: &[f32]) -> f32 {
+        assert_eq!(w.len(), x.len(), "dot_f16: length mismatch");
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_f16)(w, x) }
+    }
+
+    #[inline]
+    pub fn quantize_q8_1(&self, x: &[f32], out: &mut [BlockQ8_1]) {
+        assert_eq!(x.len(), 32 * out.len(), "quantize_q8_1: length mismatch");
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.quantize_q8_1)(x, out) }
+    }
+
+    #[inline]
+    pub fn quantize_q8_k(&self, x: &[f32], out: &mut [BlockQ8K]) {
+        assert_eq!(x.len(), 256 * out.len(), "quantize_q8_k: length mismatch");
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.quantize_q8_k)(x, out) }
+    }
+
+    #[inline]
+    pub fn dot_q4_0(&self, w: &[BlockQ4_0], a: &[BlockQ8_1]) -> f32 {
+        assert_eq!(w.len(), a.len(), "dot_q4_0: block count mismatch");
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_q4_0)(w, a) }
+    }
+
+    #[inline]
+    pub fn dot_q4_1(&self, w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
+        assert_eq!(w.len(), a.len(), "dot_q4_1: block count mismatch");
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_q4_1)(w, a) }
+    }
+
+    #[inline]
+    pub fn dot_q8_0(&self, w: &[BlockQ8_0], a: &[BlockQ8_1]) -> f32 {
+        assert_eq!(w.len(), a.len(), "dot_q8_0: block count mismatch");
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_q8_0)(w, a) }
+    }
+
+    #[inline]
+    pub fn dot_q4_k(&self, w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+        assert_eq!(w.len(), a.len(), "dot_q4_k: block count mismatch");
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_q4_k)(w, a) }
+    }
+
+    #[inline]
+    pub fn dot_q6_k(&self, w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
+        assert_eq!(w.len(), a.len(), "dot_q6_k: block count mismatch");
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_q6_k)(w, a) }
+    }
+}

@@ -1,0 +1,192 @@
+//! Q4_1 weights: 32 elements per block as 4-bit codes with an f16 scale and an f16 minimum,
+//! `x = q * d + m`. The default model's main format, dotted against Q8_1-style activations.
+
+use super::q8_1::BlockQ8_1;
+use crate::block::{f16_to_f32, f32_to_f16, round_to_f16, ByteBlock};
+
+/// ggml's `block_q4_1`: element `j < 16` is `qs[j] & 0xF`, element `j + 16` is `qs[j] >> 4`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BlockQ4_1 {
+    pub d: [u8; 2],
+    pub m: [u8; 2],
+    pub qs: [u8; 16],
+}
+const _: () = assert!(size_of::<BlockQ4_1>() == 20);
+// SAFETY: repr(C), only u8 arrays: alignment 1, no padding, every bit pattern valid.
+unsafe impl ByteBlock for BlockQ4_1 {}
+
+pub(crate) const QK: usize = 32;
+
+/// `out.len() == 32 * blocks.len()`.
+pub(crate) fn dequantize(blocks: &[BlockQ4_1], out: &mut [f32]) {
+    assert_eq!(
+        out.len(),
+        QK * blocks.len(),
+        "q4_1 dequantize: length mismatch"
+    );
+    for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let (d, m) = (f16_to_f32(b.d), f16_to_f32(b.m));
+        for (j, &q) in b.qs.iter().enumerate() {
+            o[j] = f32::from(q & 0xF) * d + m;
+            o[j + 16] = f32::from(q >> 4) * d + m;
+        }
+    }
+}
+
+/// Min/max quantizer (ggml's rule): codes 0 and 15 land on the block's minimum and maximum.
+pub(crate) fn quantize(x: &[f32], out: &mut [BlockQ4_1]) {
+    assert_eq!(x.len(), QK * out.len(), "q4_1 quantize: length mismatch");
+    for (xb, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        let lo = xb.iter().copied().fold(f32::INFINITY, f32::min);
+        let hi = xb.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        // Codes are chosen against the f16 values the dequantizer will read.
+        let m = round_to_f16(lo);
+        let d = round_to_f16((hi - lo) / 15.0);
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let code = |v: f32| ((v - m) * id).round().clamp(0.0, 15.0) as u8;
+        for j in 0..16 {
+            b.qs[j] = code(xb[j]) | (code(xb[j + 16]) << 4);
+        }
+        b.d = f32_to_f16(d);
+        b.m = f32_to_f16(m);
+    }
+}
+
+/// Scalar reference dot. Per block: exact integer `Σ q·a`, scaled by `d·d_a`, plus the minimum
+/// term `m·s` (`s = d_a·Σa` from the activation block), summed separately and added at the end.
+pub(crate) fn dot_scalar(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
+    let mut acc = 0.0f32;
+    let mut off = 0.0f32;
+    for (wb, ab) in w.iter().zip(a) {
+        let mut sumi = 0i32;
+        for j in 0..16 {
+            sumi += i32::from(wb.qs[j] & 0xF) * i32::from(ab.qs[j]);
+            sumi += i32::from(wb.qs[j] >> 4) * i32::from(ab.qs[j + 16]);
+        }
+        acc += f16_to_f32(wb.d) * ab.d * sumi as f32;
+        off += f16_to_f32(wb.m) * ab.s;
+    }
+    acc + off
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{BlockQ4_1, BlockQ8_1};
+    use crate::x86::{f16x2_to_f32, hsum_ps, load_i8x32, mul_sum_u8_i8, unpack_nibbles_32};
+
+    /// AVX2 twin of [`super::dot_scalar`]: same integer sums, f32 accumulation in 8 lanes.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dot(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
+        // Two accumulators so consecutive blocks' FMAs do not wait on each other.
+        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut off = 0.0f32;
+        for (i, (wb, ab)) in w.iter().zip(a).enumerate() {
+            // `d` and `m` are adjacent, so one conversion widens both.
+            let (d, m) = f16x2_to_f32(wb.d, wb.m);
+            let p = mul_sum_u8_i8(unpack_nibbles_32(&wb.qs), load_i8x32(&ab.qs));
+            let k = i & 1;
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), _mm256_cvtepi32_ps(p), acc[k]);
+            off += m * ab.s;
+        }
+        hsum_ps(_mm256_add_ps(acc[0], acc[1])) + off
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::*;
+
+    fn zeroed(n: usize) -> Vec<BlockQ4_1> {
+        vec![
+            BlockQ4_1 {
+                d: [0; 2],
+                m: [0; 2],
+                qs: [0; 16]
+            };
+            n
+        ]
+    }
+
+    #[test]
+    fn dequantize_matches_the_layout() {
+        let b = BlockQ4_1 {
+            d: f32_to_f16(0.25),
+            m: f32_to_f16(-1.0),
+            qs: std::array::from_fn(|j| (j as u8) | (((15 - j) as u8) << 4)),
+        };
+        let mut out = [0.0f32; 32];
+        dequantize(&[b], &mut out);
+        for j in 0..16 {
+            assert_eq!(out[j], j as f32 * 0.25 - 1.0);
+            assert_eq!(out[j + 16], (15 - j) as f32 * 0.25 - 1.0);
+        }
+    }
+
+    #[test]
+    fn round_trip_error_within_half_a_step() {
+        let mut r = rng(20);
+        let x = random_f32(&mut r, 32 * 64, 1.0);
+        let mut q = zeroed(64);
+        quantize(&x, &mut q);
+        let mut y = vec![0.0; x.len()];
+        dequantize(&q, &mut y);
+        for (xb, yb) in x.chunks_exact(32).zip(y.chunks_exact(32)) {
+            let lo = xb.iter().copied().fold(f32::INFINITY, f32::min);
+            let hi = xb.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            // Half a step of (hi - lo) / 15, plus what f16 rounding of d and m can shift a code
+            // boundary by (under 1% of the range here).
+            let bound = (hi - lo) / 30.0 + (hi - lo) * 0.01;
+            for (a, b) in xb.iter().zip(yb) {
+                assert!((a - b).abs() <= bound, "{a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn dot_within_activation_quantization_budget() {
+        check_dot_budget_32(
+            21,
+            |x, n| {
+                let mut q = zeroed(n);
+                quantize(x, &mut q);
+                q
+            },
+            dequantize,
+            dot_scalar,
+        );
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_matches_scalar() {
+        if !crate::dispatch::has_avx2() {
+            return;
+        }
+        let mut r = rng(22);
+        for nb in [1, 2, 3, 18, 48, 49] {
+            let w: Vec<BlockQ4_1> = (0..nb)
+                .map(|_| BlockQ4_1 {
+                    d: f32_to_f16(random_f32(&mut r, 1, 0.1)[0].abs()),
+                    m: f32_to_f16(random_f32(&mut r, 1, 0.5)[0]),
+                    qs: random_bytes(&mut r),
+                })
+                .collect();
+            let a = random_q8_1(&mut r, nb);
+            let terms: f32 = w
+                .iter()
+                .zip(&a)
+                .map(|(wb, ab)| {
+                    let (d, m) = (f16_to_f32(wb.d), f16_to_f32(wb.m));
+                    (d * ab.d * sumi_u4(&wb.qs, &ab.qs) as f32).abs() + (m * ab.s).abs()
+                })
+                .sum();
+            // SAFETY: guarded by the avx2+fma+f16c detection above.
+            let simd = unsafe { avx2::dot(&w, &a) };
+            assert_reordered_sum_close(simd, dot_scalar(&w, &a), terms, 2 * nb);
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! Q8_0 weights: 32 elements per block as i8 codes with one f16 scale, `x = q * d`. The default
+//! model's token embedding, which doubles as the 49152-row output projection.
+
+use super::q8_1::BlockQ8_1;
+use crate::block::{f16_to_f32, f32_to_f16, round_to_f16, ByteBlock};
+
+/// ggml's `block_q8_0`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BlockQ8_0 {
+    pub d: [u8; 2],
+    pub qs: [i8; 32],
+}
+const _: () = assert!(size_of::<BlockQ8_0>() == 34);
+// SAFETY: repr(C), only u8/i8 arrays: alignment 1, no padding, every bit pattern valid.
+unsafe impl ByteBlock for BlockQ8_0 {}
+
+pub(crate) const QK: usize = 32;
+
+/// `out.len() == 32 * blocks.len()`.
+pub(crate) fn dequantize(blocks: &[BlockQ8_0], out: &mut [f32]) {
+    assert_eq!(
+        out.len(),
+        QK * blocks.len(),
+        "q8_0 dequantize: length mismatch"
+    );
+    for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let d = f16_to_f32(b.d);
+        for (y, &q) in o.iter_mut().zip(&b.qs) {
+            *y = f32::from(q) * d;
+        }
+    }
+}
+
+/// Symmetric absmax quantizer: the largest magnitude maps to ±127.
+pub(crate) fn quantize(x: &[f32], out: &mut [BlockQ8_0]) {
+    assert_eq!(x.len(), QK * out.len(), "q8_0 quantize: length mismatch");
+    for (xb, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let d = round_to_f16(amax / 127.0);
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        for (q, &v) in b.qs.iter_mut().zip(xb) {
+            *q = (v * id).round().clamp(-127.0, 127.0) as i8;
+        }
+        b.d = f32_to_f16(d);
+    }
+}
+
+/// Scalar reference dot: exact integer `Σ q·a` per block, scaled by `d·d_a`.
+pub(crate) fn dot_scalar(w: &[BlockQ8_0], a: &[BlockQ8_1]) -> f32 {
+    let mut acc = 0.0f32;
+    for (wb, ab) in w.iter().zip(a) {
+        let sumi: i32 = wb
+            .qs
+            .iter()
+            .zip(&ab.qs)
+            .map(|(&x, &y)| i32::from(x) * i32::from(y))
+            .sum();
+        acc += f16_to_f32(wb.d) * ab.d * sumi as f32;
+    }
+    acc
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{BlockQ8_0, BlockQ8_1};
+    use crate::x86::{f16_to_f32, hsum_ps, load_i8x32, mul_sum_u8_i8};
+
+    /// AVX2 twin of [`super::dot_scalar`]: same integer sums, f32 accumulation in 8 lanes.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dot(w: &[BlockQ8_0], a: &[BlockQ8_1]) -> f32 {
+        let mut acc = [_mm256_setzero_ps(); 2];
+        for (i, (wb, ab)) in w.iter().zip(a).enumerate() {
+            let x = load_i8x32(&wb.qs);
+            let y = load_i8x32(&ab.qs);
+            // maddubs wants one unsigned operand: move the weight's sign onto the activation.
+            // |x| <= 128 and y >= -127 keep every i16 pair sum inside the saturation limit.
+            let p = mul_sum_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+            let d = f16_to_f32(wb.d) * ab.d;
+            let k = i & 1;
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[k]);
+        }
+        hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::*;
+
+    fn zeroed(n: usize) -> Vec<BlockQ8_0> {
+        vec![
+            BlockQ8_0 {
+                d: [0; 2],
+                qs: [0; 32]
+            };
+            n
+        ]
+    }
+
+    #[test]
+    fn round_trip_error_within_half_a_step() {
+        let mut r = rng(30);
+        let x = random_f32(&mut r, 32 * 64, 1.0);
+        let mut q = zeroed(64);
+        quantize(&x, &mut q);
+        let mut y = vec![0.0; x.len()];
+        dequantize(&q, &mut y);
+        for (xb, yb) in x.chunks_exact(32).zip(y.chunks_exact(32)) {
+            let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            // Half a step of amax/127; 1% slack for the f16 scale.
+            for (a, b) in xb.iter().zip(yb) {
+                assert!((a - b).abs() <= amax / 254.0 * 1.01, "{a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn dot_within_activation_quantization_budget() {
+        check_dot_budget_32(
+            31,
+            |x, n| {
+                let mut q = zeroed(n);
+                quantize(x, &mut q);
+                q
+            },
+            dequantize,
+            dot_scalar,
+        );
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_matches_scalar() {
+        if !crate::dispatch::has_avx2() {
+            return;
+        }
+        let mut r = rng(32);
+        for nb in [1, 2, 3, 18, 48, 49] {
+            // Raw random bytes include -128, which the sign trick must still handle.
+            let w: Vec<BlockQ8_0> = (0..nb)
+                .map(|_| BlockQ8_0 {
+                    d: f32_to_f16(random_f32(&mut r, 1, 0.1)[0]),
+                    qs: random_bytes::<32>(&mut r).map(|b| b as i8),
+                })
+                .collect();
+            let a = random_q8_1(&mut r, nb);
+            let terms: f32 = w
+                .iter()
+                .zip(&a)
+                .map(|(wb, ab)| {
+                    let sumi: i32 = wb
+                        .qs
+                        .iter()
+                        .zip(&ab.qs)
+                        .map(|(&x, &y)| i32::from(x) * i32::from(y))
+                        .sum();
+                    (f16_to_f32(wb.d) * ab.d * sumi as f32).abs()
+                })
+                .sum();
+            // SAFETY: guarded by the avx2+fma+f16c detection above.
+            let simd = unsafe { avx2::dot(&w, &a) };
+            assert_reordered_sum_close(simd, dot_scalar(&w, &a), terms, nb);
+        }
+    }
+}

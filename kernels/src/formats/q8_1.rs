@@ -1,0 +1,177 @@
+//! Q8_1-style activation blocks: the partner format that activations are quantized to, once per
+//! matmul, before integer dots against Q4_0, Q4_1 and Q8_0 weights.
+//!
+//! Unlike ggml's Q8_1, `d` and `s` are f32: the blocks never leave memory, so there is no reason
+//! to round the scales to f16 and lose accuracy. `s = d * sum(qs)` lets a weight format with an
+//! offset (Q4_1's `m`, Q4_0's implicit -8) fold the offset in with one multiply per block.
+
+/// 32 activations as `x ≈ d * q`, with `s = d * Σq` precomputed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct BlockQ8_1 {
+    pub d: f32,
+    pub s: f32,
+    pub qs: [i8; 32],
+}
+const _: () = assert!(size_of::<BlockQ8_1>() == 40);
+
+pub(crate) const QK: usize = 32;
+
+/// Blocks whose largest magnitude is below this (or NaN) quantize to zero: `127 / amax` would
+/// overflow to infinity for subnormal maxima.
+const MIN_AMAX: f32 = 1e-30;
+
+/// (d, 1/d) for a block whose largest magnitude is `amax`, mapping `amax` to 127. `1/d` is
+/// computed as `127 / amax` in every path so the scalar and SIMD quantizers agree bit for bit.
+#[inline]
+pub(crate) fn act_scale(amax: f32) -> (f32, f32) {
+    if amax >= MIN_AMAX && amax.is_finite() {
+        (amax / 127.0, 127.0 / amax)
+    } else {
+        (0.0, 0.0)
+    }
+}
+
+/// Scalar reference: `x.len() == 32 * out.len()`.
+///
+/// Rounds half to even, like `_mm256_round_ps` in the AVX2 path, so both give identical blocks.
+pub(crate) fn quantize_scalar(x: &[f32], out: &mut [BlockQ8_1]) {
+    assert_eq!(x.len(), QK * out.len(), "q8_1 quantize: length mismatch");
+    for (xb, ob) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let (d, id) = act_scale(amax);
+        let mut sum = 0i32;
+        for (q, &v) in ob.qs.iter_mut().zip(xb) {
+            // |v * id| <= 127 (plus rounding), so the cast never saturates.
+            let r = (v * id).round_ties_even() as i32;
+            *q = r as i8;
+            sum += r;
+        }
+        ob.d = d;
+        ob.s = d * sum as f32;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{act_scale, BlockQ8_1, QK};
+    use crate::x86::{hmax_ps, hsum_epi32};
+
+    /// Largest |x| of 32 floats.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn amax_32(x: &[f32; 32]) -> f32 {
+        let sign = _mm256_set1_ps(-0.0);
+        let mut m = _mm256_setzero_ps();
+        for i in 0..4 {
+            // SAFETY: 8 floats starting at 8*i lie inside the 32-float array.
+            let v = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) };
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v));
+        }
+        hmax_ps(m)
+    }
+
+    /// Rounds `x * id` half-to-even into 32 i8 (in order) and returns them with the sums of the
+    /// first and second 16 codes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn quantize_32(x: &[f32; 32], id: f32) -> (__m256i, i32, i32) {
+        let idv = _mm256_set1_ps(id);
+        let mut q = [_mm256_setzero_si256(); 4];
+        for (i, qi) in q.iter_mut().enumerate() {
+            // SAFETY: 8 floats starting at 8*i lie inside the 32-float array.
+            let v = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) };
+            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm256_mul_ps(v, idv),
+            );
+            *qi = _mm256_cvtps_epi32(r);
+        }
+        let sum_lo = hsum_epi32(_mm256_add_epi32(q[0], q[1]));
+        let sum_hi = hsum_epi32(_mm256_add_epi32(q[2], q[3]));
+        // The saturating packs interleave 128-bit lanes; the permute puts the 4-byte groups
+        // back in element order.
+        let p = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        (_mm256_permutevar8x32_epi32(p, order), sum_lo, sum_hi)
+    }
+
+    /// AVX2 twin of [`super::quantize_scalar`], bit-identical to it for finite input.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn quantize(x: &[f32], out: &mut [BlockQ8_1]) {
+        assert_eq!(x.len(), QK * out.len(), "q8_1 quantize: length mismatch");
+        for (xb, ob) in x.chunks_exact(QK).zip(out.iter_mut()) {
+            let xb: &[f32; 32] = xb.try_into().expect("chunks_exact yields 32 floats");
+            let (d, id) = act_scale(amax_32(xb));
+            let (q, lo, hi) = quantize_32(xb, id);
+            // SAFETY: `ob.qs` is 32 writable bytes, the width of an unaligned 256-bit store.
+            unsafe { _mm256_storeu_si256(ob.qs.as_mut_ptr().cast(), q) };
+            ob.d = d;
+            ob.s = d * (lo + hi) as f32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{random_f32, rng};
+
+    #[test]
+    fn quantization_error_is_at_most_half_a_step() {
+        let mut r = rng(1);
+        let x = random_f32(&mut r, 32 * 40, 3.0);
+        let mut q = vec![BlockQ8_1::default(); 40];
+        quantize_scalar(&x, &mut q);
+        for (xb, b) in x.chunks_exact(32).zip(&q) {
+            let mut sum = 0i32;
+            for (&v, &c) in xb.iter().zip(&b.qs) {
+                // Half a step, plus a few ulp for the rounding of d and of v/d.
+                assert!((v - b.d * f32::from(c)).abs() <= b.d * 0.5001, "{v} vs {c}");
+                sum += i32::from(c);
+            }
+            assert_eq!(b.s, b.d * sum as f32);
+        }
+    }
+
+    #[test]
+    fn zero_and_tiny_blocks_quantize_to_zero() {
+        let mut q = vec![BlockQ8_1::default(); 2];
+        let mut x = vec![0.0f32; 64];
+        x[40] = 1e-38;
+        quantize_scalar(&x, &mut q);
+        for b in &q {
+            assert_eq!((b.d, b.s), (0.0, 0.0));
+            assert!(b.qs.iter().all(|&c| c == 0));
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_is_bit_identical_to_scalar() {
+        if !crate::dispatch::has_avx2() {
+            return;
+        }
+        let mut r = rng(2);
+        // Include exact .5 ties (integers scaled so amax maps to 127) to pin the rounding mode.
+        let mut x = random_f32(&mut r, 32 * 33, 10.0);
+        for (i, v) in x[..32].iter_mut().enumerate() {
+            *v = i as f32 - 15.5;
+        }
+        x[31] = 127.0;
+        let mut a = vec![BlockQ8_1::default(); 33];
+        let mut b = vec![BlockQ8_1::default(); 33];
+        quantize_scalar(&x, &mut a);
+        // SAFETY: guarded by the avx2+fma+f16c detection above.
+        unsafe { avx2::quantize(&x, &mut b) };
+        for (p, q) in a.iter().zip(&b) {
+            assert_eq!(p.qs, q.qs);
+            assert_eq!(p.d.to_bits(), q.d.to_bits());
+            assert_eq!(p.s.to_bits(), q.s.to_bits());
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! `matmul`: packed weights times a batch of activation rows. Activations are quantized once per
+//! call into the weight format's partner format, then rows of the weight matrix are split over
+//! the rayon pool in chunks; with several tokens each chunk walks tiles of tokens so its weight
+//! rows stay in cache while they are reused.
+
+use std::cell::Cell;
+use std::thread::LocalKey;
+
+use rayon::prelude::*;
+
+use crate::block::{cast_blocks, ByteBlock};
+use crate::dispatch::{kernels, Kernels};
+use crate::formats::f16::F16;
+use crate::formats::q4_0::BlockQ4_0;
+use crate::formats::q4_1::BlockQ4_1;
+use crate::formats::q4_k::BlockQ4K;
+use crate::formats::q6_k::BlockQ6K;
+use crate::formats::q8_0::BlockQ8_0;
+use crate::formats::q8_1::BlockQ8_1;
+use crate::formats::q8_k::BlockQ8K;
+use crate::{GgmlType, KernelError, Weights};
+
+/// Below this much work (weight bytes times tokens) a matmul runs on the calling thread: waking
+/// the pool costs a few microseconds, as much as streaming this many bytes.
+const PAR_MIN_WORK: usize = 24 * 1024;
+
+/// Activation bytes per token tile in the multi-token path: small enough to share L2 with a
+/// chunk of weight rows.
+const TOKEN_TILE_BYTES: usize = 16 * 1024;
+
+thread_local! {
+    // Reused activation buffers. They are taken out of the cell for the duration of a call,
+    // so a nested call on the same thread (a rayon worker running another matmul while it
+    // waits) finds an empty buffer and allocates its own instead of aliasing this one.
+    static ACT_Q8_1: Cell<Vec<BlockQ8_1>> = const { Cell::new(Vec::new()) };
+    static ACT_Q8_K: Cell<Vec<BlockQ8K>> = const { Cell::new(Vec::new()) };
+    static SCRATCH: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+}
+
+/// Runs `f` on a thread-local buffer of at least `len` elements (contents unspecified).
+fn with_buffer<T: Copy + Default, R>(
+    key: &'static LocalKey<Cell<Vec<T>>>,
+    len: usize,
+    f: impl FnOnce(&mut [T]) -> R,
+) -> R {
+    let mut buf = key.take();
+    if buf.len() < len {
+        buf.resize(len, T::default());
+    }
+    let r = f(&mut buf[..len]);
+    key.set(buf);
+    r
+}
+
+fn checked_len(what: &'static str, a: usize, b: usize) -> Result<usize, KernelError> {
+    a.checked_mul(b).ok_or(KernelError::Overflow {
+        what,
+        rows: a,
+        cols: b,
+    })
+}
+
+fn expect_len(what: &'static str, expected: usize, got: usize) -> Result<(), KernelError> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(KernelError::Length {
+            what,
+            unit: "floats",
+            expected,
+            got,
+        })
+    }
+}
+
+/// `out[t*rows + r] = dot(row r of w, x[t*cols .. (t+1)*cols])` for `t` in `0..n_tokens`.
+///
+/// `x` is (n_tokens, cols) row-major and `out` is (n_tokens, rows). Runs on the current rayon
+/// pool (the global one unless called inside `ThreadPool::install`).
+pub fn matmul(w: &Weights, x: &[f32], n_tokens: usize, out: &mut [f32]) -> Result<(), KernelError> {
+    w.check()?;
+    expect_len("x", checked_len("x", n_tokens, w.cols)?, x.len())?;
+    expect_len("out", checked_len("out", n_tokens, w.rows)?, out.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    if w.cols == 0 {
+        out.fill(0.0);
+        return Ok(());
+    }
+    let k = kernels();
+    let shape = Shape {
+        rows: w.rows,
+        n_tok: n_tokens,
+        work: w.data.len().saturating_mul(n_tokens),
+    };
+    let cols = w.cols;
+    match w.ty {
+        GgmlType::F32 => {
+            // GGUF aligns tensor data, so the bytes can almost always be viewed as f32 in
+            // place; a misaligned slice (only possible from a hand-built `Weights`) is copied.
+            // SAFETY: every bit pattern is a valid f32, and `align_to` only returns a middle
+            // part that is correctly aligned for f32.
+            let (pre, mid, post) = unsafe { w.data.align_to::<f32>() };
+            let copied: Vec<f32>;
+            let wf = if pre.is_empty() && post.is_empty() {
+                mid
+            } else {
+                copied = w
+                    .data
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                &copied
+            };
+            run(wf, cols, x, cols, shape, out, |w, a| k.dot_f32(w, a));
+        }
+        GgmlType::F16 => {
+            let wh = cast_blocks::<F16>(w.data);
+            run(wh, cols, x, cols, shape, out, |w, a| k.dot_f16(w, a));
+        }
+        GgmlType::Q4_0 => q8_1_matmul::<BlockQ4_0>(k, w, x, shape, out, Kernels::dot_q4_0),
+        GgmlType::Q4_1 => q8_1_matmul::<BlockQ4_1>(k, w, x, shape, out, Kernels::dot_q4_1),
+        GgmlType::Q8_0 => q8_1_matmul::<BlockQ8_0>(k, w, x, shape, out, Kernels::dot_q8_0),
+        GgmlType::Q4_K => q8_k_matmul::<BlockQ4K>(k, w, x, shape, out, Kernels::dot_q4_k),
+        GgmlType::Q6_K => q8_k_matmul::<BlockQ6K>(k, w, x, shape, out, Kernels::dot_q6_k),
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+struct Shape {
+    rows: usize,
+    n_tok: usize,
+    /// Weight bytes times tokens: what decides whether the pool is worth waking.
+    work: usize,
+}
+
+/// Quantizes the activations to 32-element Q8_1-style blocks, then runs the integer dots.
+fn q8_1_matmul<B: ByteBlock>(
+    k: &'static Kernels,
+    w: &Weights,
+    x: &[f32],
+    shape: Shape,
+    out: &mut [f32],
+    dot: fn(&Kernels, &[B], &[BlockQ8_1]) -> f32,
+) {
+    let nb = w.cols / 32;
+    with_buffer(&ACT_Q8_1, nb * shape.n_tok, |act| {
+        quantize_tokens(x, w.cols, act, nb, shape, |x, a| k.quantize_q8_1(x, a));
+        run(cast_blocks::<B>(w.data), nb, act, nb, shape, out, |w, a| {
+            dot(k, w, a)
+        });
+    });
+}
+
+/// Quantizes the activations to 256-element Q8_K blocks, then runs the integer dots.
+fn q8_k_matmul<B: ByteBlock>(
+    k: &'static Kernels,
+    w: &Weights,
+    x: &[f32],
+    shape: Shape,
+    out: &mut [f32],
+    dot: fn(&Kernels, &[B], &[BlockQ8K]) -> f32,
+) {
+    let nb = w.cols / 256;
+    with_buffer(&ACT_Q8_K, nb * shape.n_tok, |act| {
+        quantize_tokens(x, w.cols, act, nb, shape, |x, a| k.quantize_q8_k(x, a));
+        run(cast_blocks::<B>(w.data), nb, act, nb, shape, out, |w, a| {
+            dot(k, w, a)
+        });
+    });
+}
+
+/// Quantizes every token's activations; in parallel over tokens when there are several.
+fn quantize_tokens<A: Send>(
+    x: &[f32],
+    cols: usize,
+    act: &mut [A],
+    blocks_per_token: usize,
+    shape: Shape,
+    quantize: impl Fn(&[f32], &mut [A]) + Sync,
+) {
+    if shape.n_tok >= 4 && use_pool(shape) {
+        x.par_chunks(cols)
+            .zip(act.par_chunks_mut(blocks_per_token))
+            .for_each(|(x, a)| quantize(x, a));
+    } else {
+        // Blocks never straddle tokens (cols is a whole number of blocks), so all tokens can
+        // be quantized as one long row.
+        quantize(x, act);
+    }
+}
+
+fn use_pool(shape: Shape) -> bool {
+    shape.work >= PAR_MIN_WORK && rayon::current_num_threads() > 1
+}
+
+/// Rows per task: about eight tasks per thread, so a core slowed by something else hands work
+/// to the other, but at least 8 rows so a task outweighs its scheduling cost, and at most 512.
+fn rows_per_task(rows: usize) -> usize {
+    rows.div_ceil(8 * rayon::current_num_threads())
+        .clamp(8, 512)
+}
+
+/// The common driver. `w` holds `rows` rows of `w_per_row` units, `act` holds `n_tok` tokens
+/// of `a_per_tok` units; `dot` multiplies one row by one token.
+fn run<W: Sync, A: Sync>(
+    w: &[W],
+    w_per_row: usize,
+    act: &[A],
+    a_per_tok: usize,
+    shape: Shape,
+    out: &mut [f32],
+    dot: impl Fn(&[W], &[A]) -> f32 + Sync,
+) {
+    let Shape { rows, n_tok, .. } = shape;
+    debug_assert_eq!(w.len(), rows * w_per_row);
+    debug_assert_eq!(act.len(), n_tok * a_per_tok);
+    let row = |r: usize| &w[r * w_per_row..(r + 1) * w_per_row];
+    let token = |t: usize| &act[t * a_per_tok..(t + 1) * a_per_tok];
+    let parallel = use_pool(shape);
+    let chunk = if parallel { rows_per_task(rows) } else { rows };
+
+    if n_tok == 1 {
+        let x = token(0);
+        let body = |(c, o): (usize, &mut [f32])| {
+            for (i, y) in o.iter_mut().enumerate() {
+                *y = dot(row(c * chunk + i), x);
+            }
+        };
+        if parallel {
+            out.par_chunks_mut(chunk).enumerate().for_each(body);
+        } else {
+            body((0, out));
+        }
+        return;
+    }
+
+    // Several tokens: each task computes a (chunk rows) x (all tokens) tile into scratch laid
+    // out as (task, token, row-in-task), walking tokens in tiles so the task's weight rows and
+    // one tile of activations share the cache; then rows are copied to (token, row) order.
+    let tile = (TOKEN_TILE_BYTES / (a_per_tok * size_of::<A>()).max(1)).clamp(1, n_tok);
+    with_buffer(&SCRATCH, rows * n_tok, |scratch| {
+        let body = |(c, t): (usize, &mut [f32])| {
+            let r0 = c * chunk;
+            let nr = t.len() / n_tok;
+            for t0 in (0..n_tok).step_by(tile) {
+                let t1 = (t0 + tile).min(n_tok);
+                for i in 0..nr {
+                    let wr = row(r0 + i);
+                    for tk in t0..t1 {
+                        t[tk * nr + i] = dot(wr, token(tk));
+                    }
+                }
+            }
+        };
+        if parallel {
+            scratch
+                .par_chunks_mut(chunk * n_tok)
+                .enumerate()
+                .for_each(body);
+        } else {
+            body((0, &mut *scratch));
+        }
+        for (c, t) in scratch.chunks(chunk * n_tok).enumerate() {
+            let r0 = c * chunk;
+            let nr = t.len() / n_tok;
+            for tk in 0..n_tok {
+                out[tk * rows + r0..tk * rows + r0 + nr]
+                    .copy_from_slice(&t[tk * nr..(tk + 1) * nr]);
+            }
+        }
+    });
+}

@@ -1,0 +1,147 @@
+//! Shared helpers for the in-crate unit tests: seeded data and the named tolerances.
+
+use rand::rngs::SmallRng;
+use rand::{Rng as _, SeedableRng};
+
+use crate::formats::q8_1::{self, BlockQ8_1};
+use crate::formats::q8_k::{self, BlockQ8K};
+
+pub(crate) type Rng = SmallRng;
+
+pub(crate) fn rng(seed: u64) -> Rng {
+    SmallRng::seed_from_u64(seed)
+}
+
+/// Roughly Gaussian values with standard deviation `scale` (sum of four uniforms), plus an
+/// occasional 4σ outlier, like real weights and activations.
+pub(crate) fn random_f32(r: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            let g: f32 = (0..4).map(|_| r.gen_range(-1.0f32..1.0)).sum::<f32>() * 0.866;
+            if r.gen_range(0..64) == 0 {
+                4.0 * scale * g.signum()
+            } else {
+                scale * g
+            }
+        })
+        .collect()
+}
+
+pub(crate) fn random_bytes<const N: usize>(r: &mut Rng) -> [u8; N] {
+    std::array::from_fn(|_| r.gen())
+}
+
+pub(crate) fn random_q8_1(r: &mut Rng, nb: usize) -> Vec<BlockQ8_1> {
+    let mut a = vec![BlockQ8_1::default(); nb];
+    q8_1::quantize_scalar(&random_f32(r, 32 * nb, 1.0), &mut a);
+    a
+}
+
+pub(crate) fn random_q8_k(r: &mut Rng, nb: usize) -> Vec<BlockQ8K> {
+    let mut a = vec![BlockQ8K::default(); nb];
+    q8_k::quantize_scalar(&random_f32(r, 256 * nb, 1.0), &mut a);
+    a
+}
+
+/// `Σ q·a` over a legacy 4-bit block's unsigned codes.
+pub(crate) fn sumi_u4(qs: &[u8; 16], a: &[i8; 32]) -> i32 {
+    (0..16)
+        .map(|j| {
+            i32::from(qs[j] & 0xF) * i32::from(a[j]) + i32::from(qs[j] >> 4) * i32::from(a[j + 16])
+        })
+        .sum()
+}
+
+/// Tolerance for two f32 sums of the same `n_terms` terms added in different orders (the
+/// SIMD paths accumulate in 8 lanes, the references sequentially). Each ordering is within
+/// `(n-1)·ε·Σ|terms|` of the exact sum, so they differ by at most twice that.
+pub(crate) fn assert_reordered_sum_close(simd: f32, scalar: f32, abs_terms: f32, n_terms: usize) {
+    let tol = 2.0 * (n_terms.max(1) as f32) * f32::EPSILON * abs_terms + f32::MIN_POSITIVE;
+    assert!(
+        (simd - scalar).abs() <= tol,
+        "simd {simd} vs scalar {scalar}: differ by {} > {tol}",
+        (simd - scalar).abs()
+    );
+}
+
+pub(crate) fn rms(x: &[f32]) -> f32 {
+    (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32).sqrt()
+}
+
+pub(crate) fn rms_diff(x: &[f32], y: &[f32]) -> f32 {
+    (x.iter().zip(y).map(|(a, b)| (a - b).powi(2)).sum::<f32>() / x.len() as f32).sqrt()
+}
+
+/// The quantized dot's error budget against the f32 dot of the dequantized weights with the
+/// original activations. Quantizing an activation moves it by at most half a step,
+/// `amax_block / 254`, so the dot moves by at most `Σ |w_j| · amax(block of j) / 254`; 1% is
+/// added for float rounding in both sums.
+fn check_dot_budget<W, A: Clone + Default>(
+    seed: u64,
+    qk: usize,
+    quantize_w: impl Fn(&[f32], usize) -> Vec<W>,
+    dequantize_w: fn(&[W], &mut [f32]),
+    quantize_a: fn(&[f32], &mut [A]),
+    dot: fn(&[W], &[A]) -> f32,
+) {
+    let mut r = rng(seed);
+    for nb in [1, 2, 5, 18] {
+        let n = qk * nb;
+        let w = quantize_w(&random_f32(&mut r, n, 0.05), nb);
+        let mut wd = vec![0.0f32; n];
+        dequantize_w(&w, &mut wd);
+        let x = random_f32(&mut r, n, 1.0);
+        let mut a = vec![A::default(); nb];
+        quantize_a(&x, &mut a);
+        let got = f64::from(dot(&w, &a));
+        let exact: f64 = wd
+            .iter()
+            .zip(&x)
+            .map(|(&w, &x)| f64::from(w) * f64::from(x))
+            .sum();
+        let mut budget = 0.0f64;
+        for (wb, xb) in wd.chunks_exact(qk).zip(x.chunks_exact(qk)) {
+            let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            budget += wb.iter().map(|v| f64::from(v.abs())).sum::<f64>() * f64::from(amax) / 254.0;
+        }
+        let budget = budget * 1.01 + 1e-6;
+        assert!(
+            (got - exact).abs() <= budget,
+            "{nb} blocks: quantized dot {got} vs exact {exact}, budget {budget}"
+        );
+    }
+}
+
+/// [`check_dot_budget`] for a 32-element format against Q8_1-style activations.
+pub(crate) fn check_dot_budget_32<W>(
+    seed: u64,
+    quantize_w: impl Fn(&[f32], usize) -> Vec<W>,
+    dequantize_w: fn(&[W], &mut [f32]),
+    dot: fn(&[W], &[BlockQ8_1]) -> f32,
+) {
+    check_dot_budget(
+        seed,
+        32,
+        quantize_w,
+        dequantize_w,
+        q8_1::quantize_scalar,
+        dot,
+    );
+}
+
+/// [`check_dot_budget`] for a K-quant against Q8_K activations.
+pub(crate) fn check_dot_budget_k<W>(
+    seed: u64,
+    quantize_w: impl Fn(&[f32], usize) -> Vec<W>,
+    dequantize_w: fn(&[W], &mut [f32]),
+    dot: fn(&[W], &[BlockQ8K]) -> f32,
+) {
+    check_dot_budget(
+        seed,
+        256,
+        quantize_w,
+        dequantize_w,
+        q8_k::quantize_scalar,
+        dot,
+    );
+}

@@ -1,0 +1,88 @@
+//! Small AVX2 building blocks shared by the per-format x86 kernels (horizontal sums, f16 scalar
+//! conversion, nibble unpacking). Everything here needs avx2+fma+f16c, which the kernel table
+//! only selects after detecting them.
+
+use std::arch::x86_64::*;
+
+/// Sum of the 8 lanes of `v`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Sum of the 8 i32 lanes of `v` (wrapping, though no kernel comes near overflow).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b00_00_00_01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// Largest of the 8 lanes of `v`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn hmax_ps(v: __m256) -> f32 {
+    let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    _mm_cvtss_f32(m)
+}
+
+/// One little-endian half to f32 with F16C (the same rounding-free widening as `half`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn f16_to_f32(bytes: [u8; 2]) -> f32 {
+    let v = _mm_cvtsi32_si128(i32::from(u16::from_le_bytes(bytes)));
+    _mm_cvtss_f32(_mm_cvtph_ps(v))
+}
+
+/// Two adjacent halves (e.g. a block's `d` and `m`) widened in one instruction.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn f16x2_to_f32(a: [u8; 2], b: [u8; 2]) -> (f32, f32) {
+    let bits = u32::from_le_bytes([a[0], a[1], b[0], b[1]]);
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// 16 bytes of packed nibbles to 32 bytes 0..15: low nibbles in the low 128-bit lane (elements
+/// 0..16), high nibbles in the high lane (elements 16..32), matching the legacy quant order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn unpack_nibbles_32(qs: &[u8; 16]) -> __m256i {
+    // SAFETY: `qs` is exactly 16 readable bytes, the width of an unaligned 128-bit load.
+    let q = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+    let both = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(q), _mm_srli_epi16::<4>(q));
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+}
+
+/// Loads 32 unsigned bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn load_u8x32(bytes: &[u8; 32]) -> __m256i {
+    // SAFETY: the array is exactly 32 readable bytes, the width of an unaligned 256-bit load.
+    unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
+}
+
+/// Loads 32 signed bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn load_i8x32(bytes: &[i8; 32]) -> __m256i {
+    // SAFETY: the array is exactly 32 readable bytes, the width of an unaligned 256-bit load.
+    unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
+}
+
+/// Pairwise products of unsigned bytes `u` (each <= 128) and signed bytes `s` (each >= -127),
+/// summed in groups of four into 8 i32 lanes. `maddubs` saturates i16 pairs, so callers keep
+/// |u0*s0 + u1*s1| <= 32767: 2*128*127 = 32512 is the largest any format produces.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn mul_sum_u8_i8(u: __m256i, s: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+}
