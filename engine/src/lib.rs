@@ -5,8 +5,21 @@
 // `unsafe` is denied here except in the one mmap function (gguf), which says why it is sound.
 #![deny(unsafe_code)]
 
+pub mod chat_template;
 pub mod error;
+pub mod generate;
 pub mod gguf;
+pub mod kv_cache;
+pub mod model;
+pub mod sampling;
+pub mod session;
 pub mod tokenizer;
+#[doc(hidden)]
+pub mod testing;
 
+pub use chat_template::{Message, Role};
 pub use error::{EngineError, Result};
+pub use generate::{generate, spawn, CancelHandle, Event, GenerateRequest, Generation, GenerationStats, StopReason};
+pub use model::Model;
+pub use sampling::SamplingParams;
+pub use session::Session;

@@ -1,2 +1,7 @@
-//! OS glue: no-network enforcement, key storage, sensors (issue 4). Knows nothing of the ML crates.
+//! OS glue: memory signals now; no-network enforcement, key storage, thermal and battery
+//! signals and the app lifecycle as the privacy and app work lands.
+//!
+//! Dependency rule: this crate knows nothing of the ML crates (engine, kernels, safety, evals).
 #![forbid(unsafe_code)]
+
+pub mod memory;

@@ -1,0 +1,94 @@
+//! `kostant bench`: prefill and decode speed, time to first token and peak memory, measured
+//! the way llama-bench measures (random prompt tokens for prefill; decode from an empty
+//! context, one token at a time) so the two can be compared on the same file.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+use kostant_engine::sampling::argmax;
+use kostant_engine::Session;
+
+use super::{load_model, peak_rss_mb, BenchArgs};
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    anyhow::ensure!(args.prompt_tokens >= 1, "--prompt-tokens must be at least 1");
+    anyhow::ensure!(args.gen_tokens >= 1, "--gen-tokens must be at least 1");
+    anyhow::ensure!(args.repetitions >= 1, "--repetitions must be at least 1");
+    let load_start = Instant::now();
+    let model = load_model(&args.model)?;
+    let load_ms = load_start.elapsed().as_secs_f64() * 1e3;
+    let threads = super::threads();
+    let n_vocab = model.hparams.n_vocab as u32;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1234);
+    let prompt: Vec<u32> = (0..args.prompt_tokens).map(|_| rng.gen_range(0..n_vocab)).collect();
+    let mut session = Session::new(model.clone(), args.model.ctx)?;
+    anyhow::ensure!(
+        args.prompt_tokens + args.gen_tokens <= session.n_ctx(),
+        "--prompt-tokens plus --gen-tokens ({}) exceed the context of {} tokens (raise --ctx)",
+        args.prompt_tokens + args.gen_tokens,
+        session.n_ctx()
+    );
+
+    // Warm-up: page the weights in and let the thread pool spin up.
+    session.prefill(&prompt[..prompt.len().min(16)])?;
+
+    let mut prefill_ms = Vec::new();
+    let mut ttft_ms = Vec::new();
+    let mut decode_ms = Vec::new();
+    for _ in 0..args.repetitions {
+        session.reset();
+        let t = Instant::now();
+        let (logits, _) = session.prefill(&prompt)?;
+        prefill_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let _first = argmax(&logits);
+        ttft_ms.push(t.elapsed().as_secs_f64() * 1e3);
+
+        // Decode from an empty context, like llama-bench's tg test.
+        session.reset();
+        let mut token = prompt[0];
+        let t = Instant::now();
+        for _ in 0..args.gen_tokens {
+            let logits = session.step(token)?;
+            token = argmax(&logits);
+        }
+        decode_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let prefill_tok_s = args.prompt_tokens as f64 * 1e3 / mean(&prefill_ms);
+    let decode_tok_s = args.gen_tokens as f64 * 1e3 / mean(&decode_ms);
+    let gb_s = model.weight_bytes_per_token() as f64 * decode_tok_s / 1e9;
+    let report = json!({
+        "model": model.name(),
+        "quantization": model.quantization(),
+        "file_mb": model.file_bytes() as f64 / (1024.0 * 1024.0),
+        "threads": threads,
+        "cpu": kostant_kernels::cpu_features().to_string(),
+        "prompt_tokens": args.prompt_tokens,
+        "gen_tokens": args.gen_tokens,
+        "repetitions": args.repetitions,
+        "load_ms": load_ms,
+        "prefill_tok_s": prefill_tok_s,
+        "decode_tok_s": decode_tok_s,
+        "ttft_ms": mean(&ttft_ms),
+        "decode_weight_gb_s": gb_s,
+        "kv_cache_mb": session.kv_bytes() as f64 / (1024.0 * 1024.0),
+        "peak_rss_mb": peak_rss_mb(),
+    });
+    if args.json {
+        println!("{report}");
+    } else {
+        println!("model        {} ({}, {:.1} MB)", model.name(), model.quantization(), model.file_bytes() as f64 / 1048576.0);
+        println!("cpu          {} · {threads} threads", kostant_kernels::cpu_features());
+        println!("prefill      {:>8.1} tok/s  ({} tokens)", prefill_tok_s, args.prompt_tokens);
+        println!("decode       {:>8.1} tok/s  ({} tokens, {:.1} GB/s of weights)", decode_tok_s, args.gen_tokens, gb_s);
+        println!("ttft         {:>8.1} ms     (prompt of {} tokens)", mean(&ttft_ms), args.prompt_tokens);
+        match peak_rss_mb() {
+            Some(mb) => println!("peak rss     {mb:>8.1} MB"),
+            None => println!("peak rss     unavailable on this OS"),
+        }
+    }
+    Ok(())
+}

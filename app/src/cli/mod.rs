@@ -1,0 +1,115 @@
+//! The `kostant` command line: the same jobs as the app, for terminals, scripts and CI.
+
+pub mod bench;
+pub mod chat;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "kostant", version, about = "A private assistant that runs entirely on this device.")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Chat with the model: interactive, or one answer with --prompt.
+    Chat(ChatArgs),
+    /// Measure prefill and decode speed, time to first token and peak memory.
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// GGUF model to run (default: the embedded default model installed by scripts/setup.sh).
+    #[arg(long, env = "KOSTANT_MODEL")]
+    pub model: Option<PathBuf>,
+    /// Worker threads for the matrix kernels (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Context window in tokens (capped at the model's training context).
+    #[arg(long, default_value_t = 4096)]
+    pub ctx: usize,
+}
+
+/// Also a `Parser`, so that `kostant` with no subcommand can build the default chat arguments.
+#[derive(Parser, Debug)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Answer this one prompt and exit. Without it, chat interactively.
+    #[arg(long)]
+    pub prompt: Option<String>,
+    /// Most tokens to generate per reply.
+    #[arg(long, default_value_t = 512)]
+    pub max_tokens: usize,
+    /// Sampling temperature; 0 is greedy and deterministic.
+    #[arg(long, default_value_t = 0.7)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    #[arg(long, default_value_t = 1.1)]
+    pub repeat_penalty: f32,
+    /// Random seed (default: a new one each run).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// System prompt (default: the model template's own).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// One JSON object per line on stdout: a line per token, then a final "done" line.
+    #[arg(long)]
+    pub json: bool,
+    /// Do not save this conversation (saving arrives with the encrypted history).
+    #[arg(long)]
+    pub no_history: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt length for the prefill measurement.
+    #[arg(long, default_value_t = 512)]
+    pub prompt_tokens: usize,
+    /// Tokens generated for the decode measurement.
+    #[arg(long, default_value_t = 128)]
+    pub gen_tokens: usize,
+    /// Runs of each measurement; the report gives their mean.
+    #[arg(long, default_value_t = 3)]
+    pub repetitions: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Sets the kernel thread count, finds the model and maps it.
+pub fn load_model(args: &ModelArgs) -> anyhow::Result<std::sync::Arc<kostant_engine::Model>> {
+    use anyhow::Context;
+    let threads = match args.threads {
+        Some(0) => anyhow::bail!("--threads must be at least 1"),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    kostant_kernels::init_threads(threads)?;
+    let _ = THREADS.set(threads);
+    let path = crate::model_path::resolve(args.model.as_deref())?;
+    kostant_engine::Model::load(&path).with_context(|| format!("cannot load model {}", path.display()))
+}
+
+pub fn peak_rss_mb() -> Option<f64> {
+    kostant_platform::memory::peak_rss_bytes().map(|b| b as f64 / (1024.0 * 1024.0))
+}
+
+static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// The kernel thread count chosen by [`load_model`].
+pub fn threads() -> usize {
+    THREADS.get().copied().unwrap_or(1)
+}

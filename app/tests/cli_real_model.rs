@@ -1,0 +1,167 @@
+//! The `kostant` binary end to end on the real default model: one-shot and interactive chat,
+//! JSON output, bench, and every bad-input path (clear message, non-zero exit, no panic).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn model() -> PathBuf {
+    let p = std::env::var_os("KOSTANT_MODEL").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    });
+    assert!(p.is_file(), "{} is missing: run scripts/setup.sh first", p.display());
+    p
+}
+
+fn kostant(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kostant"));
+    cmd.args(args)
+        .env("KOSTANT_MODEL", model())
+        .env_remove("KOSTANT_MODELS_DIR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("kostant starts");
+    let mut input = child.stdin.take().unwrap();
+    if let Some(bytes) = stdin {
+        input.write_all(bytes).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Fails the test with the process's output if it panicked or succeeded when it should not.
+fn assert_clean_failure(out: &Output, expect_in_stderr: &str) {
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "expected failure; stderr: {err}");
+    assert!(!err.contains("panicked"), "panic: {err}");
+    assert!(err.to_lowercase().contains(&expect_in_stderr.to_lowercase()), "stderr lacks {expect_in_stderr:?}: {err}");
+}
+
+fn json_lines(out: &Output) -> Vec<serde_json::Value> {
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[test]
+fn one_shot_json_answers_and_reports_stats() {
+    let args = ["chat", "--prompt", "What is the capital of France?", "--temperature", "0", "--max-tokens", "24", "--json"];
+    let out = kostant(&args, None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines = json_lines(&out);
+    let done = lines.last().unwrap();
+    assert_eq!(done["event"], "done");
+    assert_eq!(done["verdict"], "answered");
+    let reply = done["reply"].as_str().unwrap();
+    assert!(reply.contains("Paris"), "reply: {reply}");
+    // Every token line came before, and together they spell the reply.
+    let streamed: String = lines[..lines.len() - 1]
+        .iter()
+        .map(|l| {
+            assert_eq!(l["event"], "token");
+            l["text"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(streamed, reply);
+    let stats = &done["stats"];
+    assert_eq!(stats["generated_tokens"].as_u64().unwrap() as usize, lines.len() - 1);
+    assert!(stats["prompt_tokens"].as_u64().unwrap() > 10);
+    for key in ["ttft_ms", "prefill_tok_s", "decode_tok_s", "peak_rss_mb"] {
+        assert!(stats[key].as_f64().unwrap() > 0.0, "{key}: {stats}");
+    }
+    // Greedy is deterministic: the same command gives the same reply.
+    let again = json_lines(&kostant(&args, None));
+    assert_eq!(again.last().unwrap()["reply"], done["reply"]);
+}
+
+#[test]
+fn plain_one_shot_prints_the_reply() {
+    let out = kostant(&["chat", "--prompt", "Say hello.", "--max-tokens", "8", "--seed", "3", "--no-history"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).trim().is_empty());
+}
+
+#[test]
+fn interactive_chat_keeps_the_conversation() {
+    let out = kostant(
+        &["chat", "--temperature", "0", "--max-tokens", "12"],
+        Some(b"My name is Ada.\nWhat is 2+2?\n/reset\nHi\n"),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert_eq!(err.matches(" tokens · first token").count(), 3, "{err}");
+    assert!(err.contains("conversation cleared"), "{err}");
+}
+
+#[test]
+fn invalid_utf8_on_stdin_is_a_clear_error() {
+    let out = kostant(&["chat", "--temperature", "0", "--max-tokens", "4"], Some(b"hello \xff\xfe there\n"));
+    assert_clean_failure(&out, "not valid UTF-8");
+}
+
+#[test]
+fn empty_prompt_is_refused() {
+    assert_clean_failure(&kostant(&["chat", "--prompt", "   "], None), "empty");
+}
+
+#[test]
+fn prompt_longer_than_the_context_is_refused() {
+    let long = "tell me about the sea ".repeat(200);
+    let out = kostant(&["chat", "--prompt", &long, "--ctx", "128"], None);
+    assert_clean_failure(&out, "context");
+}
+
+#[test]
+fn bad_sampling_parameters_are_refused() {
+    assert_clean_failure(&kostant(&["chat", "--prompt", "hi", "--top-p", "0"], None), "top-p");
+    assert_clean_failure(&kostant(&["chat", "--prompt", "hi", "--temperature", "-1"], None), "temperature");
+}
+
+#[test]
+fn missing_model_file_is_a_clear_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kostant"))
+        .args(["chat", "--prompt", "hi", "--model", "/nonexistent/model.gguf"])
+        .output()
+        .unwrap();
+    assert_clean_failure(&out, "not found");
+}
+
+#[test]
+fn corrupt_models_are_refused_without_a_panic() {
+    let dir = std::env::temp_dir().join(format!("kostant-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bytes = std::fs::read(model()).unwrap();
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        ("truncated.gguf", bytes[..bytes.len() / 2].to_vec(), "gguf"),
+        ("header-only.gguf", bytes[..100].to_vec(), "gguf"),
+        ("not-a-gguf.gguf", b"this is not a model at all".repeat(10), "magic"),
+    ];
+    for (name, data, expect) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, data).unwrap();
+        let out = kostant(&["chat", "--prompt", "hi", "--model", path.to_str().unwrap()], None);
+        assert_clean_failure(&out, expect);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bench_json_reports_every_measure() {
+    let out = kostant(
+        &["bench", "--prompt-tokens", "16", "--gen-tokens", "4", "--repetitions", "1", "--threads", "1", "--json"],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["prefill_tok_s", "decode_tok_s", "ttft_ms", "peak_rss_mb"] {
+        assert!(v[key].as_f64().unwrap() > 0.0, "{key}: {v}");
+    }
+    assert_eq!(v["threads"], 1);
+    assert_eq!(v["quantization"], "Q4_1");
+}

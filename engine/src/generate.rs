@@ -1,0 +1,214 @@
+//! Generation: prefill the prompt, then sample token after token until the model ends its turn,
+//! the budget runs out, the context fills or the caller cancels.
+//!
+//! [`generate`] is the synchronous core and reports each token to a callback. [`spawn`] runs it
+//! on its own thread and streams [`Event`]s over a tokio channel, with a [`CancelHandle`]:
+//! the API the terminal chat and the UI both use.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::sampling::{Sampler, SamplingParams};
+use crate::session::Session;
+use crate::tokenizer::StreamDecoder;
+use crate::Result;
+
+#[derive(Clone, Debug)]
+pub struct GenerateRequest {
+    /// The whole conversation as tokens, ending where the reply begins.
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model produced an end-of-turn or end-of-sequence token.
+    EndOfTurn,
+    MaxTokens,
+    ContextFull,
+    Cancelled,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GenerationStats {
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose keys and values were already cached from the previous turn.
+    pub reused_tokens: usize,
+    pub generated_tokens: usize,
+    /// From the request to the first generated token.
+    pub ttft_ms: f64,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    pub prefill_tok_s: f64,
+    pub decode_tok_s: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Generation {
+    pub reply: String,
+    pub tokens: Vec<u32>,
+    pub stop: StopReason,
+    pub stats: GenerationStats,
+}
+
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// One generated token and the text it completes (may be empty mid-way through a
+    /// multi-byte character).
+    Token { id: u32, text: String },
+    Done(Generation),
+    Error(String),
+}
+
+/// Shared flag that stops a generation at the next token boundary.
+#[derive(Clone, Debug, Default)]
+pub struct CancelHandle(Arc<AtomicBool>);
+
+impl CancelHandle {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+    /// Re-arms the handle for the next generation.
+    pub fn reset(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+fn rate(tokens: usize, ms: f64) -> f64 {
+    if ms > 0.0 {
+        tokens as f64 * 1e3 / ms
+    } else {
+        0.0
+    }
+}
+
+/// Runs one generation on `session`, calling `on_token(id, text)` as each token arrives.
+pub fn generate(
+    session: &mut Session,
+    req: &GenerateRequest,
+    cancel: &CancelHandle,
+    mut on_token: impl FnMut(u32, &str),
+) -> Result<Generation> {
+    let mut sampler = Sampler::new(req.sampling.clone())?;
+    let model = session.model().clone();
+    let tok = &model.tokenizer;
+    let stop_ids = tok.end_of_generation_ids();
+
+    let start = Instant::now();
+    let (mut logits, reused) = session.prefill(&req.prompt)?;
+    let prefill_ms = ms_since(start);
+    let mut stats = GenerationStats {
+        prompt_tokens: req.prompt.len(),
+        reused_tokens: reused,
+        prefill_ms,
+        prefill_tok_s: rate(req.prompt.len() - reused, prefill_ms),
+        ..Default::default()
+    };
+
+    let mut decoder = StreamDecoder::new(tok);
+    let mut reply = String::new();
+    let mut tokens = Vec::new();
+    let mut history = req.prompt.clone();
+    let decode_start = Instant::now();
+    let stop = loop {
+        if cancel.is_cancelled() {
+            break StopReason::Cancelled;
+        }
+        if tokens.len() >= req.max_tokens {
+            break StopReason::MaxTokens;
+        }
+        let id = sampler.sample(&mut logits, &history);
+        if tokens.is_empty() {
+            stats.ttft_ms = ms_since(start);
+        }
+        if stop_ids.contains(&id) {
+            break StopReason::EndOfTurn;
+        }
+        tokens.push(id);
+        history.push(id);
+        let text = decoder.push(id);
+        reply.push_str(&text);
+        on_token(id, &text);
+        if tokens.len() >= req.max_tokens {
+            break StopReason::MaxTokens;
+        }
+        if session.tokens().len() >= session.n_ctx() {
+            break StopReason::ContextFull;
+        }
+        logits = session.step(id)?;
+    };
+    let tail = decoder.flush();
+    if !tail.is_empty() {
+        reply.push_str(&tail);
+        on_token(u32::MAX, &tail);
+    }
+    stats.generated_tokens = tokens.len();
+    stats.decode_ms = ms_since(decode_start);
+    // The first token comes from the prefill's logits, so decode speed counts the steps after it.
+    stats.decode_tok_s = rate(tokens.len().saturating_sub(1), stats.decode_ms);
+    if tokens.is_empty() {
+        stats.ttft_ms = ms_since(start);
+    }
+    Ok(Generation {
+        reply,
+        tokens,
+        stop,
+        stats,
+    })
+}
+
+/// A generation running on its own thread.
+pub struct Running {
+    pub events: mpsc::UnboundedReceiver<Event>,
+    pub cancel: CancelHandle,
+    /// Gives the session back (with the reply in its cache) once generation ends.
+    pub join: std::thread::JoinHandle<Session>,
+}
+
+/// Starts `generate` on a new thread; events arrive on `events` in order, ending with exactly
+/// one `Done` or `Error`.
+pub fn spawn(mut session: Session, req: GenerateRequest, cancel: CancelHandle) -> Running {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let flag = cancel.clone();
+    let join = std::thread::spawn(move || {
+        let result = generate(&mut session, &req, &flag, |id, text| {
+            // A closed receiver means nobody is listening any more: stop generating.
+            if tx
+                .send(Event::Token {
+                    id,
+                    text: text.to_string(),
+                })
+                .is_err()
+            {
+                flag.cancel();
+            }
+        });
+        let last = match result {
+            Ok(g) => Event::Done(g),
+            Err(e) => Event::Error(e.to_string()),
+        };
+        let _ = tx.send(last);
+        session
+    });
+    Running {
+        events: rx,
+        cancel,
+        join,
+    }
+}

@@ -1,0 +1,81 @@
+//! The key/value cache of one session: for every layer, the keys and values of every position
+//! seen so far, appended in order.
+//!
+//! Storage is f32 and grows with the conversation up to the context size, so a short chat does
+//! not pay for a long context up front. (Paged, quantized and prefix-shared caches come with the
+//! speed work; the interface here is what they will keep.)
+
+/// Keys and values for one layer. Rows are positions; a row holds every kv head side by side.
+#[derive(Default)]
+struct LayerCache {
+    k: Vec<f32>, // (positions, n_head_kv * head_dim)
+    v: Vec<f32>, // (positions, n_head_kv * head_dim)
+}
+
+pub struct KvCache {
+    layers: Vec<LayerCache>,
+    kv_dim: usize,
+    n_ctx: usize,
+    len: usize,
+}
+
+impl KvCache {
+    pub fn new(n_layer: usize, kv_dim: usize, n_ctx: usize) -> KvCache {
+        KvCache {
+            layers: (0..n_layer).map(|_| LayerCache::default()).collect(),
+            kv_dim,
+            n_ctx,
+            len: 0,
+        }
+    }
+
+    /// Positions stored (the same for every layer once a forward pass has finished).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.n_ctx
+    }
+
+    /// Bytes held by the cache right now.
+    pub fn bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| (l.k.capacity() + l.v.capacity()) * std::mem::size_of::<f32>())
+            .sum()
+    }
+
+    /// Forgets every position from `len` on; the next token is written at `len`.
+    pub fn truncate(&mut self, len: usize) {
+        let len = len.min(self.len);
+        for l in &mut self.layers {
+            l.k.truncate(len * self.kv_dim);
+            l.v.truncate(len * self.kv_dim);
+        }
+        self.len = len;
+    }
+
+    /// Appends the keys and values of `n` new positions to one layer. k, v: (n, kv_dim).
+    pub(crate) fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
+        let l = &mut self.layers[layer];
+        l.k.extend_from_slice(k);
+        l.v.extend_from_slice(v);
+    }
+
+    /// Marks `n` positions as written in every layer.
+    pub(crate) fn advance(&mut self, n: usize) {
+        self.len += n;
+    }
+
+    /// Keys and values of one layer for every stored position, including ones appended during
+    /// the current forward pass.
+    pub(crate) fn layer(&self, layer: usize) -> (&[f32], &[f32]) {
+        let l = &self.layers[layer];
+        (&l.k, &l.v)
+    }
+}

@@ -1,0 +1,226 @@
+//! The Llama-family forward pass (Llama 2/3, SmolLM2, Qwen2.5), read top to bottom:
+//! embed -> for each layer { rms_norm, attention with rope over the kv cache, residual,
+//! rms_norm, swiglu feed-forward, residual } -> rms_norm -> lm head.
+//!
+//! Activations are f32, (n_tokens, width) row-major. Weights stay packed in the mmap and go
+//! straight to the kernels.
+
+use rayon::prelude::*;
+
+use kostant_kernels::{axpy_f32, dequantize_row, dot_f32, matmul};
+
+use super::hparams::{HParams, RopeLayout};
+use super::weights::{LayerWeights, TensorRef};
+use super::Model;
+use crate::kv_cache::KvCache;
+use crate::{EngineError, Result};
+
+/// Runs `tokens` at positions `kv.len()..` through the model, appends their keys and values to
+/// the cache, and returns the logits of the last token: (n_vocab,).
+pub fn forward(model: &Model, kv: &mut KvCache, tokens: &[u32]) -> Result<Vec<f32>> {
+    let hp = &model.hparams;
+    let w = &model.weights;
+    let n = tokens.len();
+    let pos = kv.len();
+    if n == 0 {
+        return Err(EngineError::InvalidRequest("no tokens to run".into()));
+    }
+    if pos + n > kv.capacity() {
+        return Err(EngineError::ContextOverflow {
+            prompt_tokens: pos + n,
+            context: kv.capacity(),
+        });
+    }
+
+    let mut x = embed(model, tokens)?; // (n, n_embd)
+    let mut xb = vec![0.0f32; n * hp.n_embd];
+    for (l, layer) in w.layers.iter().enumerate() {
+        rms_norm(&x, &layer.attn_norm, hp.rms_eps, &mut xb);
+        let att = attention(model, layer, l, kv, &xb, n, pos)?;
+        add_in_place(&mut x, &att);
+
+        rms_norm(&x, &layer.ffn_norm, hp.rms_eps, &mut xb);
+        let ffn = swiglu(model, layer, &xb, n)?;
+        add_in_place(&mut x, &ffn);
+    }
+    kv.advance(n);
+
+    // Only the last position's logits are needed to pick the next token.
+    let last = &x[(n - 1) * hp.n_embd..];
+    let mut normed = vec![0.0f32; hp.n_embd];
+    rms_norm(last, &w.output_norm, hp.rms_eps, &mut normed);
+    linear(model, &w.output, &normed, 1)
+}
+
+/// Looks up each token's row of the embedding table. (n, n_embd)
+fn embed(model: &Model, tokens: &[u32]) -> Result<Vec<f32>> {
+    let e = model.hparams.n_embd;
+    let table = &model.weights.token_embd;
+    let row_bytes = table.size / table.rows;
+    let bytes = table.bytes(&model.file);
+    let mut x = vec![0.0f32; tokens.len() * e];
+    for (t, &id) in tokens.iter().enumerate() {
+        let id = id as usize;
+        if id >= table.rows {
+            return Err(EngineError::InvalidRequest(format!(
+                "token id {id} is outside the vocabulary of {}",
+                table.rows
+            )));
+        }
+        dequantize_row(
+            table.ty,
+            &bytes[id * row_bytes..(id + 1) * row_bytes],
+            &mut x[t * e..(t + 1) * e],
+        )?;
+    }
+    Ok(x)
+}
+
+/// y = x W^T for n tokens: (n, cols) -> (n, rows).
+fn linear(model: &Model, w: &TensorRef, x: &[f32], n: usize) -> Result<Vec<f32>> {
+    let mut out = vec![0.0f32; n * w.rows];
+    matmul(&w.weights(&model.file), x, n, &mut out)?;
+    Ok(out)
+}
+
+/// RMSNorm (Zhang & Sennrich 2019) of each row of `x`, scaled by `weight`.
+fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let d = weight.len();
+    for (row, o) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        let mean_sq = dot_f32(row, row) / d as f32;
+        let scale = 1.0 / (mean_sq + eps).sqrt();
+        for ((o, &v), &g) in o.iter_mut().zip(row).zip(weight) {
+            *o = v * scale * g;
+        }
+    }
+}
+
+/// Multi-head self-attention with grouped-query heads (Ainslie et al. 2023) over the kv cache.
+/// Writes this chunk's keys and values into the cache. Returns the output projection, (n, n_embd).
+fn attention(
+    model: &Model,
+    layer: &LayerWeights,
+    l: usize,
+    kv: &mut KvCache,
+    xb: &[f32],
+    n: usize,
+    pos: usize,
+) -> Result<Vec<f32>> {
+    let hp = &model.hparams;
+    let (hd, kv_dim, q_dim) = (hp.head_dim, hp.kv_dim(), hp.n_head * hp.head_dim);
+
+    let mut q = linear(model, &layer.wq, xb, n)?; // (n, n_head * head_dim)
+    let mut k = linear(model, &layer.wk, xb, n)?; // (n, n_head_kv * head_dim)
+    let mut v = linear(model, &layer.wv, xb, n)?; // (n, n_head_kv * head_dim)
+    add_bias(&mut q, layer.bq.as_deref());
+    add_bias(&mut k, layer.bk.as_deref());
+    add_bias(&mut v, layer.bv.as_deref());
+    rope(&mut q, q_dim, hp, &model.rope_inv_freq, pos);
+    rope(&mut k, kv_dim, hp, &model.rope_inv_freq, pos);
+    kv.append(l, &k, &v);
+
+    let (keys, values) = kv.layer(l); // (pos + n, kv_dim) each
+    let group = hp.n_head / hp.n_head_kv;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let mut out = vec![0.0f32; n * q_dim]; // (n, n_head * head_dim)
+
+    // One task per (token, head): each reads its query, the cache of its kv head, and writes
+    // its own slice of `out`, so tasks never share mutable state.
+    out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| {
+        let (t, h) = (i / hp.n_head, i % hp.n_head);
+        let kv_off = (h / group) * hd;
+        let q_h = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
+        let visible = pos + t + 1; // causal: the token sees itself and everything before it
+        let mut scores: Vec<f32> = (0..visible)
+            .map(|p| dot_f32(q_h, &keys[p * kv_dim + kv_off..p * kv_dim + kv_off + hd]) * scale)
+            .collect();
+        softmax(&mut scores);
+        for (p, &s) in scores.iter().enumerate() {
+            axpy_f32(s, &values[p * kv_dim + kv_off..p * kv_dim + kv_off + hd], o);
+        }
+    });
+
+    linear(model, &layer.wo, &out, n)
+}
+
+/// Rotary position embedding (Su et al. 2021) on every head of each row of `x`: (n, width),
+/// rows at positions pos, pos+1, ... `inv_freq` holds one angular speed per rotated pair.
+fn rope(x: &mut [f32], width: usize, hp: &HParams, inv_freq: &[f32], pos: usize) {
+    let hd = hp.head_dim;
+    let half = inv_freq.len();
+    let mut cos = vec![0.0f32; half];
+    let mut sin = vec![0.0f32; half];
+    for (t, row) in x.chunks_exact_mut(width).enumerate() {
+        let p = (pos + t) as f32 * hp.rope_freq_scale;
+        for i in 0..half {
+            let (s, c) = (p * inv_freq[i]).sin_cos();
+            cos[i] = c;
+            sin[i] = s;
+        }
+        for head in row.chunks_exact_mut(hd) {
+            for i in 0..half {
+                let (a, b) = match hp.arch.rope_layout() {
+                    RopeLayout::Adjacent => (2 * i, 2 * i + 1),
+                    RopeLayout::NeoX => (i, i + half),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * cos[i] - x1 * sin[i];
+                head[b] = x0 * sin[i] + x1 * cos[i];
+            }
+        }
+    }
+}
+
+/// The angular speed of each rotated pair: base^(-2i/d), divided by Llama 3's per-frequency
+/// factors when the file has them.
+pub(crate) fn rope_inv_freq(hp: &HParams, factors: Option<&[f32]>) -> Vec<f32> {
+    let half = hp.rope_dims / 2;
+    (0..half)
+        .map(|i| {
+            let f = hp.rope_theta.powf(-((2 * i) as f32) / hp.rope_dims as f32);
+            f / factors.map_or(1.0, |fs| fs[i])
+        })
+        .collect()
+}
+
+/// Softmax in place, subtracting the max for stability.
+fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// The SwiGLU feed-forward block (Shazeer 2020): down(silu(gate(x)) * up(x)). (n, n_embd)
+fn swiglu(model: &Model, layer: &LayerWeights, xb: &[f32], n: usize) -> Result<Vec<f32>> {
+    let mut gate = linear(model, &layer.w_gate, xb, n)?; // (n, n_ff)
+    let up = linear(model, &layer.w_up, xb, n)?; // (n, n_ff)
+    for (g, &u) in gate.iter_mut().zip(&up) {
+        *g = silu(*g) * u;
+    }
+    linear(model, &layer.w_down, &gate, n)
+}
+
+fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias {
+        for row in x.chunks_exact_mut(b.len()) {
+            add_in_place(row, b);
+        }
+    }
+}
+
+fn add_in_place(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}

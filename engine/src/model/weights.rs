@@ -1,0 +1,146 @@
+//! Where each tensor of a Llama-family model lives in the mapped file, with shapes checked once
+//! at load so the forward pass never has to.
+
+use kostant_kernels::{GgmlType, Weights};
+
+use super::hparams::HParams;
+use crate::gguf::Gguf;
+use crate::{EngineError, Result};
+
+/// A tensor in the mapped file: type, byte range and logical shape (rows x cols, ggml order
+/// dims = [cols, rows]). Cheap to copy; the bytes stay in the mmap.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorRef {
+    pub ty: GgmlType,
+    pub offset: usize,
+    pub size: usize,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl TensorRef {
+    pub fn bytes<'a>(&self, file: &'a Gguf) -> &'a [u8] {
+        &file.bytes()[self.offset..self.offset + self.size]
+    }
+
+    /// The tensor as a kernel operand.
+    pub fn weights<'a>(&self, file: &'a Gguf) -> Weights<'a> {
+        Weights {
+            ty: self.ty,
+            data: self.bytes(file),
+            rows: self.rows,
+            cols: self.cols,
+        }
+    }
+}
+
+pub struct LayerWeights {
+    pub attn_norm: Vec<f32>, // (n_embd,)
+    pub wq: TensorRef,        // (n_head * head_dim, n_embd)
+    pub wk: TensorRef,        // (n_head_kv * head_dim, n_embd)
+    pub wv: TensorRef,        // (n_head_kv * head_dim, n_embd)
+    pub bq: Option<Vec<f32>>, // Qwen2 only: (n_head * head_dim,)
+    pub bk: Option<Vec<f32>>, // (n_head_kv * head_dim,)
+    pub bv: Option<Vec<f32>>,
+    pub wo: TensorRef,       // (n_embd, n_head * head_dim)
+    pub ffn_norm: Vec<f32>,  // (n_embd,)
+    pub w_gate: TensorRef,   // (n_ff, n_embd)
+    pub w_up: TensorRef,     // (n_ff, n_embd)
+    pub w_down: TensorRef,   // (n_embd, n_ff)
+}
+
+pub struct ModelWeights {
+    pub token_embd: TensorRef, // (n_vocab, n_embd)
+    pub layers: Vec<LayerWeights>,
+    pub output_norm: Vec<f32>, // (n_embd,)
+    /// The LM head; the token embedding itself when the model ties them.
+    pub output: TensorRef, // (n_vocab, n_embd)
+    /// Llama 3 long-context RoPE: one divisor per rotated frequency, if the file has them.
+    pub rope_freqs: Option<Vec<f32>>,
+}
+
+fn find(g: &Gguf, name: &str, rows: usize, cols: usize) -> Result<TensorRef> {
+    let t = g
+        .tensor(name)
+        .ok_or_else(|| EngineError::Model(format!("tensor {name} is missing")))?;
+    let (t_rows, t_cols) = (t.rows(), t.cols());
+    if t.dims.len() > 2 || t_rows != rows || t_cols != cols {
+        return Err(EngineError::Model(format!(
+            "tensor {name}: shape {:?}, expected [{cols}, {rows}]",
+            t.dims
+        )));
+    }
+    Ok(TensorRef {
+        ty: t.ty,
+        offset: t.offset,
+        size: t.size,
+        rows,
+        cols,
+    })
+}
+
+/// Norm weights and biases are tiny and read on every token, so they are copied out of the
+/// mmap once at load (no alignment assumptions about the file, no per-token conversion).
+fn find_vector(g: &Gguf, name: &str, len: usize) -> Result<Vec<f32>> {
+    let t = find(g, name, 1, len)?;
+    let mut v = vec![0.0; len];
+    kostant_kernels::dequantize_row(t.ty, t.bytes(g), &mut v)
+        .map_err(|e| EngineError::Model(format!("tensor {name}: {e}")))?;
+    Ok(v)
+}
+
+fn find_optional_vector(g: &Gguf, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
+    match g.tensor(name) {
+        None => Ok(None),
+        Some(_) => find_vector(g, name, len).map(Some),
+    }
+}
+
+impl ModelWeights {
+    pub fn from_gguf(g: &Gguf, hp: &HParams) -> Result<ModelWeights> {
+        let (e, ff, q_dim, kv_dim) = (hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim, hp.kv_dim());
+        let token_embd = find(g, "token_embd.weight", hp.n_vocab, e)?;
+        let output = match g.tensor("output.weight") {
+            Some(_) => find(g, "output.weight", hp.n_vocab, e)?,
+            None => token_embd,
+        };
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for i in 0..hp.n_layer {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            layers.push(LayerWeights {
+                attn_norm: find_vector(g, &n("attn_norm.weight"), e)?,
+                wq: find(g, &n("attn_q.weight"), q_dim, e)?,
+                wk: find(g, &n("attn_k.weight"), kv_dim, e)?,
+                wv: find(g, &n("attn_v.weight"), kv_dim, e)?,
+                bq: find_optional_vector(g, &n("attn_q.bias"), q_dim)?,
+                bk: find_optional_vector(g, &n("attn_k.bias"), kv_dim)?,
+                bv: find_optional_vector(g, &n("attn_v.bias"), kv_dim)?,
+                wo: find(g, &n("attn_output.weight"), e, q_dim)?,
+                ffn_norm: find_vector(g, &n("ffn_norm.weight"), e)?,
+                w_gate: find(g, &n("ffn_gate.weight"), ff, e)?,
+                w_up: find(g, &n("ffn_up.weight"), ff, e)?,
+                w_down: find(g, &n("ffn_down.weight"), e, ff)?,
+            });
+        }
+        let output_norm = find_vector(g, "output_norm.weight", e)?;
+        let rope_freqs = match g.tensor("rope_freqs.weight") {
+            None => None,
+            Some(_) => {
+                let v = find_vector(g, "rope_freqs.weight", hp.rope_dims / 2)?;
+                if v.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
+                    return Err(EngineError::Model(
+                        "tensor rope_freqs.weight: factors must be positive".into(),
+                    ));
+                }
+                Some(v)
+            }
+        };
+        Ok(ModelWeights {
+            token_embd,
+            layers,
+            output_norm,
+            output,
+            rope_freqs,
+        })
+    }
+}

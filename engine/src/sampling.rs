@@ -1,0 +1,261 @@
+//! Picks the next token from the logits: repetition penalty, then top-k, top-p (nucleus) and
+//! min-p truncation, then temperature and a draw from a seeded RNG. Temperature 0 is greedy.
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::{EngineError, Result};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// 0 picks the most likely token every time (deterministic).
+    pub temperature: f32,
+    /// Keep only the k most likely tokens (0 = no limit).
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probabilities add up to at least p (1 = off).
+    pub top_p: f32,
+    /// Drop tokens less likely than min_p times the most likely one (0 = off).
+    pub min_p: f32,
+    /// Divide positive logits (multiply negative ones) of recently seen tokens by this (1 = off).
+    pub repeat_penalty: f32,
+    /// How many of the most recent tokens the penalty looks at.
+    pub repeat_last_n: usize,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.7,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.1,
+            repeat_last_n: 64,
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Greedy decoding with no penalty: what golden tests and `--temperature 0` use.
+    pub fn greedy() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
+            repeat_last_n: 0,
+            seed: 0,
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(EngineError::InvalidRequest(what));
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return bad(format!("temperature must be >= 0, got {}", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad(format!("top-p must be in (0, 1], got {}", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad(format!("min-p must be in [0, 1], got {}", self.min_p));
+        }
+        if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
+            return bad(format!("repeat penalty must be > 0, got {}", self.repeat_penalty));
+        }
+        Ok(())
+    }
+}
+
+pub struct Sampler {
+    params: SamplingParams,
+    rng: SmallRng,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Result<Sampler> {
+        params.validate()?;
+        let rng = SmallRng::seed_from_u64(params.seed);
+        Ok(Sampler { params, rng })
+    }
+
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Chooses a token. `recent` is the conversation so far (prompt and reply), newest last.
+    pub fn sample(&mut self, logits: &mut [f32], recent: &[u32]) -> u32 {
+        let p = &self.params;
+        apply_repeat_penalty(logits, recent, p.repeat_penalty, p.repeat_last_n);
+        if p.temperature == 0.0 {
+            return argmax(logits);
+        }
+
+        // Candidates sorted by logit, most likely first, cut by top-k before any softmax.
+        let mut cand: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.is_finite())
+            .map(|(i, &l)| (i as u32, l))
+            .collect();
+        if cand.is_empty() {
+            return argmax(logits);
+        }
+        let k = if p.top_k == 0 { cand.len() } else { p.top_k.min(cand.len()) };
+        if k < cand.len() {
+            cand.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
+            cand.truncate(k);
+        }
+        cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1));
+
+        // Truncation is decided on the untempered distribution, as llama.cpp's default chain does.
+        let probs = softmax_of(&cand, 1.0);
+        let mut keep = cand.len();
+        if p.top_p < 1.0 {
+            let mut acc = 0.0;
+            for (i, &pr) in probs.iter().enumerate() {
+                acc += pr;
+                if acc >= p.top_p {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        if p.min_p > 0.0 {
+            let floor = probs[0] * p.min_p;
+            keep = keep.min(probs.iter().take_while(|&&pr| pr >= floor).count().max(1));
+        }
+        cand.truncate(keep.max(1));
+
+        let probs = softmax_of(&cand, p.temperature);
+        let mut r: f32 = self.rng.gen();
+        for (i, &pr) in probs.iter().enumerate() {
+            if r < pr {
+                return cand[i].0;
+            }
+            r -= pr;
+        }
+        cand[cand.len() - 1].0
+    }
+}
+
+fn apply_repeat_penalty(logits: &mut [f32], recent: &[u32], penalty: f32, last_n: usize) {
+    if penalty == 1.0 || last_n == 0 {
+        return;
+    }
+    let window = &recent[recent.len().saturating_sub(last_n)..];
+    let mut seen = std::collections::HashSet::with_capacity(window.len());
+    for &t in window {
+        if let Some(l) = logits.get_mut(t as usize) {
+            if seen.insert(t) {
+                *l = if *l > 0.0 { *l / penalty } else { *l * penalty };
+            }
+        }
+    }
+}
+
+/// Index of the largest logit; the first one wins a tie, so greedy decoding is reproducible.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn softmax_of(cand: &[(u32, f32)], temperature: f32) -> Vec<f32> {
+    let max = cand[0].1;
+    let mut probs: Vec<f32> = cand.iter().map(|&(_, l)| ((l - max) / temperature).exp()).collect();
+    let sum: f32 = probs.iter().sum();
+    for p in &mut probs {
+        *p /= sum;
+    }
+    probs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logits() -> Vec<f32> {
+        vec![1.0, 3.0, 2.0, -1.0, 2.9]
+    }
+
+    #[test]
+    fn greedy_picks_the_largest_logit() {
+        let mut s = Sampler::new(SamplingParams::greedy()).unwrap();
+        assert_eq!(s.sample(&mut logits(), &[]), 1);
+    }
+
+    #[test]
+    fn repeat_penalty_can_change_the_greedy_choice() {
+        let mut p = SamplingParams::greedy();
+        p.repeat_penalty = 1.5;
+        p.repeat_last_n = 8;
+        let mut s = Sampler::new(p).unwrap();
+        assert_eq!(s.sample(&mut logits(), &[1]), 4);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_at_any_temperature() {
+        let p = SamplingParams { temperature: 5.0, top_k: 1, seed: 7, ..SamplingParams::default() };
+        let mut s = Sampler::new(p).unwrap();
+        for _ in 0..50 {
+            assert_eq!(s.sample(&mut logits(), &[]), 1);
+        }
+    }
+
+    #[test]
+    fn top_p_keeps_only_the_nucleus() {
+        // Token 1 alone holds well over half the mass; top_p = 0.5 must keep only it.
+        let p = SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.5, min_p: 0.0, repeat_penalty: 1.0, ..Default::default() };
+        let mut s = Sampler::new(p).unwrap();
+        let mut l = vec![0.0, 10.0, 1.0, 1.0];
+        for _ in 0..50 {
+            assert_eq!(s.sample(&mut l.clone(), &[]), 1);
+        }
+        l[1] = 0.0; // flat: every token can come out
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..200 {
+            seen.insert(s.sample(&mut l.clone(), &[]));
+        }
+        assert!(seen.len() > 1);
+    }
+
+    #[test]
+    fn min_p_drops_unlikely_tokens() {
+        let p = SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.5, repeat_penalty: 1.0, seed: 3, ..Default::default() };
+        let mut s = Sampler::new(p).unwrap();
+        let l = vec![5.0, 5.0, 0.0, 0.0];
+        for _ in 0..100 {
+            assert!(s.sample(&mut l.clone(), &[]) < 2);
+        }
+    }
+
+    #[test]
+    fn same_seed_same_choices() {
+        let p = SamplingParams { temperature: 1.0, seed: 42, top_k: 0, top_p: 1.0, min_p: 0.0, ..Default::default() };
+        let draw = |p: SamplingParams| {
+            let mut s = Sampler::new(p).unwrap();
+            (0..30).map(|_| s.sample(&mut vec![0.1, 0.2, 0.3, 0.2], &[])).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(p.clone()), draw(p));
+    }
+
+    #[test]
+    fn bad_parameters_are_rejected() {
+        for p in [
+            SamplingParams { temperature: -1.0, ..Default::default() },
+            SamplingParams { temperature: f32::NAN, ..Default::default() },
+            SamplingParams { top_p: 0.0, ..Default::default() },
+            SamplingParams { min_p: 2.0, ..Default::default() },
+            SamplingParams { repeat_penalty: 0.0, ..Default::default() },
+        ] {
+            assert!(Sampler::new(p).is_err());
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! A conversation's mutable state over a shared model: the KV cache and the tokens it holds.
+//! Feeding a new prompt reuses the longest prefix already in the cache, so each chat turn only
+//! pays for its new tokens.
+
+use std::sync::Arc;
+
+use crate::kv_cache::KvCache;
+use crate::model::{forward, Model};
+use crate::{EngineError, Result};
+
+/// Prompts are run in chunks this long so scratch buffers stay small whatever the prompt.
+const PREFILL_CHUNK: usize = 512;
+
+pub struct Session {
+    model: Arc<Model>,
+    kv: KvCache,
+    /// Exactly the tokens whose keys and values are in `kv`, in order.
+    tokens: Vec<u32>,
+}
+
+impl Session {
+    /// A session with room for `n_ctx` tokens (capped at the model's training context).
+    pub fn new(model: Arc<Model>, n_ctx: usize) -> Result<Session> {
+        if n_ctx == 0 {
+            return Err(EngineError::InvalidRequest("context size must be at least 1".into()));
+        }
+        let hp = &model.hparams;
+        let n_ctx = n_ctx.min(hp.n_ctx_train);
+        let kv = KvCache::new(hp.n_layer, hp.kv_dim(), n_ctx);
+        Ok(Session {
+            model,
+            kv,
+            tokens: Vec::new(),
+        })
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.kv.capacity()
+    }
+
+    /// Tokens currently held in the cache.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    pub fn kv_bytes(&self) -> usize {
+        self.kv.bytes()
+    }
+
+    /// Forgets the conversation.
+    pub fn reset(&mut self) {
+        self.kv.truncate(0);
+        self.tokens.clear();
+    }
+
+    /// Makes the cache hold exactly `prompt` and returns the logits after its last token.
+    /// Returns how many leading tokens were already cached (and so not recomputed).
+    pub fn prefill(&mut self, prompt: &[u32]) -> Result<(Vec<f32>, usize)> {
+        if prompt.is_empty() {
+            return Err(EngineError::InvalidRequest("the prompt is empty".into()));
+        }
+        if prompt.len() > self.n_ctx() {
+            return Err(EngineError::ContextOverflow {
+                prompt_tokens: prompt.len(),
+                context: self.n_ctx(),
+            });
+        }
+        self.check_vocab(prompt)?;
+        let common = self
+            .tokens
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        // At least the last token must run again: its logits are what we need.
+        let reuse = common.min(prompt.len() - 1);
+        self.kv.truncate(reuse);
+        self.tokens.truncate(reuse);
+
+        let mut logits = Vec::new();
+        for chunk in prompt[reuse..].chunks(PREFILL_CHUNK) {
+            logits = self.run(chunk)?;
+        }
+        Ok((logits, reuse))
+    }
+
+    /// Appends one token and returns the logits for the next.
+    pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        self.check_vocab(&[token])?;
+        self.run(&[token])
+    }
+
+    /// Refuses ids past the vocabulary before anything in the cache changes.
+    fn check_vocab(&self, tokens: &[u32]) -> Result<()> {
+        let n_vocab = self.model.hparams.n_vocab;
+        match tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            Some(bad) => Err(EngineError::InvalidRequest(format!(
+                "token id {bad} is outside the vocabulary of {n_vocab}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn run(&mut self, chunk: &[u32]) -> Result<Vec<f32>> {
+        let before = self.kv.len();
+        match forward(&self.model, &mut self.kv, chunk) {
+            Ok(logits) => {
+                self.tokens.extend_from_slice(chunk);
+                Ok(logits)
+            }
+            Err(e) => {
+                // A failed pass may have written some layers; drop them so the cache and
+                // `tokens` agree again.
+                self.kv.truncate(before);
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Tiny random-weight models written as real GGUF files, for fast hermetic tests here and in
+//! the crates above (they exercise the same loader, tokenizer and forward pass as a real model).
+//! Not part of the engine's API for users.
+
+use kostant_kernels::{quantize_row, GgmlType};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::gguf::{GgufWriter, Value};
+use crate::Result;
+
+#[derive(Clone, Debug)]
+pub struct TinySpec {
+    pub arch: &'static str,
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub n_ff: usize,
+    pub n_layer: usize,
+    pub n_ctx: usize,
+    /// Type of the attention and feed-forward matrices.
+    pub matrix_type: GgmlType,
+    /// Type of the token embedding (also the tied output projection).
+    pub embd_type: GgmlType,
+    /// Give Q, K and V a bias (as Qwen2 does).
+    pub qkv_bias: bool,
+    pub seed: u64,
+}
+
+impl Default for TinySpec {
+    fn default() -> Self {
+        TinySpec {
+            arch: "llama",
+            n_embd: 64,
+            n_head: 4,
+            n_head_kv: 2,
+            n_ff: 128,
+            n_layer: 2,
+            n_ctx: 256,
+            matrix_type: GgmlType::Q4_1,
+            embd_type: GgmlType::Q8_0,
+            qkv_bias: false,
+            seed: 1,
+        }
+    }
+}
+
+/// The GPT-2 byte-to-character map that byte-level BPE vocabularies are written in.
+fn byte_char(b: u8) -> char {
+    let printable = |b: u8| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
+    if printable(b) {
+        return b as char;
+    }
+    let n = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + n).unwrap_or('?')
+}
+
+const SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+
+/// Vocabulary: three ChatML control tokens, the 256 byte tokens, then a few merges.
+fn vocab() -> (Vec<String>, Vec<i32>, Vec<String>) {
+    let mut tokens: Vec<String> = SPECIALS.iter().map(|s| s.to_string()).collect();
+    let mut types = vec![3; SPECIALS.len()];
+    for b in 0..=255u8 {
+        tokens.push(byte_char(b).to_string());
+        types.push(1);
+    }
+    let merges = vec!["h e".to_string(), "l l".to_string(), "he ll".to_string()];
+    for m in &merges {
+        tokens.push(m.replace(' ', ""));
+        types.push(1);
+    }
+    (tokens, types, merges)
+}
+
+fn random_matrix(rng: &mut SmallRng, rows: usize, cols: usize, ty: GgmlType, scale: f32) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for _ in 0..rows {
+        let row: Vec<f32> = (0..cols).map(|_| rng.gen_range(-scale..scale)).collect();
+        out.extend(quantize_row(ty, &row)?);
+    }
+    Ok(out)
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Builds the GGUF bytes of a tiny model with random weights.
+pub fn tiny_model_bytes(spec: &TinySpec) -> Result<Vec<u8>> {
+    let mut rng = SmallRng::seed_from_u64(spec.seed);
+    let (tokens, types, merges) = vocab();
+    let n_vocab = tokens.len();
+    let hd = spec.n_embd / spec.n_head;
+    let (q_dim, kv_dim) = (spec.n_head * hd, spec.n_head_kv * hd);
+    let p = spec.arch;
+    let mut w = GgufWriter::new();
+    let u32v = |v: usize| Value::U32(v as u32);
+    w.metadata("general.architecture", Value::String(p.into()))
+        .metadata("general.name", Value::String("tiny test model".into()))
+        .metadata(&format!("{p}.context_length"), u32v(spec.n_ctx))
+        .metadata(&format!("{p}.embedding_length"), u32v(spec.n_embd))
+        .metadata(&format!("{p}.block_count"), u32v(spec.n_layer))
+        .metadata(&format!("{p}.feed_forward_length"), u32v(spec.n_ff))
+        .metadata(&format!("{p}.attention.head_count"), u32v(spec.n_head))
+        .metadata(&format!("{p}.attention.head_count_kv"), u32v(spec.n_head_kv))
+        .metadata(&format!("{p}.rope.freq_base"), Value::F32(10000.0))
+        .metadata(&format!("{p}.attention.layer_norm_rms_epsilon"), Value::F32(1e-5))
+        .metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
+        .metadata("tokenizer.ggml.pre", Value::String("smollm".into()))
+        .metadata(
+            "tokenizer.ggml.tokens",
+            Value::Array(tokens.into_iter().map(Value::String).collect()),
+        )
+        .metadata(
+            "tokenizer.ggml.token_type",
+            Value::Array(types.into_iter().map(Value::I32).collect()),
+        )
+        .metadata(
+            "tokenizer.ggml.merges",
+            Value::Array(merges.into_iter().map(Value::String).collect()),
+        )
+        .metadata("tokenizer.ggml.bos_token_id", Value::U32(1))
+        .metadata("tokenizer.ggml.eos_token_id", Value::U32(2))
+        .metadata("tokenizer.ggml.add_bos_token", Value::Bool(false));
+
+    w.tensor(
+        "token_embd.weight",
+        &[spec.n_embd, n_vocab],
+        spec.embd_type,
+        random_matrix(&mut rng, n_vocab, spec.n_embd, spec.embd_type, 1.0)?,
+    );
+    let norm = |rng: &mut SmallRng, n: usize| f32_bytes(&(0..n).map(|_| rng.gen_range(0.8..1.2)).collect::<Vec<_>>());
+    let s = 0.3;
+    for i in 0..spec.n_layer {
+        let n = |x: &str| format!("blk.{i}.{x}");
+        let mt = spec.matrix_type;
+        w.tensor(&n("attn_norm.weight"), &[spec.n_embd], GgmlType::F32, norm(&mut rng, spec.n_embd));
+        w.tensor(&n("attn_q.weight"), &[spec.n_embd, q_dim], mt, random_matrix(&mut rng, q_dim, spec.n_embd, mt, s)?);
+        w.tensor(&n("attn_k.weight"), &[spec.n_embd, kv_dim], mt, random_matrix(&mut rng, kv_dim, spec.n_embd, mt, s)?);
+        w.tensor(&n("attn_v.weight"), &[spec.n_embd, kv_dim], mt, random_matrix(&mut rng, kv_dim, spec.n_embd, mt, s)?);
+        if spec.qkv_bias {
+            for (name, len) in [("attn_q.bias", q_dim), ("attn_k.bias", kv_dim), ("attn_v.bias", kv_dim)] {
+                let b: Vec<f32> = (0..len).map(|_| rng.gen_range(-0.1..0.1)).collect();
+                w.tensor(&n(name), &[len], GgmlType::F32, f32_bytes(&b));
+            }
+        }
+        w.tensor(&n("attn_output.weight"), &[q_dim, spec.n_embd], mt, random_matrix(&mut rng, spec.n_embd, q_dim, mt, s)?);
+        w.tensor(&n("ffn_norm.weight"), &[spec.n_embd], GgmlType::F32, norm(&mut rng, spec.n_embd));
+        w.tensor(&n("ffn_gate.weight"), &[spec.n_embd, spec.n_ff], mt, random_matrix(&mut rng, spec.n_ff, spec.n_embd, mt, s)?);
+        w.tensor(&n("ffn_up.weight"), &[spec.n_embd, spec.n_ff], mt, random_matrix(&mut rng, spec.n_ff, spec.n_embd, mt, s)?);
+        w.tensor(&n("ffn_down.weight"), &[spec.n_ff, spec.n_embd], mt, random_matrix(&mut rng, spec.n_embd, spec.n_ff, mt, s)?);
+    }
+    w.tensor("output_norm.weight", &[spec.n_embd], GgmlType::F32, norm(&mut rng, spec.n_embd));
+    w.to_bytes()
+}
