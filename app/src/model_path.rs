@@ -54,14 +54,18 @@ mod tests {
 
     #[test]
     fn a_missing_default_model_says_how_to_install_it() {
-        let err = resolve_in(None, &[PathBuf::from("/nonexistent")]).unwrap_err().to_string();
+        let err = resolve_in(None, &[PathBuf::from("/nonexistent")])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("scripts/setup.sh"), "{err}");
         assert!(err.contains("SmolLM2-135M-Instruct.Q4_1.gguf"), "{err}");
     }
 
     #[test]
     fn an_explicit_path_must_exist() {
-        let err = resolve_in(Some(Path::new("/nonexistent/x.gguf")), &[]).unwrap_err().to_string();
+        let err = resolve_in(Some(Path::new("/nonexistent/x.gguf")), &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not found"), "{err}");
     }
 

@@ -6,10 +6,17 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 fn model() -> PathBuf {
-    let p = std::env::var_os("KOSTANT_MODEL").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    });
-    assert!(p.is_file(), "{} is missing: run scripts/setup.sh first", p.display());
+    let p = std::env::var_os("KOSTANT_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        });
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/setup.sh first",
+        p.display()
+    );
     p
 }
 
@@ -39,7 +46,11 @@ fn assert_clean_failure(out: &Output, expect_in_stderr: &str) {
     let err = text(&out.stderr);
     assert!(!out.status.success(), "expected failure; stderr: {err}");
     assert!(!err.contains("panicked"), "panic: {err}");
-    assert!(err.to_lowercase().contains(&expect_in_stderr.to_lowercase()), "stderr lacks {expect_in_stderr:?}: {err}");
+    assert!(
+        err.to_lowercase()
+            .contains(&expect_in_stderr.to_lowercase()),
+        "stderr lacks {expect_in_stderr:?}: {err}"
+    );
 }
 
 fn json_lines(out: &Output) -> Vec<serde_json::Value> {
@@ -51,7 +62,16 @@ fn json_lines(out: &Output) -> Vec<serde_json::Value> {
 
 #[test]
 fn one_shot_json_answers_and_reports_stats() {
-    let args = ["chat", "--prompt", "What is the capital of France?", "--temperature", "0", "--max-tokens", "24", "--json"];
+    let args = [
+        "chat",
+        "--prompt",
+        "What is the capital of France?",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "24",
+        "--json",
+    ];
     let out = kostant(&args, None);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let lines = json_lines(&out);
@@ -70,7 +90,10 @@ fn one_shot_json_answers_and_reports_stats() {
         .collect();
     assert_eq!(streamed, reply);
     let stats = &done["stats"];
-    assert_eq!(stats["generated_tokens"].as_u64().unwrap() as usize, lines.len() - 1);
+    assert_eq!(
+        stats["generated_tokens"].as_u64().unwrap() as usize,
+        lines.len() - 1
+    );
     assert!(stats["prompt_tokens"].as_u64().unwrap() > 10);
     for key in ["ttft_ms", "prefill_tok_s", "decode_tok_s", "peak_rss_mb"] {
         assert!(stats[key].as_f64().unwrap() > 0.0, "{key}: {stats}");
@@ -82,7 +105,19 @@ fn one_shot_json_answers_and_reports_stats() {
 
 #[test]
 fn plain_one_shot_prints_the_reply() {
-    let out = kostant(&["chat", "--prompt", "Say hello.", "--max-tokens", "8", "--seed", "3", "--no-history"], None);
+    let out = kostant(
+        &[
+            "chat",
+            "--prompt",
+            "Say hello.",
+            "--max-tokens",
+            "8",
+            "--seed",
+            "3",
+            "--no-history",
+        ],
+        None,
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!text(&out.stdout).trim().is_empty());
 }
@@ -101,7 +136,10 @@ fn interactive_chat_keeps_the_conversation() {
 
 #[test]
 fn invalid_utf8_on_stdin_is_a_clear_error() {
-    let out = kostant(&["chat", "--temperature", "0", "--max-tokens", "4"], Some(b"hello \xff\xfe there\n"));
+    let out = kostant(
+        &["chat", "--temperature", "0", "--max-tokens", "4"],
+        Some(b"hello \xff\xfe there\n"),
+    );
     assert_clean_failure(&out, "not valid UTF-8");
 }
 
@@ -119,14 +157,26 @@ fn prompt_longer_than_the_context_is_refused() {
 
 #[test]
 fn bad_sampling_parameters_are_refused() {
-    assert_clean_failure(&kostant(&["chat", "--prompt", "hi", "--top-p", "0"], None), "top-p");
-    assert_clean_failure(&kostant(&["chat", "--prompt", "hi", "--temperature", "-1"], None), "temperature");
+    assert_clean_failure(
+        &kostant(&["chat", "--prompt", "hi", "--top-p", "0"], None),
+        "top-p",
+    );
+    assert_clean_failure(
+        &kostant(&["chat", "--prompt", "hi", "--temperature", "-1"], None),
+        "temperature",
+    );
 }
 
 #[test]
 fn missing_model_file_is_a_clear_error() {
     let out = Command::new(env!("CARGO_BIN_EXE_kostant"))
-        .args(["chat", "--prompt", "hi", "--model", "/nonexistent/model.gguf"])
+        .args([
+            "chat",
+            "--prompt",
+            "hi",
+            "--model",
+            "/nonexistent/model.gguf",
+        ])
         .output()
         .unwrap();
     assert_clean_failure(&out, "not found");
@@ -140,12 +190,19 @@ fn corrupt_models_are_refused_without_a_panic() {
     let cases: [(&str, Vec<u8>, &str); 3] = [
         ("truncated.gguf", bytes[..bytes.len() / 2].to_vec(), "gguf"),
         ("header-only.gguf", bytes[..100].to_vec(), "gguf"),
-        ("not-a-gguf.gguf", b"this is not a model at all".repeat(10), "magic"),
+        (
+            "not-a-gguf.gguf",
+            b"this is not a model at all".repeat(10),
+            "magic",
+        ),
     ];
     for (name, data, expect) in cases {
         let path = dir.join(name);
         std::fs::write(&path, data).unwrap();
-        let out = kostant(&["chat", "--prompt", "hi", "--model", path.to_str().unwrap()], None);
+        let out = kostant(
+            &["chat", "--prompt", "hi", "--model", path.to_str().unwrap()],
+            None,
+        );
         assert_clean_failure(&out, expect);
     }
     std::fs::remove_dir_all(&dir).unwrap();
@@ -154,7 +211,18 @@ fn corrupt_models_are_refused_without_a_panic() {
 #[test]
 fn bench_json_reports_every_measure() {
     let out = kostant(
-        &["bench", "--prompt-tokens", "16", "--gen-tokens", "4", "--repetitions", "1", "--threads", "1", "--json"],
+        &[
+            "bench",
+            "--prompt-tokens",
+            "16",
+            "--gen-tokens",
+            "4",
+            "--repetitions",
+            "1",
+            "--threads",
+            "1",
+            "--json",
+        ],
         None,
     );
     assert!(out.status.success(), "{}", text(&out.stderr));

@@ -13,7 +13,11 @@ fn metadata() -> serde_json::Value {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo metadata runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
 }
 
@@ -56,7 +60,10 @@ fn workspace_edges_point_one_way() {
         for dep in pkg["dependencies"].as_array().unwrap() {
             let dep_name = dep["name"].as_str().unwrap();
             if OURS.contains(&dep_name) {
-                edges.entry(name.into()).or_default().insert(dep_name.into());
+                edges
+                    .entry(name.into())
+                    .or_default()
+                    .insert(dep_name.into());
             }
         }
     }
@@ -76,8 +83,20 @@ fn workspace_edges_point_one_way() {
 #[test]
 fn no_networking_crate_in_the_graph() {
     const NETWORKING: [&str; 14] = [
-        "reqwest", "hyper", "ureq", "curl", "isahc", "attohttpc", "surf", "h2", "hf-hub",
-        "tungstenite", "tokio-tungstenite", "native-tls", "rustls", "socket2",
+        "reqwest",
+        "hyper",
+        "ureq",
+        "curl",
+        "isahc",
+        "attohttpc",
+        "surf",
+        "h2",
+        "hf-hub",
+        "tungstenite",
+        "tokio-tungstenite",
+        "native-tls",
+        "rustls",
+        "socket2",
     ];
     let meta = metadata();
     let resolved: Vec<&str> = meta["packages"]
@@ -97,7 +116,14 @@ fn no_networking_crate_in_the_graph() {
     let found: Vec<&str> = resolved
         .into_iter()
         .filter(|name| NETWORKING.contains(name))
-        .filter(|name| nodes.iter().any(|id| id.contains(&format!("#{name}@")) || id.contains(&format!("/{name}#"))))
+        .filter(|name| {
+            nodes
+                .iter()
+                .any(|id| id.contains(&format!("#{name}@")) || id.contains(&format!("/{name}#")))
+        })
         .collect();
-    assert!(found.is_empty(), "networking crates in the dependency graph: {found:?}");
+    assert!(
+        found.is_empty(),
+        "networking crates in the dependency graph: {found:?}"
+    );
 }

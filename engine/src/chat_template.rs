@@ -83,9 +83,12 @@ impl ChatTemplate {
     fn environment(&self) -> Result<Environment<'_>> {
         let mut env = Environment::new();
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", |msg: String| -> Result<String, JinjaError> {
-            Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
-        });
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> Result<String, JinjaError> {
+                Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
+            },
+        );
         env.add_template("chat", &self.source)
             .map_err(|e| EngineError::Template(e.to_string()))?;
         Ok(env)

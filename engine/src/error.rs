@@ -25,7 +25,10 @@ pub enum EngineError {
     Template(String),
     /// The prompt (plus the tokens to generate) does not fit the context window.
     #[error("prompt is {prompt_tokens} tokens but the context holds {context} (reserve room to generate, or shorten the conversation)")]
-    ContextOverflow { prompt_tokens: usize, context: usize },
+    ContextOverflow {
+        prompt_tokens: usize,
+        context: usize,
+    },
     /// A request that cannot be served as asked (empty prompt, bad sampling parameter).
     #[error("invalid request: {0}")]
     InvalidRequest(String),

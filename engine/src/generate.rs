@@ -61,7 +61,10 @@ pub struct Generation {
 pub enum Event {
     /// One generated token and the text it completes (may be empty mid-way through a
     /// multi-byte character).
-    Token { id: u32, text: String },
+    Token {
+        id: u32,
+        text: String,
+    },
     Done(Generation),
     Error(String),
 }

@@ -1,15 +1,20 @@
 //! The key/value cache of one session: for every layer, the keys and values of every position
 //! seen so far, appended in order.
 //!
-//! Storage is f32 and grows with the conversation up to the context size, so a short chat does
-//! not pay for a long context up front. (Paged, quantized and prefix-shared caches come with the
-//! speed work; the interface here is what they will keep.)
+//! Storage is f16, as llama.cpp keeps it by default: half the memory of f32, and the same
+//! rounding, so greedy decoding follows the reference token for token. It grows with the
+//! conversation up to the context size, so a short chat does not pay for a long context up
+//! front. (Paged, quantized and prefix-shared caches come with the speed work; the interface
+//! here is what they will keep.)
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 /// Keys and values for one layer. Rows are positions; a row holds every kv head side by side.
 #[derive(Default)]
 struct LayerCache {
-    k: Vec<f32>, // (positions, n_head_kv * head_dim)
-    v: Vec<f32>, // (positions, n_head_kv * head_dim)
+    k: Vec<f16>, // (positions, n_head_kv * head_dim)
+    v: Vec<f16>, // (positions, n_head_kv * head_dim)
 }
 
 pub struct KvCache {
@@ -46,7 +51,7 @@ impl KvCache {
     pub fn bytes(&self) -> usize {
         self.layers
             .iter()
-            .map(|l| (l.k.capacity() + l.v.capacity()) * std::mem::size_of::<f32>())
+            .map(|l| (l.k.capacity() + l.v.capacity()) * std::mem::size_of::<f16>())
             .sum()
     }
 
@@ -63,8 +68,11 @@ impl KvCache {
     /// Appends the keys and values of `n` new positions to one layer. k, v: (n, kv_dim).
     pub(crate) fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
         let l = &mut self.layers[layer];
-        l.k.extend_from_slice(k);
-        l.v.extend_from_slice(v);
+        for (cache, new) in [(&mut l.k, k), (&mut l.v, v)] {
+            let start = cache.len();
+            cache.resize(start + new.len(), f16::ZERO);
+            cache[start..].convert_from_f32_slice(new);
+        }
     }
 
     /// Marks `n` positions as written in every layer.
@@ -74,7 +82,7 @@ impl KvCache {
 
     /// Keys and values of one layer for every stored position, including ones appended during
     /// the current forward pass.
-    pub(crate) fn layer(&self, layer: usize) -> (&[f32], &[f32]) {
+    pub(crate) fn layer(&self, layer: usize) -> (&[f16], &[f16]) {
         let l = &self.layers[layer];
         (&l.k, &l.v)
     }

@@ -13,13 +13,15 @@ pub mod kv_cache;
 pub mod model;
 pub mod sampling;
 pub mod session;
-pub mod tokenizer;
 #[doc(hidden)]
 pub mod testing;
+pub mod tokenizer;
 
 pub use chat_template::{Message, Role};
 pub use error::{EngineError, Result};
-pub use generate::{generate, spawn, CancelHandle, Event, GenerateRequest, Generation, GenerationStats, StopReason};
+pub use generate::{
+    generate, spawn, CancelHandle, Event, GenerateRequest, Generation, GenerationStats, StopReason,
+};
 pub use model::Model;
 pub use sampling::SamplingParams;
 pub use session::Session;

@@ -54,7 +54,10 @@ impl SamplingParams {
     pub fn validate(&self) -> Result<()> {
         let bad = |what: String| Err(EngineError::InvalidRequest(what));
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return bad(format!("temperature must be >= 0, got {}", self.temperature));
+            return bad(format!(
+                "temperature must be >= 0, got {}",
+                self.temperature
+            ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return bad(format!("top-p must be in (0, 1], got {}", self.top_p));
@@ -63,7 +66,10 @@ impl SamplingParams {
             return bad(format!("min-p must be in [0, 1], got {}", self.min_p));
         }
         if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
-            return bad(format!("repeat penalty must be > 0, got {}", self.repeat_penalty));
+            return bad(format!(
+                "repeat penalty must be > 0, got {}",
+                self.repeat_penalty
+            ));
         }
         Ok(())
     }
@@ -103,7 +109,11 @@ impl Sampler {
         if cand.is_empty() {
             return argmax(logits);
         }
-        let k = if p.top_k == 0 { cand.len() } else { p.top_k.min(cand.len()) };
+        let k = if p.top_k == 0 {
+            cand.len()
+        } else {
+            p.top_k.min(cand.len())
+        };
         if k < cand.len() {
             cand.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
             cand.truncate(k);
@@ -169,7 +179,10 @@ pub fn argmax(logits: &[f32]) -> u32 {
 
 fn softmax_of(cand: &[(u32, f32)], temperature: f32) -> Vec<f32> {
     let max = cand[0].1;
-    let mut probs: Vec<f32> = cand.iter().map(|&(_, l)| ((l - max) / temperature).exp()).collect();
+    let mut probs: Vec<f32> = cand
+        .iter()
+        .map(|&(_, l)| ((l - max) / temperature).exp())
+        .collect();
     let sum: f32 = probs.iter().sum();
     for p in &mut probs {
         *p /= sum;
@@ -202,7 +215,12 @@ mod tests {
 
     #[test]
     fn top_k_one_is_greedy_at_any_temperature() {
-        let p = SamplingParams { temperature: 5.0, top_k: 1, seed: 7, ..SamplingParams::default() };
+        let p = SamplingParams {
+            temperature: 5.0,
+            top_k: 1,
+            seed: 7,
+            ..SamplingParams::default()
+        };
         let mut s = Sampler::new(p).unwrap();
         for _ in 0..50 {
             assert_eq!(s.sample(&mut logits(), &[]), 1);
@@ -212,7 +230,14 @@ mod tests {
     #[test]
     fn top_p_keeps_only_the_nucleus() {
         // Token 1 alone holds well over half the mass; top_p = 0.5 must keep only it.
-        let p = SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.5, min_p: 0.0, repeat_penalty: 1.0, ..Default::default() };
+        let p = SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 0.5,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
+            ..Default::default()
+        };
         let mut s = Sampler::new(p).unwrap();
         let mut l = vec![0.0, 10.0, 1.0, 1.0];
         for _ in 0..50 {
@@ -228,7 +253,15 @@ mod tests {
 
     #[test]
     fn min_p_drops_unlikely_tokens() {
-        let p = SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.5, repeat_penalty: 1.0, seed: 3, ..Default::default() };
+        let p = SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.5,
+            repeat_penalty: 1.0,
+            seed: 3,
+            ..Default::default()
+        };
         let mut s = Sampler::new(p).unwrap();
         let l = vec![5.0, 5.0, 0.0, 0.0];
         for _ in 0..100 {
@@ -238,10 +271,19 @@ mod tests {
 
     #[test]
     fn same_seed_same_choices() {
-        let p = SamplingParams { temperature: 1.0, seed: 42, top_k: 0, top_p: 1.0, min_p: 0.0, ..Default::default() };
+        let p = SamplingParams {
+            temperature: 1.0,
+            seed: 42,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..Default::default()
+        };
         let draw = |p: SamplingParams| {
             let mut s = Sampler::new(p).unwrap();
-            (0..30).map(|_| s.sample(&mut vec![0.1, 0.2, 0.3, 0.2], &[])).collect::<Vec<_>>()
+            (0..30)
+                .map(|_| s.sample(&mut [0.1, 0.2, 0.3, 0.2], &[]))
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(p.clone()), draw(p));
     }
@@ -249,11 +291,26 @@ mod tests {
     #[test]
     fn bad_parameters_are_rejected() {
         for p in [
-            SamplingParams { temperature: -1.0, ..Default::default() },
-            SamplingParams { temperature: f32::NAN, ..Default::default() },
-            SamplingParams { top_p: 0.0, ..Default::default() },
-            SamplingParams { min_p: 2.0, ..Default::default() },
-            SamplingParams { repeat_penalty: 0.0, ..Default::default() },
+            SamplingParams {
+                temperature: -1.0,
+                ..Default::default()
+            },
+            SamplingParams {
+                temperature: f32::NAN,
+                ..Default::default()
+            },
+            SamplingParams {
+                top_p: 0.0,
+                ..Default::default()
+            },
+            SamplingParams {
+                min_p: 2.0,
+                ..Default::default()
+            },
+            SamplingParams {
+                repeat_penalty: 0.0,
+                ..Default::default()
+            },
         ] {
             assert!(Sampler::new(p).is_err());
         }

@@ -22,7 +22,9 @@ impl Session {
     /// A session with room for `n_ctx` tokens (capped at the model's training context).
     pub fn new(model: Arc<Model>, n_ctx: usize) -> Result<Session> {
         if n_ctx == 0 {
-            return Err(EngineError::InvalidRequest("context size must be at least 1".into()));
+            return Err(EngineError::InvalidRequest(
+                "context size must be at least 1".into(),
+            ));
         }
         let hp = &model.hparams;
         let n_ctx = n_ctx.min(hp.n_ctx_train);

@@ -73,7 +73,13 @@ fn vocab() -> (Vec<String>, Vec<i32>, Vec<String>) {
     (tokens, types, merges)
 }
 
-fn random_matrix(rng: &mut SmallRng, rows: usize, cols: usize, ty: GgmlType, scale: f32) -> Result<Vec<u8>> {
+fn random_matrix(
+    rng: &mut SmallRng,
+    rows: usize,
+    cols: usize,
+    ty: GgmlType,
+    scale: f32,
+) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     for _ in 0..rows {
         let row: Vec<f32> = (0..cols).map(|_| rng.gen_range(-scale..scale)).collect();
@@ -103,9 +109,15 @@ pub fn tiny_model_bytes(spec: &TinySpec) -> Result<Vec<u8>> {
         .metadata(&format!("{p}.block_count"), u32v(spec.n_layer))
         .metadata(&format!("{p}.feed_forward_length"), u32v(spec.n_ff))
         .metadata(&format!("{p}.attention.head_count"), u32v(spec.n_head))
-        .metadata(&format!("{p}.attention.head_count_kv"), u32v(spec.n_head_kv))
+        .metadata(
+            &format!("{p}.attention.head_count_kv"),
+            u32v(spec.n_head_kv),
+        )
         .metadata(&format!("{p}.rope.freq_base"), Value::F32(10000.0))
-        .metadata(&format!("{p}.attention.layer_norm_rms_epsilon"), Value::F32(1e-5))
+        .metadata(
+            &format!("{p}.attention.layer_norm_rms_epsilon"),
+            Value::F32(1e-5),
+        )
         .metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
         .metadata("tokenizer.ggml.pre", Value::String("smollm".into()))
         .metadata(
@@ -130,27 +142,83 @@ pub fn tiny_model_bytes(spec: &TinySpec) -> Result<Vec<u8>> {
         spec.embd_type,
         random_matrix(&mut rng, n_vocab, spec.n_embd, spec.embd_type, 1.0)?,
     );
-    let norm = |rng: &mut SmallRng, n: usize| f32_bytes(&(0..n).map(|_| rng.gen_range(0.8..1.2)).collect::<Vec<_>>());
+    let norm = |rng: &mut SmallRng, n: usize| {
+        f32_bytes(&(0..n).map(|_| rng.gen_range(0.8..1.2)).collect::<Vec<_>>())
+    };
     let s = 0.3;
     for i in 0..spec.n_layer {
         let n = |x: &str| format!("blk.{i}.{x}");
         let mt = spec.matrix_type;
-        w.tensor(&n("attn_norm.weight"), &[spec.n_embd], GgmlType::F32, norm(&mut rng, spec.n_embd));
-        w.tensor(&n("attn_q.weight"), &[spec.n_embd, q_dim], mt, random_matrix(&mut rng, q_dim, spec.n_embd, mt, s)?);
-        w.tensor(&n("attn_k.weight"), &[spec.n_embd, kv_dim], mt, random_matrix(&mut rng, kv_dim, spec.n_embd, mt, s)?);
-        w.tensor(&n("attn_v.weight"), &[spec.n_embd, kv_dim], mt, random_matrix(&mut rng, kv_dim, spec.n_embd, mt, s)?);
+        w.tensor(
+            &n("attn_norm.weight"),
+            &[spec.n_embd],
+            GgmlType::F32,
+            norm(&mut rng, spec.n_embd),
+        );
+        w.tensor(
+            &n("attn_q.weight"),
+            &[spec.n_embd, q_dim],
+            mt,
+            random_matrix(&mut rng, q_dim, spec.n_embd, mt, s)?,
+        );
+        w.tensor(
+            &n("attn_k.weight"),
+            &[spec.n_embd, kv_dim],
+            mt,
+            random_matrix(&mut rng, kv_dim, spec.n_embd, mt, s)?,
+        );
+        w.tensor(
+            &n("attn_v.weight"),
+            &[spec.n_embd, kv_dim],
+            mt,
+            random_matrix(&mut rng, kv_dim, spec.n_embd, mt, s)?,
+        );
         if spec.qkv_bias {
-            for (name, len) in [("attn_q.bias", q_dim), ("attn_k.bias", kv_dim), ("attn_v.bias", kv_dim)] {
+            for (name, len) in [
+                ("attn_q.bias", q_dim),
+                ("attn_k.bias", kv_dim),
+                ("attn_v.bias", kv_dim),
+            ] {
                 let b: Vec<f32> = (0..len).map(|_| rng.gen_range(-0.1..0.1)).collect();
                 w.tensor(&n(name), &[len], GgmlType::F32, f32_bytes(&b));
             }
         }
-        w.tensor(&n("attn_output.weight"), &[q_dim, spec.n_embd], mt, random_matrix(&mut rng, spec.n_embd, q_dim, mt, s)?);
-        w.tensor(&n("ffn_norm.weight"), &[spec.n_embd], GgmlType::F32, norm(&mut rng, spec.n_embd));
-        w.tensor(&n("ffn_gate.weight"), &[spec.n_embd, spec.n_ff], mt, random_matrix(&mut rng, spec.n_ff, spec.n_embd, mt, s)?);
-        w.tensor(&n("ffn_up.weight"), &[spec.n_embd, spec.n_ff], mt, random_matrix(&mut rng, spec.n_ff, spec.n_embd, mt, s)?);
-        w.tensor(&n("ffn_down.weight"), &[spec.n_ff, spec.n_embd], mt, random_matrix(&mut rng, spec.n_embd, spec.n_ff, mt, s)?);
+        w.tensor(
+            &n("attn_output.weight"),
+            &[q_dim, spec.n_embd],
+            mt,
+            random_matrix(&mut rng, spec.n_embd, q_dim, mt, s)?,
+        );
+        w.tensor(
+            &n("ffn_norm.weight"),
+            &[spec.n_embd],
+            GgmlType::F32,
+            norm(&mut rng, spec.n_embd),
+        );
+        w.tensor(
+            &n("ffn_gate.weight"),
+            &[spec.n_embd, spec.n_ff],
+            mt,
+            random_matrix(&mut rng, spec.n_ff, spec.n_embd, mt, s)?,
+        );
+        w.tensor(
+            &n("ffn_up.weight"),
+            &[spec.n_embd, spec.n_ff],
+            mt,
+            random_matrix(&mut rng, spec.n_ff, spec.n_embd, mt, s)?,
+        );
+        w.tensor(
+            &n("ffn_down.weight"),
+            &[spec.n_ff, spec.n_embd],
+            mt,
+            random_matrix(&mut rng, spec.n_embd, spec.n_ff, mt, s)?,
+        );
     }
-    w.tensor("output_norm.weight", &[spec.n_embd], GgmlType::F32, norm(&mut rng, spec.n_embd));
+    w.tensor(
+        "output_norm.weight",
+        &[spec.n_embd],
+        GgmlType::F32,
+        norm(&mut rng, spec.n_embd),
+    );
     w.to_bytes()
 }

@@ -17,17 +17,43 @@ fn load(spec: &TinySpec) -> Arc<Model> {
 }
 
 fn k_quant_spec(ty: GgmlType) -> TinySpec {
-    TinySpec { n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, matrix_type: ty, ..Default::default() }
+    TinySpec {
+        n_embd: 256,
+        n_ff: 256,
+        n_head: 4,
+        n_head_kv: 2,
+        matrix_type: ty,
+        ..Default::default()
+    }
 }
 
 fn all_specs() -> Vec<TinySpec> {
     let mut v = vec![
         TinySpec::default(),
-        TinySpec { arch: "qwen2", qkv_bias: true, ..Default::default() },
-        TinySpec { matrix_type: GgmlType::Q4_0, embd_type: GgmlType::F16, ..Default::default() },
-        TinySpec { matrix_type: GgmlType::Q8_0, embd_type: GgmlType::F32, ..Default::default() },
-        TinySpec { matrix_type: GgmlType::F16, ..Default::default() },
-        TinySpec { matrix_type: GgmlType::F32, n_head_kv: 4, ..Default::default() },
+        TinySpec {
+            arch: "qwen2",
+            qkv_bias: true,
+            ..Default::default()
+        },
+        TinySpec {
+            matrix_type: GgmlType::Q4_0,
+            embd_type: GgmlType::F16,
+            ..Default::default()
+        },
+        TinySpec {
+            matrix_type: GgmlType::Q8_0,
+            embd_type: GgmlType::F32,
+            ..Default::default()
+        },
+        TinySpec {
+            matrix_type: GgmlType::F16,
+            ..Default::default()
+        },
+        TinySpec {
+            matrix_type: GgmlType::F32,
+            n_head_kv: 4,
+            ..Default::default()
+        },
     ];
     v.push(k_quant_spec(GgmlType::Q4_K));
     v.push(k_quant_spec(GgmlType::Q6_K));
@@ -44,13 +70,20 @@ fn reference_logits(spec: &TinySpec, tokens: &[u32]) -> Vec<f32> {
         let rb = t.size / rows;
         let data = g.tensor_data(t);
         for r in 0..rows {
-            dequantize_row(t.ty, &data[r * rb..(r + 1) * rb], &mut out[r * cols..(r + 1) * cols]).unwrap();
+            dequantize_row(
+                t.ty,
+                &data[r * rb..(r + 1) * rb],
+                &mut out[r * cols..(r + 1) * cols],
+            )
+            .unwrap();
         }
         (out, rows, cols)
     };
     let vecf = |name: &str| mat(name).0;
     let matvec = |(w, rows, cols): &(Vec<f32>, usize, usize), x: &[f32]| -> Vec<f32> {
-        (0..*rows).map(|r| (0..*cols).map(|c| w[r * cols + c] * x[c]).sum()).collect()
+        (0..*rows)
+            .map(|r| (0..*cols).map(|c| w[r * cols + c] * x[c]).sum())
+            .collect()
     };
     let norm = |x: &[f32], w: &[f32]| -> Vec<f32> {
         let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
@@ -64,7 +97,11 @@ fn reference_logits(spec: &TinySpec, tokens: &[u32]) -> Vec<f32> {
         for head in v.chunks_mut(hd) {
             for i in 0..hd / 2 {
                 let theta = pos as f32 * 10000f32.powf(-(2.0 * i as f32) / hd as f32);
-                let (a, b) = if neox { (i, i + hd / 2) } else { (2 * i, 2 * i + 1) };
+                let (a, b) = if neox {
+                    (i, i + hd / 2)
+                } else {
+                    (2 * i, 2 * i + 1)
+                };
                 let (x0, x1) = (head[a], head[b]);
                 head[a] = x0 * theta.cos() - x1 * theta.sin();
                 head[b] = x0 * theta.sin() + x1 * theta.cos();
@@ -84,7 +121,11 @@ fn reference_logits(spec: &TinySpec, tokens: &[u32]) -> Vec<f32> {
             let mut k = matvec(&mat(&n("attn_k.weight")), &xb);
             let mut v = matvec(&mat(&n("attn_v.weight")), &xb);
             if spec.qkv_bias {
-                for (y, b) in [(&mut q, "attn_q.bias"), (&mut k, "attn_k.bias"), (&mut v, "attn_v.bias")] {
+                for (y, b) in [
+                    (&mut q, "attn_q.bias"),
+                    (&mut k, "attn_k.bias"),
+                    (&mut v, "attn_v.bias"),
+                ] {
                     for (a, c) in y.iter_mut().zip(vecf(&n(b))) {
                         *a += c;
                     }
@@ -100,7 +141,13 @@ fn reference_logits(spec: &TinySpec, tokens: &[u32]) -> Vec<f32> {
                 let qh = &q[h * hd..(h + 1) * hd];
                 let scores: Vec<f32> = keys[l]
                     .iter()
-                    .map(|k| qh.iter().zip(&k[kh * hd..(kh + 1) * hd]).map(|(a, b)| a * b).sum::<f32>() / (hd as f32).sqrt())
+                    .map(|k| {
+                        qh.iter()
+                            .zip(&k[kh * hd..(kh + 1) * hd])
+                            .map(|(a, b)| a * b)
+                            .sum::<f32>()
+                            / (hd as f32).sqrt()
+                    })
                     .collect();
                 let m = scores.iter().cloned().fold(f32::MIN, f32::max);
                 let ex: Vec<f32> = scores.iter().map(|s| (s - m).exp()).collect();
@@ -116,7 +163,11 @@ fn reference_logits(spec: &TinySpec, tokens: &[u32]) -> Vec<f32> {
             let xb = norm(&x, &vecf(&n("ffn_norm.weight")));
             let gt = matvec(&mat(&n("ffn_gate.weight")), &xb);
             let up = matvec(&mat(&n("ffn_up.weight")), &xb);
-            let h: Vec<f32> = gt.iter().zip(&up).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+            let h: Vec<f32> = gt
+                .iter()
+                .zip(&up)
+                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                .collect();
             let d = matvec(&mat(&n("ffn_down.weight")), &h);
             x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
         }
@@ -130,7 +181,11 @@ fn reference_logits(spec: &TinySpec, tokens: &[u32]) -> Vec<f32> {
 fn rel_err(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     let scale = b.iter().map(|v| v.abs()).fold(0.0, f32::max).max(1e-6);
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max) / scale
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+        / scale
 }
 
 const PROMPT: [u32; 9] = [1, 40, 50, 60, 260, 70, 80, 2, 100];
@@ -152,13 +207,25 @@ fn forward_matches_the_plain_f32_reference_for_every_weight_type_and_arch() {
         };
         let budget = f32::max(budget_of(spec.matrix_type), budget_of(spec.embd_type));
         let err = rel_err(&ours, &want);
-        assert!(err < budget, "{} {:?}: relative error {err}", spec.arch, spec.matrix_type);
+        assert!(
+            err < budget,
+            "{} {:?}: relative error {err}",
+            spec.arch,
+            spec.matrix_type
+        );
     }
 }
 
 #[test]
 fn batched_prefill_equals_token_by_token() {
-    for spec in [TinySpec::default(), TinySpec { arch: "qwen2", qkv_bias: true, ..Default::default() }] {
+    for spec in [
+        TinySpec::default(),
+        TinySpec {
+            arch: "qwen2",
+            qkv_bias: true,
+            ..Default::default()
+        },
+    ] {
         let model = load(&spec);
         let mut batched = Session::new(model.clone(), 64).unwrap();
         let (a, _) = batched.prefill(&PROMPT).unwrap();
@@ -195,10 +262,22 @@ fn context_overflow_is_an_error_and_the_session_survives() {
     let model = load(&TinySpec::default());
     let mut s = Session::new(model, 8).unwrap();
     let err = s.prefill(&PROMPT).unwrap_err();
-    assert!(matches!(err, EngineError::ContextOverflow { prompt_tokens: 9, context: 8 }), "{err}");
+    assert!(
+        matches!(
+            err,
+            EngineError::ContextOverflow {
+                prompt_tokens: 9,
+                context: 8
+            }
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("context"));
     assert!(s.prefill(&PROMPT[..4]).is_ok());
-    assert!(matches!(s.prefill(&[]), Err(EngineError::InvalidRequest(_))));
+    assert!(matches!(
+        s.prefill(&[]),
+        Err(EngineError::InvalidRequest(_))
+    ));
     // Token ids past the vocabulary are refused, not indexed.
     assert!(s.prefill(&[1, 999_999]).is_err());
     assert_eq!(s.tokens(), &PROMPT[..4]);
@@ -207,20 +286,30 @@ fn context_overflow_is_an_error_and_the_session_survives() {
 #[test]
 fn greedy_generation_is_deterministic_and_stops_at_the_budget_or_context() {
     let model = load(&TinySpec::default());
-    let req = GenerateRequest { prompt: PROMPT.to_vec(), max_tokens: 12, sampling: SamplingParams::greedy() };
+    let req = GenerateRequest {
+        prompt: PROMPT.to_vec(),
+        max_tokens: 12,
+        sampling: SamplingParams::greedy(),
+    };
     let run = |n_ctx| {
         let mut s = Session::new(model.clone(), n_ctx).unwrap();
         generate(&mut s, &req, &CancelHandle::new(), |_, _| {}).unwrap()
     };
     let (a, b) = (run(64), run(64));
     assert_eq!(a.tokens, b.tokens);
-    assert!(matches!(a.stop, StopReason::MaxTokens | StopReason::EndOfTurn));
+    assert!(matches!(
+        a.stop,
+        StopReason::MaxTokens | StopReason::EndOfTurn
+    ));
     if a.stop == StopReason::MaxTokens {
         assert_eq!(a.tokens.len(), 12);
     }
     let short = run(PROMPT.len() + 3);
     assert!(short.tokens.len() <= 4);
-    assert!(matches!(short.stop, StopReason::ContextFull | StopReason::EndOfTurn));
+    assert!(matches!(
+        short.stop,
+        StopReason::ContextFull | StopReason::EndOfTurn
+    ));
     assert_eq!(a.stats.prompt_tokens, PROMPT.len());
     assert_eq!(a.stats.generated_tokens, a.tokens.len());
 }
@@ -231,8 +320,16 @@ fn streaming_delivers_every_token_then_done_and_cancel_stops_it() {
     let mut sampling = SamplingParams::greedy();
     sampling.temperature = 1.0;
     sampling.seed = 9;
-    let req = GenerateRequest { prompt: PROMPT.to_vec(), max_tokens: 20, sampling };
-    let mut running = spawn(Session::new(model.clone(), 64).unwrap(), req.clone(), CancelHandle::new());
+    let req = GenerateRequest {
+        prompt: PROMPT.to_vec(),
+        max_tokens: 20,
+        sampling,
+    };
+    let mut running = spawn(
+        Session::new(model.clone(), 64).unwrap(),
+        req.clone(),
+        CancelHandle::new(),
+    );
     let mut streamed = String::new();
     let mut ids = Vec::new();
     let mut done = None;
@@ -252,7 +349,10 @@ fn streaming_delivers_every_token_then_done_and_cancel_stops_it() {
     assert_eq!(g.tokens, ids);
     assert_eq!(g.reply, streamed);
     let session = running.join.join().unwrap();
-    assert_eq!(session.tokens().len(), PROMPT.len() + g.tokens.len() - usize::from(g.stop == StopReason::MaxTokens));
+    assert_eq!(
+        session.tokens().len(),
+        PROMPT.len() + g.tokens.len() - usize::from(g.stop == StopReason::MaxTokens)
+    );
 
     // Cancelled before it starts: no tokens, verdict Cancelled.
     let cancel = CancelHandle::new();
@@ -276,16 +376,31 @@ fn malformed_models_are_refused_with_the_tensor_named() {
     // Drop a required tensor by renaming it in the bytes: same length, so offsets stay valid.
     let mut bytes = tiny_model_bytes(&TinySpec::default()).unwrap();
     let needle = b"blk.1.ffn_up.weight";
-    let at = bytes.windows(needle.len()).position(|w| w == needle).unwrap();
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap();
     bytes[at..at + needle.len()].copy_from_slice(b"blk.1.ffn_XX.weight");
-    let err = Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).err().unwrap().to_string();
+    let err = Model::from_gguf(Gguf::from_bytes(bytes).unwrap())
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("blk.1.ffn_up.weight"), "{err}");
 
     // An architecture we do not run.
     let mut bytes = tiny_model_bytes(&TinySpec::default()).unwrap();
     let needle = b"llama";
-    let at = bytes.windows(needle.len()).position(|w| w == needle).unwrap();
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap();
     bytes[at..at + 5].copy_from_slice(b"mamba");
-    let err = Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).err().unwrap().to_string();
-    assert!(err.contains("mamba") || err.contains("architecture"), "{err}");
+    let err = Model::from_gguf(Gguf::from_bytes(bytes).unwrap())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("mamba") || err.contains("architecture"),
+        "{err}"
+    );
 }

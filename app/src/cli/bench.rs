@@ -14,7 +14,10 @@ use kostant_engine::Session;
 use super::{load_model, peak_rss_mb, BenchArgs};
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    anyhow::ensure!(args.prompt_tokens >= 1, "--prompt-tokens must be at least 1");
+    anyhow::ensure!(
+        args.prompt_tokens >= 1,
+        "--prompt-tokens must be at least 1"
+    );
     anyhow::ensure!(args.gen_tokens >= 1, "--gen-tokens must be at least 1");
     anyhow::ensure!(args.repetitions >= 1, "--repetitions must be at least 1");
     let load_start = Instant::now();
@@ -23,7 +26,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let threads = super::threads();
     let n_vocab = model.hparams.n_vocab as u32;
     let mut rng = rand::rngs::SmallRng::seed_from_u64(1234);
-    let prompt: Vec<u32> = (0..args.prompt_tokens).map(|_| rng.gen_range(0..n_vocab)).collect();
+    let prompt: Vec<u32> = (0..args.prompt_tokens)
+        .map(|_| rng.gen_range(0..n_vocab))
+        .collect();
     let mut session = Session::new(model.clone(), args.model.ctx)?;
     anyhow::ensure!(
         args.prompt_tokens + args.gen_tokens <= session.n_ctx(),
@@ -80,11 +85,29 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.json {
         println!("{report}");
     } else {
-        println!("model        {} ({}, {:.1} MB)", model.name(), model.quantization(), model.file_bytes() as f64 / 1048576.0);
-        println!("cpu          {} · {threads} threads", kostant_kernels::cpu_features());
-        println!("prefill      {:>8.1} tok/s  ({} tokens)", prefill_tok_s, args.prompt_tokens);
-        println!("decode       {:>8.1} tok/s  ({} tokens, {:.1} GB/s of weights)", decode_tok_s, args.gen_tokens, gb_s);
-        println!("ttft         {:>8.1} ms     (prompt of {} tokens)", mean(&ttft_ms), args.prompt_tokens);
+        println!(
+            "model        {} ({}, {:.1} MB)",
+            model.name(),
+            model.quantization(),
+            model.file_bytes() as f64 / 1048576.0
+        );
+        println!(
+            "cpu          {} · {threads} threads",
+            kostant_kernels::cpu_features()
+        );
+        println!(
+            "prefill      {:>8.1} tok/s  ({} tokens)",
+            prefill_tok_s, args.prompt_tokens
+        );
+        println!(
+            "decode       {:>8.1} tok/s  ({} tokens, {:.1} GB/s of weights)",
+            decode_tok_s, args.gen_tokens, gb_s
+        );
+        println!(
+            "ttft         {:>8.1} ms     (prompt of {} tokens)",
+            mean(&ttft_ms),
+            args.prompt_tokens
+        );
         match peak_rss_mb() {
             Some(mb) => println!("peak rss     {mb:>8.1} MB"),
             None => println!("peak rss     unavailable on this OS"),

@@ -22,7 +22,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         min_p: args.min_p,
         repeat_penalty: args.repeat_penalty,
         repeat_last_n: 64,
-        seed: args.seed.unwrap_or_else(rand::random),
+        seed: args.seed.unwrap_or_else(time_seed),
     };
     sampling.validate()?;
     if args.max_tokens == 0 {
@@ -67,7 +67,10 @@ impl Chat {
                 messages.push(Message::new(Role::System, s.clone()));
             }
             messages.extend(self.history.iter().cloned());
-            let rendered = self.model.chat_template.render(&self.model.tokenizer, &messages, true)?;
+            let rendered =
+                self.model
+                    .chat_template
+                    .render(&self.model.tokenizer, &messages, true)?;
             // Leave room for at least a short reply.
             let room = self.max_tokens.min(64);
             if rendered.tokens.len() + room <= n_ctx {
@@ -96,7 +99,9 @@ impl Chat {
             }
         };
         let session = self.session.take().context("generation already running")?;
-        let budget = self.max_tokens.min(session.n_ctx().saturating_sub(prompt.len()));
+        let budget = self
+            .max_tokens
+            .min(session.n_ctx().saturating_sub(prompt.len()));
         let req = GenerateRequest {
             prompt,
             max_tokens: budget.max(1),
@@ -126,7 +131,8 @@ impl Chat {
             }
             None => bail!("generation ended without a result"),
         };
-        self.history.push(Message::new(Role::Assistant, g.reply.clone()));
+        self.history
+            .push(Message::new(Role::Assistant, g.reply.clone()));
         Ok(g)
     }
 }
@@ -230,7 +236,11 @@ fn interactive(chat: &mut Chat) -> Result<()> {
         match result {
             Ok(g) => {
                 let s = &g.stats;
-                let note = if g.stop == kostant_engine::StopReason::Cancelled { " · stopped" } else { "" };
+                let note = if g.stop == kostant_engine::StopReason::Cancelled {
+                    " · stopped"
+                } else {
+                    ""
+                };
                 writeln!(
                     err,
                     "[{} tokens · first token {:.0} ms · {:.1} tok/s{note}]",
@@ -259,4 +269,11 @@ fn install_ctrl_c(cancel: CancelHandle, interactive: bool) -> Result<()> {
         }
     })
     .context("cannot install the Ctrl-C handler")
+}
+
+/// A fresh seed per run when none is given: the clock's nanoseconds are plenty for sampling.
+fn time_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }

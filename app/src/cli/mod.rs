@@ -8,7 +8,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "kostant", version, about = "A private assistant that runs entirely on this device.")]
+#[command(
+    name = "kostant",
+    version,
+    about = "A private assistant that runs entirely on this device."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -47,7 +51,7 @@ pub struct ChatArgs {
     #[arg(long, default_value_t = 512)]
     pub max_tokens: usize,
     /// Sampling temperature; 0 is greedy and deterministic.
-    #[arg(long, default_value_t = 0.7)]
+    #[arg(long, default_value_t = 0.7, allow_negative_numbers = true)]
     pub temperature: f32,
     #[arg(long, default_value_t = 0.95)]
     pub top_p: f32,
@@ -100,7 +104,8 @@ pub fn load_model(args: &ModelArgs) -> anyhow::Result<std::sync::Arc<kostant_eng
     kostant_kernels::init_threads(threads)?;
     let _ = THREADS.set(threads);
     let path = crate::model_path::resolve(args.model.as_deref())?;
-    kostant_engine::Model::load(&path).with_context(|| format!("cannot load model {}", path.display()))
+    kostant_engine::Model::load(&path)
+        .with_context(|| format!("cannot load model {}", path.display()))
 }
 
 pub fn peak_rss_mb() -> Option<f64> {

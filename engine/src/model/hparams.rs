@@ -121,7 +121,9 @@ impl HParams {
             .map(|v| v as usize)
             .unwrap_or(head_dim);
         if rope_dims > head_dim || rope_dims % 2 != 0 {
-            return bad(format!("rope dimension count {rope_dims} does not fit head dimension {head_dim}"));
+            return bad(format!(
+                "rope dimension count {rope_dims} does not fit head dimension {head_dim}"
+            ));
         }
         if n_vocab == 0 || n_vocab != token_count {
             return bad(format!(
@@ -129,7 +131,9 @@ impl HParams {
             ));
         }
         if !(rms_eps.is_finite() && rms_eps > 0.0 && rope_theta.is_finite() && rope_theta > 0.0) {
-            return bad(format!("bad rms epsilon {rms_eps} or rope base {rope_theta}"));
+            return bad(format!(
+                "bad rms epsilon {rms_eps} or rope base {rope_theta}"
+            ));
         }
 
         let rope_freq_scale = match g.get_str_opt(&key("rope.scaling.type"))? {

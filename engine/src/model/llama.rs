@@ -5,6 +5,8 @@
 //! Activations are f32, (n_tokens, width) row-major. Weights stay packed in the mmap and go
 //! straight to the kernels.
 
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use kostant_kernels::{axpy_f32, dequantize_row, dot_f32, matmul};
@@ -87,7 +89,10 @@ fn linear(model: &Model, w: &TensorRef, x: &[f32], n: usize) -> Result<Vec<f32>>
 fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let d = weight.len();
     for (row, o) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-        let mean_sq = dot_f32(row, row) / d as f32;
+        // Squares summed in f64, as llama.cpp does: the mean is then exact to f32 precision
+        // whatever the order, so both engines feed identical activations to the next matmul.
+        let sum_sq: f64 = row.iter().map(|&v| (v * v) as f64).sum();
+        let mean_sq = (sum_sq / d as f64) as f32;
         let scale = 1.0 / (mean_sq + eps).sqrt();
         for ((o, &v), &g) in o.iter_mut().zip(row).zip(weight) {
             *o = v * scale * g;
@@ -119,26 +124,35 @@ fn attention(
     rope(&mut k, kv_dim, hp, &model.rope_inv_freq, pos);
     kv.append(l, &k, &v);
 
-    let (keys, values) = kv.layer(l); // (pos + n, kv_dim) each
+    let (keys, values) = kv.layer(l); // (pos + n, kv_dim) each, f16
     let group = hp.n_head / hp.n_head_kv;
     let scale = 1.0 / (hd as f32).sqrt();
     let mut out = vec![0.0f32; n * q_dim]; // (n, n_head * head_dim)
 
-    // One task per (token, head): each reads its query, the cache of its kv head, and writes
-    // its own slice of `out`, so tasks never share mutable state.
-    out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| {
-        let (t, h) = (i / hp.n_head, i % hp.n_head);
-        let kv_off = (h / group) * hd;
-        let q_h = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
-        let visible = pos + t + 1; // causal: the token sees itself and everything before it
-        let mut scores: Vec<f32> = (0..visible)
-            .map(|p| dot_f32(q_h, &keys[p * kv_dim + kv_off..p * kv_dim + kv_off + hd]) * scale)
-            .collect();
-        softmax(&mut scores);
-        for (p, &s) in scores.iter().enumerate() {
-            axpy_f32(s, &values[p * kv_dim + kv_off..p * kv_dim + kv_off + hd], o);
-        }
-    });
+    // One task per (token, kv head): it widens that head's cached keys and values to f32 once,
+    // serves the `group` query heads that share them, and writes only its own slice of `out`
+    // (those query heads are adjacent), so tasks never share mutable state.
+    out.par_chunks_mut(group * hd)
+        .enumerate()
+        .for_each(|(i, o)| {
+            let (t, g) = (i / hp.n_head_kv, i % hp.n_head_kv);
+            let visible = pos + t + 1; // causal: the token sees itself and everything before it
+            let k = widen_head(keys, visible, kv_dim, g * hd, hd); // (visible, hd)
+            let v = widen_head(values, visible, kv_dim, g * hd, hd); // (visible, hd)
+            for (j, o_h) in o.chunks_exact_mut(hd).enumerate() {
+                let h = g * group + j;
+                // The query meets the f16 keys at f16 precision, as in llama.cpp.
+                let q_h = round_to_f16(&q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd]);
+                let mut probs: Vec<f32> = k
+                    .chunks_exact(hd)
+                    .map(|k_p| dot_f32(&q_h, k_p) * scale)
+                    .collect();
+                softmax(&mut probs);
+                for (p, v_p) in probs.iter().zip(v.chunks_exact(hd)) {
+                    axpy_f32(f16::from_f32(*p).to_f32(), v_p, o_h);
+                }
+            }
+        });
 
     linear(model, &layer.wo, &out, n)
 }
@@ -183,15 +197,30 @@ pub(crate) fn rope_inv_freq(hp: &HParams, factors: Option<&[f32]>) -> Vec<f32> {
         .collect()
 }
 
-/// Softmax in place, subtracting the max for stability.
+/// One kv head's rows of an f16 cache, widened to f32: (rows, hd).
+fn widen_head(cache: &[f16], rows: usize, row_width: usize, offset: usize, hd: usize) -> Vec<f32> {
+    let mut out = vec![0.0f32; rows * hd];
+    for (p, o) in out.chunks_exact_mut(hd).enumerate() {
+        let start = p * row_width + offset;
+        cache[start..start + hd].convert_to_f32_slice(o);
+    }
+    out
+}
+
+fn round_to_f16(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|&v| f16::from_f32(v).to_f32()).collect()
+}
+
+/// Softmax in place, subtracting the max for stability. The sum is kept in f64 (as llama.cpp
+/// does) so long contexts do not lose small terms.
 fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
+    let mut sum = 0.0f64;
     for v in x.iter_mut() {
         *v = (*v - max).exp();
-        sum += *v;
+        sum += *v as f64;
     }
-    let inv = 1.0 / sum;
+    let inv = (1.0 / sum) as f32;
     for v in x.iter_mut() {
         *v *= inv;
     }

@@ -94,7 +94,15 @@ impl Model {
         let layers: usize = w
             .layers
             .iter()
-            .map(|l| l.wq.size + l.wk.size + l.wv.size + l.wo.size + l.w_gate.size + l.w_up.size + l.w_down.size)
+            .map(|l| {
+                l.wq.size
+                    + l.wk.size
+                    + l.wv.size
+                    + l.wo.size
+                    + l.w_gate.size
+                    + l.w_up.size
+                    + l.w_down.size
+            })
             .sum();
         layers + w.output.size + w.token_embd.size / w.token_embd.rows
     }

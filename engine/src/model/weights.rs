@@ -35,18 +35,18 @@ impl TensorRef {
 }
 
 pub struct LayerWeights {
-    pub attn_norm: Vec<f32>, // (n_embd,)
+    pub attn_norm: Vec<f32>,  // (n_embd,)
     pub wq: TensorRef,        // (n_head * head_dim, n_embd)
     pub wk: TensorRef,        // (n_head_kv * head_dim, n_embd)
     pub wv: TensorRef,        // (n_head_kv * head_dim, n_embd)
     pub bq: Option<Vec<f32>>, // Qwen2 only: (n_head * head_dim,)
     pub bk: Option<Vec<f32>>, // (n_head_kv * head_dim,)
     pub bv: Option<Vec<f32>>,
-    pub wo: TensorRef,       // (n_embd, n_head * head_dim)
-    pub ffn_norm: Vec<f32>,  // (n_embd,)
-    pub w_gate: TensorRef,   // (n_ff, n_embd)
-    pub w_up: TensorRef,     // (n_ff, n_embd)
-    pub w_down: TensorRef,   // (n_embd, n_ff)
+    pub wo: TensorRef,      // (n_embd, n_head * head_dim)
+    pub ffn_norm: Vec<f32>, // (n_embd,)
+    pub w_gate: TensorRef,  // (n_ff, n_embd)
+    pub w_up: TensorRef,    // (n_ff, n_embd)
+    pub w_down: TensorRef,  // (n_embd, n_ff)
 }
 
 pub struct ModelWeights {
