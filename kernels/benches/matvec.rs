@@ -98,5 +98,66 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+/// One decode step's matmuls for the default model (30 layers of q, k, v, o, gate, up, down in
+/// Q4_1, then the 49152-row Q8_0 output projection): about 91 MiB of distinct weights, more than
+/// the L3 cache, so this measures weights streamed from memory, as real decoding does.
+fn decode_token(c: &mut Criterion) {
+    let layer: [(usize, usize); 7] = [
+        (576, 576),
+        (192, 576),
+        (192, 576),
+        (576, 576),
+        (1536, 576),
+        (1536, 576),
+        (576, 1536),
+    ];
+    let mut mats: Vec<(GgmlType, Vec<u8>, usize, usize)> = Vec::new();
+    for l in 0..30 {
+        for (i, &(rows, cols)) in layer.iter().enumerate() {
+            let src = data(rows * cols, (10 * l + i) as u64);
+            let bytes = src
+                .chunks_exact(cols)
+                .flat_map(|row| quantize_row(GgmlType::Q4_1, row).unwrap())
+                .collect();
+            mats.push((GgmlType::Q4_1, bytes, rows, cols));
+        }
+    }
+    let src = data(49152 * 576, 7);
+    let bytes = src
+        .chunks_exact(576)
+        .flat_map(|row| quantize_row(GgmlType::Q8_0, row).unwrap())
+        .collect();
+    mats.push((GgmlType::Q8_0, bytes, 49152, 576));
+    let total: usize = mats.iter().map(|m| m.1.len()).sum();
+    let x = data(1536, 3);
+    let mut out = vec![0.0f32; 49152];
+
+    let mut group = c.benchmark_group("decode_token_q4_1_model");
+    group
+        .throughput(Throughput::Bytes(total as u64))
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    set_force_scalar(false);
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        // Inside the pool, as an engine using `in_pool` runs it.
+        group.bench_function(format!("t{threads}"), |b| {
+            pool.install(|| {
+                b.iter(|| {
+                    for (ty, bytes, rows, cols) in &mats {
+                        let w = Weights::new(*ty, bytes, *rows, *cols).unwrap();
+                        matmul(&w, &x[..*cols], 1, &mut out[..*rows]).unwrap();
+                    }
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, decode_token);
 criterion_main!(benches);

@@ -22,6 +22,9 @@ pub enum KernelPath {
     Scalar,
     /// x86-64 with AVX2, FMA and F16C (Haswell and later).
     Avx2Fma,
+    /// aarch64 baseline NEON (F16 weights still use the scalar dot: the f16 vector types are
+    /// not stable in Rust yet).
+    Neon,
 }
 
 impl KernelPath {
@@ -29,6 +32,7 @@ impl KernelPath {
         match self {
             KernelPath::Scalar => "scalar",
             KernelPath::Avx2Fma => "avx2+fma",
+            KernelPath::Neon => "neon",
         }
     }
 }
@@ -110,6 +114,21 @@ static AVX2: Kernels = Kernels {
     dot_q6_k: q6_k::avx2::dot,
 };
 
+#[cfg(target_arch = "aarch64")]
+static NEON: Kernels = Kernels {
+    path: KernelPath::Neon,
+    dot_f32: f32::neon::dot,
+    axpy_f32: f32::neon::axpy,
+    dot_f16: f16::dot_scalar,
+    quantize_q8_1: q8_1::neon::quantize,
+    quantize_q8_k: q8_k::neon::quantize,
+    dot_q4_0: q4_0::neon::dot,
+    dot_q4_1: q4_1::neon::dot,
+    dot_q8_0: q8_0::neon::dot,
+    dot_q4_k: q4_k::neon::dot,
+    dot_q6_k: q6_k::neon::dot,
+};
+
 /// True when the AVX2 kernels may run here.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn has_avx2() -> bool {
@@ -124,6 +143,12 @@ fn best() -> &'static Kernels {
         #[cfg(target_arch = "x86_64")]
         if has_avx2() {
             return &AVX2;
+        }
+        // NEON is part of the aarch64 baseline; checked anyway so a soft-float build stays
+        // on the scalar kernels.
+        #[cfg(target_arch = "aarch64")]
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            return &NEON;
         }
         &SCALAR
     })

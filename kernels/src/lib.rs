@@ -2,9 +2,19 @@
 //! dots, run-time CPU dispatch and the row-parallel matmul the engine calls.
 //!
 //! Layout: one module per format in `formats/` (block struct, size assert, reference
-//! dequantize/quantize/dot, SIMD twins); `dispatch` picks the kernel table once; `matmul` drives
-//! it over the rayon pool. `unsafe` is confined to SIMD loads/stores, the kernel-table calls and
-//! the byte-to-block casts, each with a `// SAFETY:` note.
+//! dequantize/quantize/dot, SIMD twins); `dispatch` picks the kernel table once (AVX2+FMA+F16C on
+//! x86-64, NEON on aarch64, scalar otherwise); `matmul` drives it over the rayon pool. `unsafe`
+//! is confined to SIMD loads/stores, the kernel-table calls and the byte-to-block casts, each
+//! with a `// SAFETY:` note.
+//!
+//! Numerics: activations are quantized exactly as ggml quantizes them (Q8_1-style blocks with
+//! f16-rounded scales for the 32-element formats, Q8_K for K-quants), and the AVX2 dots add
+//! their lanes in ggml's order, so on x86 every quantized matmul row equals llama.cpp's bit for
+//! bit (checked against libggml for Q4_0, Q4_1, Q8_0, Q4_K and Q6_K). The scalar and NEON
+//! kernels compute the same exact block integers and differ from it only in f32 summation order.
+//!
+//! Threads: call [`init_threads`] once, and run forward passes inside [`in_pool`] so matmuls
+//! split their rows in place instead of waking the pool from outside on every call.
 
 #[cfg(target_endian = "big")]
 compile_error!(
@@ -16,6 +26,8 @@ mod dispatch;
 mod error;
 mod formats;
 mod matmul;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod threads;
 mod types;
 #[cfg(target_arch = "x86_64")]
@@ -27,7 +39,7 @@ mod testutil;
 pub use dispatch::{cpu_features, set_force_scalar, CpuFeatures, KernelPath};
 pub use error::KernelError;
 pub use matmul::matmul;
-pub use threads::init_threads;
+pub use threads::{in_pool, init_threads};
 pub use types::{GgmlType, Weights};
 
 use block::{cast_blocks, cast_blocks_mut};

@@ -44,6 +44,7 @@ pub(crate) fn random_q8_k(r: &mut Rng, nb: usize) -> Vec<BlockQ8K> {
 }
 
 /// `Σ q·a` over a legacy 4-bit block's unsigned codes.
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn sumi_u4(qs: &[u8; 16], a: &[i8; 32]) -> i32 {
     (0..16)
         .map(|j| {
@@ -74,11 +75,15 @@ pub(crate) fn rms_diff(x: &[f32], y: &[f32]) -> f32 {
 
 /// The quantized dot's error budget against the f32 dot of the dequantized weights with the
 /// original activations. Quantizing an activation moves it by at most half a step,
-/// `amax_block / 254`, so the dot moves by at most `Σ |w_j| · amax(block of j) / 254`; 1% is
-/// added for float rounding in both sums.
+/// `amax_block / 254`, plus, where the block scale is stored as f16 (`f16_scales`), up to
+/// 127 codes times its relative rounding 2^-11; so the dot moves by at most
+/// `Σ |w_j| · amax(block of j) · (1/254 + f16 part)`. An f16-rounded `s = d·Σq` (relative 2^-11,
+/// applied to an offset of at most `1.2·max|w|` per block) adds `Σ_blocks 1.2·max|w|·|Σx|·2^-10`.
+/// 1% is added for float rounding in both sums.
 fn check_dot_budget<W, A: Clone + Default>(
     seed: u64,
     qk: usize,
+    f16_scales: bool,
     quantize_w: impl Fn(&[f32], usize) -> Vec<W>,
     dequantize_w: fn(&[W], &mut [f32]),
     quantize_a: fn(&[f32], &mut [A]),
@@ -99,10 +104,20 @@ fn check_dot_budget<W, A: Clone + Default>(
             .zip(&x)
             .map(|(&w, &x)| f64::from(w) * f64::from(x))
             .sum();
+        let step = if f16_scales {
+            1.0 / 254.0 + 2f64.powi(-11)
+        } else {
+            1.0 / 254.0
+        };
         let mut budget = 0.0f64;
         for (wb, xb) in wd.chunks_exact(qk).zip(x.chunks_exact(qk)) {
-            let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            budget += wb.iter().map(|v| f64::from(v.abs())).sum::<f64>() * f64::from(amax) / 254.0;
+            let amax = f64::from(xb.iter().fold(0.0f32, |m, v| m.max(v.abs())));
+            budget += wb.iter().map(|v| f64::from(v.abs())).sum::<f64>() * amax * step;
+            if f16_scales {
+                let wmax = wb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let xsum: f32 = xb.iter().sum();
+                budget += 1.2 * f64::from(wmax) * f64::from(xsum.abs()) * 2f64.powi(-10);
+            }
         }
         let budget = budget * 1.01 + 1e-6;
         assert!(
@@ -122,6 +137,7 @@ pub(crate) fn check_dot_budget_32<W>(
     check_dot_budget(
         seed,
         32,
+        true,
         quantize_w,
         dequantize_w,
         q8_1::quantize_scalar,
@@ -139,6 +155,7 @@ pub(crate) fn check_dot_budget_k<W>(
     check_dot_budget(
         seed,
         256,
+        false,
         quantize_w,
         dequantize_w,
         q8_k::quantize_scalar,

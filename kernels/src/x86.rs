@@ -42,12 +42,12 @@ pub(crate) fn f16_to_f32(bytes: [u8; 2]) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(v))
 }
 
-/// Two adjacent halves (e.g. a block's `d` and `m`) widened in one instruction.
+/// Two halves stored back to back in `bytes` (e.g. a block's `d` and `m`), widened together.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn f16x2_to_f32(a: [u8; 2], b: [u8; 2]) -> (f32, f32) {
-    let bits = u32::from_le_bytes([a[0], a[1], b[0], b[1]]);
-    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
+pub(crate) fn f16x2_to_f32(bytes: &[u8; 4]) -> (f32, f32) {
+    // SAFETY: `bytes` is exactly 4 readable bytes, the width of the 32-bit load.
+    let v = _mm_cvtph_ps(unsafe { _mm_loadu_si32(bytes.as_ptr().cast()) });
     (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
 }
 
@@ -76,6 +76,16 @@ pub(crate) fn load_u8x32(bytes: &[u8; 32]) -> __m256i {
 pub(crate) fn load_i8x32(bytes: &[i8; 32]) -> __m256i {
     // SAFETY: the array is exactly 32 readable bytes, the width of an unaligned 256-bit load.
     unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
+}
+
+/// Products of signed bytes `x` and `y`, summed in groups of four into 8 i32 lanes. `maddubs`
+/// needs one unsigned side, so `x`'s sign moves onto `y` (ggml's trick, giving the same lane
+/// sums as ggml). `y` must not hold -128, whose negation overflows; activations stay within
+/// ±127, and |x| <= 128 keeps every i16 pair sum within 2·128·127 = 32512.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn mul_sum_i8_i8(x: __m256i, y: __m256i) -> __m256i {
+    mul_sum_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
 }
 
 /// Pairwise products of unsigned bytes `u` (each <= 128) and signed bytes `s` (each >= -127),

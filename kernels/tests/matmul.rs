@@ -256,3 +256,26 @@ fn dot_and_axpy() {
 fn dot_f32_rejects_mismatched_lengths_loudly() {
     kostant_kernels::dot_f32(&[1.0; 3], &[1.0; 4]);
 }
+
+#[test]
+fn in_pool_runs_on_a_worker_and_returns_the_result() {
+    let mut r = rng(106);
+    let (rows, cols) = (300, 256);
+    let m = random_matrix(&mut r, GgmlType::Q8_0, rows, cols);
+    let w = Weights::new(GgmlType::Q8_0, &m.data, rows, cols).unwrap();
+    let x = random_f32(&mut r, cols, 1.0);
+    let mut outside = vec![0.0; rows];
+    matmul(&w, &x, 1, &mut outside).unwrap();
+    let (inside, on_worker) = kostant_kernels::in_pool(|| {
+        let mut o = vec![0.0; rows];
+        matmul(&w, &x, 1, &mut o).unwrap();
+        (o, rayon::current_thread_index().is_some())
+    });
+    assert!(on_worker);
+    assert_eq!(inside, outside);
+    // Nested use runs in place.
+    assert_eq!(
+        kostant_kernels::in_pool(|| kostant_kernels::in_pool(|| 7)),
+        7
+    );
+}

@@ -51,22 +51,18 @@ pub(crate) fn quantize(x: &[f32], out: &mut [BlockQ4_0]) {
     }
 }
 
-/// Scalar reference dot. Per block: the exact integer `Σ q·a` on unsigned codes, scaled by
-/// `d·d_a`; the -8 offset is applied once at the end through the activations' `s = d_a·Σa`.
+/// Scalar reference dot: per block the exact integer `Σ (q - 8)·a`, scaled by `d·d_a`.
 pub(crate) fn dot_scalar(w: &[BlockQ4_0], a: &[BlockQ8_1]) -> f32 {
     let mut acc = 0.0f32;
-    let mut off = 0.0f32;
     for (wb, ab) in w.iter().zip(a) {
-        let d = f16_to_f32(wb.d);
         let mut sumi = 0i32;
         for j in 0..16 {
-            sumi += i32::from(wb.qs[j] & 0xF) * i32::from(ab.qs[j]);
-            sumi += i32::from(wb.qs[j] >> 4) * i32::from(ab.qs[j + 16]);
+            sumi += (i32::from(wb.qs[j] & 0xF) - 8) * i32::from(ab.qs[j]);
+            sumi += (i32::from(wb.qs[j] >> 4) - 8) * i32::from(ab.qs[j + 16]);
         }
-        acc += d * ab.d * sumi as f32;
-        off += d * ab.s;
+        acc += f16_to_f32(wb.d) * ab.d * sumi as f32;
     }
-    acc - 8.0 * off
+    acc
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -74,22 +70,50 @@ pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{BlockQ4_0, BlockQ8_1};
-    use crate::x86::{f16_to_f32, hsum_ps, load_i8x32, mul_sum_u8_i8, unpack_nibbles_32};
+    use crate::x86::{f16_to_f32, hsum_ps, load_i8x32, mul_sum_i8_i8, unpack_nibbles_32};
 
-    /// AVX2 twin of [`super::dot_scalar`]: same integer sums, f32 accumulation in 8 lanes.
+    /// AVX2 twin of [`super::dot_scalar`]: the same exact block integers (codes recentred to
+    /// -8..7 before the multiply), accumulated in one 8-lane FMA chain in block order, which is
+    /// ggml's AVX2 order, so on x86 a row's result equals llama.cpp's bit for bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot(w: &[BlockQ4_0], a: &[BlockQ8_1]) -> f32 {
-        // Two accumulators so consecutive blocks' FMAs do not wait on each other.
-        let mut acc = [_mm256_setzero_ps(); 2];
-        let mut off = 0.0f32;
-        for (i, (wb, ab)) in w.iter().zip(a).enumerate() {
-            let d = f16_to_f32(wb.d);
-            let p = mul_sum_u8_i8(unpack_nibbles_32(&wb.qs), load_i8x32(&ab.qs));
-            let k = i & 1;
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), _mm256_cvtepi32_ps(p), acc[k]);
-            off += d * ab.s;
+        let eight = _mm256_set1_epi8(8);
+        let mut acc = _mm256_setzero_ps();
+        for (wb, ab) in w.iter().zip(a) {
+            let d = f16_to_f32(wb.d) * ab.d;
+            let q = _mm256_sub_epi8(unpack_nibbles_32(&wb.qs), eight);
+            let p = mul_sum_i8_i8(q, load_i8x32(&ab.qs));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
         }
-        hsum_ps(_mm256_add_ps(acc[0], acc[1])) - 8.0 * off
+        hsum_ps(acc)
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon {
+    use std::arch::aarch64::*;
+
+    use super::{BlockQ4_0, BlockQ8_1};
+    use crate::block::f16_to_f32;
+    use crate::neon::{load_i8x32, load_u8x16, sum_i8x32};
+
+    /// NEON twin of [`super::dot_scalar`], bit-identical to it: the same exact block integers,
+    /// combined in the same order.
+    #[target_feature(enable = "neon")]
+    pub(crate) fn dot(w: &[BlockQ4_0], a: &[BlockQ8_1]) -> f32 {
+        let low4 = vdupq_n_u8(0x0F);
+        let eight = vdupq_n_s8(8);
+        let mut acc = 0.0f32;
+        for (wb, ab) in w.iter().zip(a) {
+            let q = load_u8x16(&wb.qs);
+            let codes = (
+                vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, low4)), eight),
+                vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(q)), eight),
+            );
+            let sumi = sum_i8x32(codes, load_i8x32(&ab.qs));
+            acc += f16_to_f32(wb.d) * ab.d * sumi as f32;
+        }
+        acc
     }
 }
 
@@ -156,6 +180,27 @@ mod tests {
         );
     }
 
+    fn random_blocks(r: &mut Rng, nb: usize) -> Vec<BlockQ4_0> {
+        (0..nb)
+            .map(|_| BlockQ4_0 {
+                d: f32_to_f16(random_f32(r, 1, 0.1)[0]),
+                qs: random_bytes(r),
+            })
+            .collect()
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_is_bit_identical_to_scalar() {
+        let mut r = rng(13);
+        for nb in [1, 2, 3, 18, 49] {
+            let (w, a) = (random_blocks(&mut r, nb), random_q8_1(&mut r, nb));
+            // SAFETY: NEON is part of the aarch64 baseline.
+            let simd = unsafe { neon::dot(&w, &a) };
+            assert_eq!(simd.to_bits(), dot_scalar(&w, &a).to_bits());
+        }
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx2_matches_scalar() {
@@ -164,24 +209,20 @@ mod tests {
         }
         let mut r = rng(12);
         for nb in [1, 2, 3, 18, 48, 49] {
-            let w: Vec<BlockQ4_0> = (0..nb)
-                .map(|_| BlockQ4_0 {
-                    d: f32_to_f16(random_f32(&mut r, 1, 0.1)[0]),
-                    qs: random_bytes(&mut r),
-                })
-                .collect();
+            let w = random_blocks(&mut r, nb);
             let a = random_q8_1(&mut r, nb);
             let terms: f32 = w
                 .iter()
                 .zip(&a)
                 .map(|(wb, ab)| {
-                    let d = f16_to_f32(wb.d);
-                    (d * ab.d * sumi_u4(&wb.qs, &ab.qs) as f32).abs() + 8.0 * (d * ab.s).abs()
+                    let sumi = sumi_u4(&wb.qs, &ab.qs)
+                        - 8 * ab.qs.iter().map(|&q| i32::from(q)).sum::<i32>();
+                    (f16_to_f32(wb.d) * ab.d * sumi as f32).abs()
                 })
                 .sum();
             // SAFETY: guarded by the avx2+fma+f16c detection above.
             let simd = unsafe { avx2::dot(&w, &a) };
-            assert_reordered_sum_close(simd, dot_scalar(&w, &a), terms, 2 * nb);
+            assert_reordered_sum_close(simd, dot_scalar(&w, &a), terms, nb);
         }
     }
 }

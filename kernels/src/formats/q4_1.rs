@@ -18,6 +18,19 @@ unsafe impl ByteBlock for BlockQ4_1 {}
 
 pub(crate) const QK: usize = 32;
 
+// Only the AVX2 path widens both halves at once.
+#[cfg(target_arch = "x86_64")]
+impl BlockQ4_1 {
+    /// `d` then `m`: the block's first four bytes, for widening both in one instruction.
+    #[inline]
+    pub(crate) fn dm_bytes(&self) -> &[u8; 4] {
+        const { assert!(std::mem::offset_of!(BlockQ4_1, m) == 2) };
+        // SAFETY: repr(C), alignment 1, `d` at offset 0 and `m` at offset 2 (asserted): the
+        // first four bytes of the block are exactly `d` then `m`, borrowed for `self`'s life.
+        unsafe { &*(self as *const Self).cast::<[u8; 4]>() }
+    }
+}
+
 /// `out.len() == 32 * blocks.len()`.
 pub(crate) fn dequantize(blocks: &[BlockQ4_1], out: &mut [f32]) {
     assert_eq!(
@@ -77,21 +90,50 @@ pub(crate) mod avx2 {
     use super::{BlockQ4_1, BlockQ8_1};
     use crate::x86::{f16x2_to_f32, hsum_ps, load_i8x32, mul_sum_u8_i8, unpack_nibbles_32};
 
-    /// AVX2 twin of [`super::dot_scalar`]: same integer sums, f32 accumulation in 8 lanes.
+    /// AVX2 twin of [`super::dot_scalar`]: the same exact block integers, accumulated in one
+    /// 8-lane FMA chain in block order with the minimum terms summed separately. That is
+    /// ggml's AVX2 order, so on x86 a row's result equals llama.cpp's bit for bit (the FMA
+    /// latency chain costs nothing measurable next to streaming the weights).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
-        // Two accumulators so consecutive blocks' FMAs do not wait on each other.
-        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut acc = _mm256_setzero_ps();
         let mut off = 0.0f32;
-        for (i, (wb, ab)) in w.iter().zip(a).enumerate() {
-            // `d` and `m` are adjacent, so one conversion widens both.
-            let (d, m) = f16x2_to_f32(wb.d, wb.m);
-            let p = mul_sum_u8_i8(unpack_nibbles_32(&wb.qs), load_i8x32(&ab.qs));
-            let k = i & 1;
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), _mm256_cvtepi32_ps(p), acc[k]);
+        for (wb, ab) in w.iter().zip(a) {
+            let (d, m) = f16x2_to_f32(wb.dm_bytes());
             off += m * ab.s;
+            let p = mul_sum_u8_i8(unpack_nibbles_32(&wb.qs), load_i8x32(&ab.qs));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), _mm256_cvtepi32_ps(p), acc);
         }
-        hsum_ps(_mm256_add_ps(acc[0], acc[1])) + off
+        hsum_ps(acc) + off
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon {
+    use std::arch::aarch64::*;
+
+    use super::{BlockQ4_1, BlockQ8_1};
+    use crate::block::f16_to_f32;
+    use crate::neon::{load_i8x32, load_u8x16, sum_i8x32};
+
+    /// NEON twin of [`super::dot_scalar`], bit-identical to it: the same exact block integers,
+    /// combined in the same order.
+    #[target_feature(enable = "neon")]
+    pub(crate) fn dot(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
+        let low4 = vdupq_n_u8(0x0F);
+        let mut acc = 0.0f32;
+        let mut off = 0.0f32;
+        for (wb, ab) in w.iter().zip(a) {
+            let q = load_u8x16(&wb.qs);
+            let codes = (
+                vreinterpretq_s8_u8(vandq_u8(q, low4)),
+                vreinterpretq_s8_u8(vshrq_n_u8::<4>(q)),
+            );
+            let sumi = sum_i8x32(codes, load_i8x32(&ab.qs));
+            acc += f16_to_f32(wb.d) * ab.d * sumi as f32;
+            off += f16_to_f32(wb.m) * ab.s;
+        }
+        acc + off
     }
 }
 
@@ -160,6 +202,28 @@ mod tests {
         );
     }
 
+    fn random_blocks(r: &mut Rng, nb: usize) -> Vec<BlockQ4_1> {
+        (0..nb)
+            .map(|_| BlockQ4_1 {
+                d: f32_to_f16(random_f32(r, 1, 0.1)[0].abs()),
+                m: f32_to_f16(random_f32(r, 1, 0.5)[0]),
+                qs: random_bytes(r),
+            })
+            .collect()
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_is_bit_identical_to_scalar() {
+        let mut r = rng(23);
+        for nb in [1, 2, 3, 18, 49] {
+            let (w, a) = (random_blocks(&mut r, nb), random_q8_1(&mut r, nb));
+            // SAFETY: NEON is part of the aarch64 baseline.
+            let simd = unsafe { neon::dot(&w, &a) };
+            assert_eq!(simd.to_bits(), dot_scalar(&w, &a).to_bits());
+        }
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx2_matches_scalar() {
@@ -168,13 +232,7 @@ mod tests {
         }
         let mut r = rng(22);
         for nb in [1, 2, 3, 18, 48, 49] {
-            let w: Vec<BlockQ4_1> = (0..nb)
-                .map(|_| BlockQ4_1 {
-                    d: f32_to_f16(random_f32(&mut r, 1, 0.1)[0].abs()),
-                    m: f32_to_f16(random_f32(&mut r, 1, 0.5)[0]),
-                    qs: random_bytes(&mut r),
-                })
-                .collect();
+            let w = random_blocks(&mut r, nb);
             let a = random_q8_1(&mut r, nb);
             let terms: f32 = w
                 .iter()

@@ -66,23 +66,38 @@ pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{BlockQ8_0, BlockQ8_1};
-    use crate::x86::{f16_to_f32, hsum_ps, load_i8x32, mul_sum_u8_i8};
+    use crate::x86::{f16_to_f32, hsum_ps, load_i8x32, mul_sum_i8_i8};
 
-    /// AVX2 twin of [`super::dot_scalar`]: same integer sums, f32 accumulation in 8 lanes.
+    /// AVX2 twin of [`super::dot_scalar`]: the same exact block integers, accumulated in one
+    /// 8-lane FMA chain in block order, which is ggml's AVX2 order, so on x86 a row's result
+    /// equals llama.cpp's bit for bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot(w: &[BlockQ8_0], a: &[BlockQ8_1]) -> f32 {
-        let mut acc = [_mm256_setzero_ps(); 2];
-        for (i, (wb, ab)) in w.iter().zip(a).enumerate() {
-            let x = load_i8x32(&wb.qs);
-            let y = load_i8x32(&ab.qs);
-            // maddubs wants one unsigned operand: move the weight's sign onto the activation.
-            // |x| <= 128 and y >= -127 keep every i16 pair sum inside the saturation limit.
-            let p = mul_sum_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+        let mut acc = _mm256_setzero_ps();
+        for (wb, ab) in w.iter().zip(a) {
             let d = f16_to_f32(wb.d) * ab.d;
-            let k = i & 1;
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[k]);
+            let p = mul_sum_i8_i8(load_i8x32(&wb.qs), load_i8x32(&ab.qs));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
         }
-        hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+        hsum_ps(acc)
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon {
+    use super::{BlockQ8_0, BlockQ8_1};
+    use crate::block::f16_to_f32;
+    use crate::neon::{load_i8x32, sum_i8x32};
+
+    /// NEON twin of [`super::dot_scalar`], bit-identical to it.
+    #[target_feature(enable = "neon")]
+    pub(crate) fn dot(w: &[BlockQ8_0], a: &[BlockQ8_1]) -> f32 {
+        let mut acc = 0.0f32;
+        for (wb, ab) in w.iter().zip(a) {
+            let sumi = sum_i8x32(load_i8x32(&wb.qs), load_i8x32(&ab.qs));
+            acc += f16_to_f32(wb.d) * ab.d * sumi as f32;
+        }
+        acc
     }
 }
 
@@ -132,6 +147,28 @@ mod tests {
         );
     }
 
+    /// Raw random bytes include -128, which the SIMD paths must still handle.
+    fn random_blocks(r: &mut Rng, nb: usize) -> Vec<BlockQ8_0> {
+        (0..nb)
+            .map(|_| BlockQ8_0 {
+                d: f32_to_f16(random_f32(r, 1, 0.1)[0]),
+                qs: random_bytes::<32>(r).map(|b| b as i8),
+            })
+            .collect()
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_is_bit_identical_to_scalar() {
+        let mut r = rng(33);
+        for nb in [1, 2, 3, 18, 49] {
+            let (w, a) = (random_blocks(&mut r, nb), random_q8_1(&mut r, nb));
+            // SAFETY: NEON is part of the aarch64 baseline.
+            let simd = unsafe { neon::dot(&w, &a) };
+            assert_eq!(simd.to_bits(), dot_scalar(&w, &a).to_bits());
+        }
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx2_matches_scalar() {
@@ -140,13 +177,7 @@ mod tests {
         }
         let mut r = rng(32);
         for nb in [1, 2, 3, 18, 48, 49] {
-            // Raw random bytes include -128, which the sign trick must still handle.
-            let w: Vec<BlockQ8_0> = (0..nb)
-                .map(|_| BlockQ8_0 {
-                    d: f32_to_f16(random_f32(&mut r, 1, 0.1)[0]),
-                    qs: random_bytes::<32>(&mut r).map(|b| b as i8),
-                })
-                .collect();
+            let w = random_blocks(&mut r, nb);
             let a = random_q8_1(&mut r, nb);
             let terms: f32 = w
                 .iter()

@@ -1,8 +1,11 @@
 //! Q8_K activation blocks: 256 activations with one f32 scale and i16 sums per 16, the partner
 //! format for Q4_K and Q6_K weights. The per-16 sums let the K-quant dots apply Q4_K's sub-block
 //! minimums and Q6_K's -32 offset with a handful of integer multiplies per super-block.
-
-use super::q8_1::act_scale;
+//!
+//! The scale rule is ggml's (`quantize_row_q8_K_ref`, which its x86 build also uses): the
+//! element of largest magnitude (the first, on ties) maps to -127, `d = 1 / iscale`. Matching it
+//! makes our blocks identical to ggml's, so with ggml's lane order in the AVX2 dots a K-quant
+//! matmul row equals llama.cpp's bit for bit on x86.
 
 /// 256 activations as `x ≈ d * q`; `bsums[i] = Σ qs[16i .. 16i+16]`.
 #[repr(C)]
@@ -25,27 +28,58 @@ impl BlockQ8K {
     }
 }
 
-/// Scalar reference: `x.len() == 256 * out.len()`. Same scale rule and rounding (half to even)
-/// as the 32-element activation blocks, so scalar and SIMD agree bit for bit.
+/// Blocks whose largest magnitude is below this quantize to zero: `-127 / max` would overflow
+/// to infinity for subnormal maxima. (ggml only special-cases exact zero.)
+const MIN_AMAX: f32 = 1e-30;
+
+/// The element of largest magnitude, the first one on ties, as ggml picks it; 0.0 for a block
+/// that quantizes to zero.
+#[inline]
+pub(crate) fn signed_max(x: &[f32]) -> f32 {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax >= MIN_AMAX && amax.is_finite() {
+        max
+    } else {
+        0.0
+    }
+}
+
+/// Per-16 sums of the codes (each within ±16·127, well inside i16).
+#[inline]
+pub(crate) fn block_sums(qs: &[[i8; 32]; 8]) -> [i16; 16] {
+    std::array::from_fn(|i| {
+        qs[i / 2][16 * (i % 2)..16 * (i % 2) + 16]
+            .iter()
+            .map(|&q| i32::from(q))
+            .sum::<i32>() as i16
+    })
+}
+
+/// Scalar reference: `x.len() == 256 * out.len()`. Codes are `iscale·x` rounded half to even
+/// (ggml's `nearest_int`), which the SIMD paths reproduce exactly.
 pub(crate) fn quantize_scalar(x: &[f32], out: &mut [BlockQ8K]) {
     assert_eq!(x.len(), QK * out.len(), "q8_k quantize: length mismatch");
     for (xb, ob) in x.chunks_exact(QK).zip(out.iter_mut()) {
-        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let (d, id) = act_scale(amax);
+        let max = signed_max(xb);
+        if max == 0.0 {
+            *ob = BlockQ8K::default();
+            continue;
+        }
+        let iscale = -127.0 / max;
         for (g, group) in xb.chunks_exact(32).enumerate() {
             for (q, &v) in ob.qs[g].iter_mut().zip(group) {
-                *q = (v * id).round_ties_even() as i32 as i8;
+                // |iscale·v| <= 127 (plus rounding), so the cast never saturates.
+                *q = (iscale * v).round_ties_even() as i32 as i8;
             }
         }
-        let qs = ob.qs;
-        for (i, s) in ob.bsums.iter_mut().enumerate() {
-            // Sums of 16 codes are within ±16·127, well inside i16.
-            *s = qs[i / 2][16 * (i % 2)..16 * (i % 2) + 16]
-                .iter()
-                .map(|&q| i32::from(q))
-                .sum::<i32>() as i16;
-        }
-        ob.d = d;
+        ob.bsums = block_sums(&ob.qs);
+        ob.d = 1.0 / iscale;
     }
 }
 
@@ -53,7 +87,7 @@ pub(crate) fn quantize_scalar(x: &[f32], out: &mut [BlockQ8K]) {
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{act_scale, BlockQ8K, QK};
+    use super::{BlockQ8K, MIN_AMAX, QK};
     use crate::formats::q8_1::avx2::{amax_32, quantize_32};
 
     /// AVX2 twin of [`super::quantize_scalar`], bit-identical to it for finite input.
@@ -64,17 +98,55 @@ pub(crate) mod avx2 {
             let groups = xb
                 .chunks_exact(32)
                 .map(|g| <&[f32; 32]>::try_from(g).expect("256 = 8 x 32"));
+            // The vector max finds the magnitude; a scan finds its first, signed occurrence.
             let amax = groups.clone().fold(0.0f32, |m, g| m.max(amax_32(g)));
-            let (d, id) = act_scale(amax);
+            let max = if amax >= MIN_AMAX && amax.is_finite() {
+                xb.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0)
+            } else {
+                0.0
+            };
+            if max == 0.0 {
+                *ob = BlockQ8K::default();
+                continue;
+            }
+            let iscale = -127.0 / max;
             for (g, group) in groups.enumerate() {
-                let (q, lo, hi) = quantize_32(group, id);
+                let (q, lo, hi) = quantize_32(group, iscale);
                 // SAFETY: `ob.qs[g]` is 32 writable bytes, the width of an unaligned store.
                 unsafe { _mm256_storeu_si256(ob.qs[g].as_mut_ptr().cast(), q) };
-                // Each sum of 16 codes is within ±16*127, well inside i16.
+                // Each sum of 16 codes is within ±16·127, well inside i16.
                 ob.bsums[2 * g] = lo as i16;
                 ob.bsums[2 * g + 1] = hi as i16;
             }
-            ob.d = d;
+            ob.d = 1.0 / iscale;
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon {
+    use super::{signed_max, BlockQ8K, QK};
+    use crate::formats::q8_1::neon::quantize_32;
+
+    /// NEON twin of [`super::quantize_scalar`], bit-identical to it for finite input.
+    #[target_feature(enable = "neon")]
+    pub(crate) fn quantize(x: &[f32], out: &mut [BlockQ8K]) {
+        assert_eq!(x.len(), QK * out.len(), "q8_k quantize: length mismatch");
+        for (xb, ob) in x.chunks_exact(QK).zip(out.iter_mut()) {
+            let max = signed_max(xb);
+            if max == 0.0 {
+                *ob = BlockQ8K::default();
+                continue;
+            }
+            let iscale = -127.0 / max;
+            for (g, group) in xb.chunks_exact(32).enumerate() {
+                let group = <&[f32; 32]>::try_from(group).expect("256 = 8 x 32");
+                let (lo, hi) = quantize_32(group, iscale, &mut ob.qs[g]);
+                // Each sum of 16 codes is within ±16·127, well inside i16.
+                ob.bsums[2 * g] = lo as i16;
+                ob.bsums[2 * g + 1] = hi as i16;
+            }
+            ob.d = 1.0 / iscale;
         }
     }
 }
@@ -91,8 +163,10 @@ mod tests {
         let mut q = vec![BlockQ8K::default(); 5];
         quantize_scalar(&x, &mut q);
         for (xb, b) in x.chunks_exact(256).zip(&q) {
+            let max = signed_max(xb);
+            assert_eq!(b.q(xb.iter().position(|&v| v == max).unwrap()), -127);
             for (j, &v) in xb.iter().enumerate() {
-                assert!((v - b.d * b.q(j) as f32).abs() <= b.d * 0.5001);
+                assert!((v - b.d * b.q(j) as f32).abs() <= b.d.abs() * 0.5001);
             }
             for i in 0..16 {
                 let s: i32 = (16 * i..16 * i + 16).map(|j| b.q(j)).sum();
@@ -118,6 +192,22 @@ mod tests {
             assert_eq!(p.qs, q.qs);
             assert_eq!(p.bsums, q.bsums);
             assert_eq!(p.d.to_bits(), q.d.to_bits());
+        }
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_is_bit_identical_to_scalar() {
+        let mut r = rng(6);
+        let n = 7;
+        let x = random_f32(&mut r, QK * n, 5.0);
+        let mut a = vec![BlockQ8K::default(); n];
+        let mut b = vec![BlockQ8K::default(); n];
+        quantize_scalar(&x, &mut a);
+        // SAFETY: NEON is part of the aarch64 baseline.
+        unsafe { neon::quantize(&x, &mut b) };
+        for (p, q) in a.iter().zip(&b) {
+            assert_eq!(format!("{p:?}"), format!("{q:?}"));
         }
     }
 }
