@@ -65,7 +65,9 @@ impl ModelManifest {
         self.models
             .iter()
             .find(|m| m.id == self.default)
-            .ok_or_else(|| AssetError::Manifest(format!("default model {:?} is not listed", self.default)))
+            .ok_or_else(|| {
+                AssetError::Manifest(format!("default model {:?} is not listed", self.default))
+            })
     }
 }
 
@@ -134,7 +136,11 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("m.gguf");
         std::fs::write(&path, b"hello").unwrap();
-        let mut e = ModelManifest::builtin().unwrap().default_model().unwrap().clone();
+        let mut e = ModelManifest::builtin()
+            .unwrap()
+            .default_model()
+            .unwrap()
+            .clone();
         e.size = 5;
         e.sha256 = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824".into();
         verify_model_file(&path, &e).unwrap();
