@@ -66,6 +66,8 @@ impl fmt::Display for CpuFeatures {
 }
 
 type DotFn<W, A> = unsafe fn(&[W], &[A]) -> f32;
+/// One weight row against several tokens: `out[t] = dot(w, token t of a)`.
+type MultiFn<W, A> = unsafe fn(&[W], &[A], &mut [f32]);
 
 /// One implementation of every hot kernel. The function pointers are `unsafe fn` because the
 /// SIMD ones may only run on a CPU with their features; a table is only reachable through
@@ -78,11 +80,11 @@ pub(crate) struct Kernels {
     dot_f16: DotFn<F16, f32>,
     quantize_q8_1: unsafe fn(&[f32], &mut [BlockQ8_1]),
     quantize_q8_k: unsafe fn(&[f32], &mut [BlockQ8K]),
-    dot_q4_0: DotFn<BlockQ4_0, BlockQ8_1>,
-    dot_q4_1: DotFn<BlockQ4_1, BlockQ8_1>,
-    dot_q8_0: DotFn<BlockQ8_0, BlockQ8_1>,
-    dot_q4_k: DotFn<BlockQ4K, BlockQ8K>,
-    dot_q6_k: DotFn<BlockQ6K, BlockQ8K>,
+    dot_q4_0: MultiFn<BlockQ4_0, BlockQ8_1>,
+    dot_q4_1: MultiFn<BlockQ4_1, BlockQ8_1>,
+    dot_q8_0: MultiFn<BlockQ8_0, BlockQ8_1>,
+    dot_q4_k: MultiFn<BlockQ4K, BlockQ8K>,
+    dot_q6_k: MultiFn<BlockQ6K, BlockQ8K>,
 }
 
 static SCALAR: Kernels = Kernels {
@@ -92,11 +94,11 @@ static SCALAR: Kernels = Kernels {
     dot_f16: f16::dot_scalar,
     quantize_q8_1: q8_1::quantize_scalar,
     quantize_q8_k: q8_k::quantize_scalar,
-    dot_q4_0: q4_0::dot_scalar,
-    dot_q4_1: q4_1::dot_scalar,
-    dot_q8_0: q8_0::dot_scalar,
-    dot_q4_k: q4_k::dot_scalar,
-    dot_q6_k: q6_k::dot_scalar,
+    dot_q4_0: q4_0::dot_multi_scalar,
+    dot_q4_1: q4_1::dot_multi_scalar,
+    dot_q8_0: q8_0::dot_multi_scalar,
+    dot_q4_k: q4_k::dot_multi_scalar,
+    dot_q6_k: q6_k::dot_multi_scalar,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -107,11 +109,11 @@ static AVX2: Kernels = Kernels {
     dot_f16: f16::avx2::dot,
     quantize_q8_1: q8_1::avx2::quantize,
     quantize_q8_k: q8_k::avx2::quantize,
-    dot_q4_0: q4_0::avx2::dot,
-    dot_q4_1: q4_1::avx2::dot,
-    dot_q8_0: q8_0::avx2::dot,
-    dot_q4_k: q4_k::avx2::dot,
-    dot_q6_k: q6_k::avx2::dot,
+    dot_q4_0: q4_0::avx2::dot_multi,
+    dot_q4_1: q4_1::avx2::dot_multi,
+    dot_q8_0: q8_0::avx2::dot_multi,
+    dot_q4_k: q4_k::avx2::dot_multi,
+    dot_q6_k: q6_k::avx2::dot_multi,
 };
 
 #[cfg(target_arch = "aarch64")]
@@ -122,11 +124,11 @@ static NEON: Kernels = Kernels {
     dot_f16: f16::dot_scalar,
     quantize_q8_1: q8_1::neon::quantize,
     quantize_q8_k: q8_k::neon::quantize,
-    dot_q4_0: q4_0::neon::dot,
-    dot_q4_1: q4_1::neon::dot,
-    dot_q8_0: q8_0::neon::dot,
-    dot_q4_k: q4_k::neon::dot,
-    dot_q6_k: q6_k::neon::dot,
+    dot_q4_0: q4_0::neon::dot_multi,
+    dot_q4_1: q4_1::neon::dot_multi,
+    dot_q8_0: q8_0::neon::dot_multi,
+    dot_q4_k: q4_k::neon::dot_multi,
+    dot_q6_k: q6_k::neon::dot_multi,
 };
 
 /// True when the AVX2 kernels may run here.
@@ -245,38 +247,63 @@ impl Kernels {
         unsafe { (self.quantize_q8_k)(x, out) }
     }
 
+    /// One weight row against `out.len()` tokens stored one after another in `a`.
     #[inline]
-    pub fn dot_q4_0(&self, w: &[BlockQ4_0], a: &[BlockQ8_1]) -> f32 {
-        assert_eq!(w.len(), a.len(), "dot_q4_0: block count mismatch");
+    pub fn dot_q4_0(&self, w: &[BlockQ4_0], a: &[BlockQ8_1], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_q4_0: block count mismatch"
+        );
         // SAFETY: as in `dot_f32`.
-        unsafe { (self.dot_q4_0)(w, a) }
+        unsafe { (self.dot_q4_0)(w, a, out) }
     }
 
+    /// One weight row against `out.len()` tokens stored one after another in `a`.
     #[inline]
-    pub fn dot_q4_1(&self, w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
-        assert_eq!(w.len(), a.len(), "dot_q4_1: block count mismatch");
+    pub fn dot_q4_1(&self, w: &[BlockQ4_1], a: &[BlockQ8_1], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_q4_1: block count mismatch"
+        );
         // SAFETY: as in `dot_f32`.
-        unsafe { (self.dot_q4_1)(w, a) }
+        unsafe { (self.dot_q4_1)(w, a, out) }
     }
 
+    /// One weight row against `out.len()` tokens stored one after another in `a`.
     #[inline]
-    pub fn dot_q8_0(&self, w: &[BlockQ8_0], a: &[BlockQ8_1]) -> f32 {
-        assert_eq!(w.len(), a.len(), "dot_q8_0: block count mismatch");
+    pub fn dot_q8_0(&self, w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_q8_0: block count mismatch"
+        );
         // SAFETY: as in `dot_f32`.
-        unsafe { (self.dot_q8_0)(w, a) }
+        unsafe { (self.dot_q8_0)(w, a, out) }
     }
 
+    /// One weight row against `out.len()` tokens stored one after another in `a`.
     #[inline]
-    pub fn dot_q4_k(&self, w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
-        assert_eq!(w.len(), a.len(), "dot_q4_k: block count mismatch");
+    pub fn dot_q4_k(&self, w: &[BlockQ4K], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_q4_k: block count mismatch"
+        );
         // SAFETY: as in `dot_f32`.
-        unsafe { (self.dot_q4_k)(w, a) }
+        unsafe { (self.dot_q4_k)(w, a, out) }
     }
 
+    /// One weight row against `out.len()` tokens stored one after another in `a`.
     #[inline]
-    pub fn dot_q6_k(&self, w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
-        assert_eq!(w.len(), a.len(), "dot_q6_k: block count mismatch");
+    pub fn dot_q6_k(&self, w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_q6_k: block count mismatch"
+        );
         // SAFETY: as in `dot_f32`.
-        unsafe { (self.dot_q6_k)(w, a) }
+        unsafe { (self.dot_q6_k)(w, a, out) }
     }
 }

@@ -10,6 +10,7 @@ use rayon::prelude::*;
 
 use crate::block::{cast_blocks, ByteBlock};
 use crate::dispatch::{kernels, Kernels};
+use crate::formats::each_token;
 use crate::formats::f16::F16;
 use crate::formats::q4_0::BlockQ4_0;
 use crate::formats::q4_1::BlockQ4_1;
@@ -113,11 +114,15 @@ pub fn matmul(w: &Weights, x: &[f32], n_tokens: usize, out: &mut [f32]) -> Resul
                     .collect();
                 &copied
             };
-            run(wf, cols, x, cols, shape, out, |w, a| k.dot_f32(w, a));
+            run(wf, cols, x, cols, shape, out, |w, a, o| {
+                each_token(|w, a| k.dot_f32(w, a), w, a, o)
+            });
         }
         GgmlType::F16 => {
             let wh = cast_blocks::<F16>(w.data);
-            run(wh, cols, x, cols, shape, out, |w, a| k.dot_f16(w, a));
+            run(wh, cols, x, cols, shape, out, |w, a, o| {
+                each_token(|w, a| k.dot_f16(w, a), w, a, o)
+            });
         }
         GgmlType::Q4_0 => q8_1_matmul::<BlockQ4_0>(k, w, x, shape, out, Kernels::dot_q4_0),
         GgmlType::Q4_1 => q8_1_matmul::<BlockQ4_1>(k, w, x, shape, out, Kernels::dot_q4_1),
@@ -143,14 +148,20 @@ fn q8_1_matmul<B: ByteBlock>(
     x: &[f32],
     shape: Shape,
     out: &mut [f32],
-    dot: fn(&Kernels, &[B], &[BlockQ8_1]) -> f32,
+    dot: fn(&Kernels, &[B], &[BlockQ8_1], &mut [f32]),
 ) {
     let nb = w.cols / 32;
     with_buffer(&ACT_Q8_1, nb * shape.n_tok, |act| {
         quantize_tokens(x, w.cols, act, nb, shape, |x, a| k.quantize_q8_1(x, a));
-        run(cast_blocks::<B>(w.data), nb, act, nb, shape, out, |w, a| {
-            dot(k, w, a)
-        });
+        run(
+            cast_blocks::<B>(w.data),
+            nb,
+            act,
+            nb,
+            shape,
+            out,
+            |w, a, o| dot(k, w, a, o),
+        );
     });
 }
 
@@ -161,14 +172,20 @@ fn q8_k_matmul<B: ByteBlock>(
     x: &[f32],
     shape: Shape,
     out: &mut [f32],
-    dot: fn(&Kernels, &[B], &[BlockQ8K]) -> f32,
+    dot: fn(&Kernels, &[B], &[BlockQ8K], &mut [f32]),
 ) {
     let nb = w.cols / 256;
     with_buffer(&ACT_Q8_K, nb * shape.n_tok, |act| {
         quantize_tokens(x, w.cols, act, nb, shape, |x, a| k.quantize_q8_k(x, a));
-        run(cast_blocks::<B>(w.data), nb, act, nb, shape, out, |w, a| {
-            dot(k, w, a)
-        });
+        run(
+            cast_blocks::<B>(w.data),
+            nb,
+            act,
+            nb,
+            shape,
+            out,
+            |w, a, o| dot(k, w, a, o),
+        );
     });
 }
 
@@ -204,7 +221,8 @@ fn rows_per_task(rows: usize) -> usize {
 }
 
 /// The common driver. `w` holds `rows` rows of `w_per_row` units, `act` holds `n_tok` tokens
-/// of `a_per_tok` units; `dot` multiplies one row by one token.
+/// of `a_per_tok` units; `dot(row, tokens, out)` multiplies one row by `out.len()` consecutive
+/// tokens (the multi-token kernels unpack each weight block once for up to four tokens).
 fn run<W: Sync, A: Sync>(
     w: &[W],
     w_per_row: usize,
@@ -212,21 +230,19 @@ fn run<W: Sync, A: Sync>(
     a_per_tok: usize,
     shape: Shape,
     out: &mut [f32],
-    dot: impl Fn(&[W], &[A]) -> f32 + Sync,
+    dot: impl Fn(&[W], &[A], &mut [f32]) + Sync,
 ) {
     let Shape { rows, n_tok, .. } = shape;
     debug_assert_eq!(w.len(), rows * w_per_row);
     debug_assert_eq!(act.len(), n_tok * a_per_tok);
     let row = |r: usize| &w[r * w_per_row..(r + 1) * w_per_row];
-    let token = |t: usize| &act[t * a_per_tok..(t + 1) * a_per_tok];
     let parallel = use_pool(shape);
     let chunk = if parallel { rows_per_task(rows) } else { rows };
 
     if n_tok == 1 {
-        let x = token(0);
         let body = |(c, o): (usize, &mut [f32])| {
             for (i, y) in o.iter_mut().enumerate() {
-                *y = dot(row(c * chunk + i), x);
+                dot(row(c * chunk + i), act, std::slice::from_mut(y));
             }
         };
         if parallel {
@@ -238,20 +254,17 @@ fn run<W: Sync, A: Sync>(
     }
 
     // Several tokens: each task computes a (chunk rows) x (all tokens) tile into scratch laid
-    // out as (task, token, row-in-task), walking tokens in tiles so the task's weight rows and
-    // one tile of activations share the cache; then rows are copied to (token, row) order.
-    let tile = (TOKEN_TILE_BYTES / (a_per_tok * size_of::<A>()).max(1)).clamp(1, n_tok);
+    // out as (task, row-in-task, token), walking tokens in tiles so the task's weight rows and
+    // one tile of activations share the cache; then results are copied to (token, row) order.
+    let tile = (TOKEN_TILE_BYTES / (a_per_tok * size_of::<A>()).max(1)).clamp(4, n_tok.max(4));
     with_buffer(&SCRATCH, rows * n_tok, |scratch| {
         let body = |(c, t): (usize, &mut [f32])| {
             let r0 = c * chunk;
-            let nr = t.len() / n_tok;
             for t0 in (0..n_tok).step_by(tile) {
                 let t1 = (t0 + tile).min(n_tok);
-                for i in 0..nr {
-                    let wr = row(r0 + i);
-                    for tk in t0..t1 {
-                        t[tk * nr + i] = dot(wr, token(tk));
-                    }
+                let tokens = &act[t0 * a_per_tok..t1 * a_per_tok];
+                for (i, per_row) in t.chunks_mut(n_tok).enumerate() {
+                    dot(row(r0 + i), tokens, &mut per_row[t0..t1]);
                 }
             }
         };
@@ -263,12 +276,9 @@ fn run<W: Sync, A: Sync>(
         } else {
             body((0, &mut *scratch));
         }
-        for (c, t) in scratch.chunks(chunk * n_tok).enumerate() {
-            let r0 = c * chunk;
-            let nr = t.len() / n_tok;
-            for tk in 0..n_tok {
-                out[tk * rows + r0..tk * rows + r0 + nr]
-                    .copy_from_slice(&t[tk * nr..(tk + 1) * nr]);
+        for (r, per_row) in scratch.chunks(n_tok).enumerate() {
+            for (tk, &v) in per_row.iter().enumerate() {
+                out[tk * rows + r] = v;
             }
         }
     });

@@ -96,3 +96,27 @@ pub(crate) fn mul_sum_i8_i8(x: __m256i, y: __m256i) -> __m256i {
 pub(crate) fn mul_sum_u8_i8(u: __m256i, s: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 }
+
+/// Runs a multi-token kernel over `out` in groups of up to four tokens (`a` holds `out.len()`
+/// tokens of `w.len()` blocks each): `$one(w, a)` for a lone token, `$multi::<N>(w, a, out)`
+/// otherwise. Four tokens share each weight block's unpacking while their accumulators still
+/// fit in registers; the lone-token loop stays the plain decode kernel.
+macro_rules! for_token_groups {
+    ($one:ident, $multi:ident, $w:expr, $a:expr, $out:expr) => {{
+        let (w, a, out) = ($w, $a, $out);
+        let nb = w.len();
+        if nb == 0 {
+            out.fill(0.0);
+        } else {
+            for (o, a) in out.chunks_mut(4).zip(a.chunks(4 * nb)) {
+                match o.len() {
+                    1 => o[0] = $one(w, a),
+                    2 => $multi::<2>(w, a, o),
+                    3 => $multi::<3>(w, a, o),
+                    _ => $multi::<4>(w, a, o),
+                }
+            }
+        }
+    }};
+}
+pub(crate) use for_token_groups;

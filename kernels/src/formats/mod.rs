@@ -10,3 +10,13 @@ pub(crate) mod q6_k;
 pub(crate) mod q8_0;
 pub(crate) mod q8_1;
 pub(crate) mod q8_k;
+
+/// `out[t] = dot(w, token t of a)` where `a` holds `out.len()` tokens of `w.len()` units each:
+/// the multi-token form of a one-token kernel that has no shared-work version.
+#[inline]
+pub(crate) fn each_token<W, A>(dot: impl Fn(&[W], &[A]) -> f32, w: &[W], a: &[A], out: &mut [f32]) {
+    let n = w.len();
+    for (t, o) in out.iter_mut().enumerate() {
+        *o = dot(w, &a[t * n..(t + 1) * n]);
+    }
+}

@@ -83,17 +83,25 @@ pub(crate) fn dot_scalar(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
     acc + off
 }
 
+/// Scalar reference for several tokens: one [`dot_scalar`] per token.
+pub(crate) fn dot_multi_scalar(w: &[BlockQ4_1], a: &[BlockQ8_1], out: &mut [f32]) {
+    super::each_token(dot_scalar, w, a, out);
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{BlockQ4_1, BlockQ8_1};
-    use crate::x86::{f16x2_to_f32, hsum_ps, load_i8x32, mul_sum_u8_i8, unpack_nibbles_32};
+    use crate::x86::{
+        f16x2_to_f32, for_token_groups, hsum_ps, load_i8x32, mul_sum_u8_i8, unpack_nibbles_32,
+    };
 
-    /// AVX2 twin of [`super::dot_scalar`]: the same exact block integers, accumulated in one
-    /// 8-lane FMA chain in block order with the minimum terms summed separately. That is
-    /// ggml's AVX2 order, so on x86 a row's result equals llama.cpp's bit for bit (the FMA
-    /// latency chain costs nothing measurable next to streaming the weights).
+    /// One row against one token. Per block: the exact integer dot of unsigned codes with the
+    /// activations, accumulated in one 8-lane FMA chain in block order with the minimum terms
+    /// summed separately. That is ggml's AVX2 order, so on x86 a row's result equals
+    /// llama.cpp's bit for bit (the FMA latency chain costs nothing measurable next to
+    /// streaming the weights).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
         let mut acc = _mm256_setzero_ps();
@@ -106,6 +114,39 @@ pub(crate) mod avx2 {
         }
         hsum_ps(acc) + off
     }
+
+    /// One row against `out.len()` tokens (`a` holds them one after another).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dot_multi(w: &[BlockQ4_1], a: &[BlockQ8_1], out: &mut [f32]) {
+        for_token_groups!(dot, dot_n, w, a, out);
+    }
+
+    /// [`dot`] for `N` tokens at once, sharing each block's unpacking.
+    /// Per token: the same exact block integers, accumulated in one 8-lane FMA chain in block
+    /// order with the minimum terms summed separately. That is ggml's AVX2 order, so on x86 a
+    /// row's result equals llama.cpp's bit for bit, and does not depend on `N`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn dot_n<const N: usize>(w: &[BlockQ4_1], a: &[BlockQ8_1], out: &mut [f32]) {
+        let nb = w.len();
+        assert_eq!(a.len(), N * nb, "activation blocks for {N} tokens");
+        let mut acc = [_mm256_setzero_ps(); N];
+        let mut off = [0.0f32; N];
+        for (i, wb) in w.iter().enumerate() {
+            let (d, m) = f16x2_to_f32(wb.dm_bytes());
+            let q = unpack_nibbles_32(&wb.qs);
+            for t in 0..N {
+                // SAFETY: t < N and i < nb, so t·nb + i < N·nb = a.len() (asserted above).
+                let ab = unsafe { a.get_unchecked(t * nb + i) };
+                off[t] += m * ab.s;
+                let p = mul_sum_u8_i8(q, load_i8x32(&ab.qs));
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), _mm256_cvtepi32_ps(p), acc[t]);
+            }
+        }
+        for t in 0..N {
+            out[t] = hsum_ps(acc[t]) + off[t];
+        }
+    }
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -115,6 +156,16 @@ pub(crate) mod neon {
     use super::{BlockQ4_1, BlockQ8_1};
     use crate::block::f16_to_f32;
     use crate::neon::{load_i8x32, load_u8x16, sum_i8x32};
+
+    /// One row against `out.len()` tokens, one exact [`dot`] each (NEON gains little from
+    /// sharing the unpacking, which is a couple of instructions per block).
+    #[target_feature(enable = "neon")]
+    pub(crate) fn dot_multi(w: &[BlockQ4_1], a: &[BlockQ8_1], out: &mut [f32]) {
+        let n = w.len();
+        for (t, o) in out.iter_mut().enumerate() {
+            *o = dot(w, &a[t * n..(t + 1) * n]);
+        }
+    }
 
     /// NEON twin of [`super::dot_scalar`], bit-identical to it: the same exact block integers,
     /// combined in the same order.
@@ -245,6 +296,30 @@ mod tests {
             // SAFETY: guarded by the avx2+fma+f16c detection above.
             let simd = unsafe { avx2::dot(&w, &a) };
             assert_reordered_sum_close(simd, dot_scalar(&w, &a), terms, 2 * nb);
+        }
+    }
+
+    /// The multi-token kernel shares weight unpacking across tokens but keeps each token's
+    /// accumulation order, so it equals one-token calls bit for bit, for any token count.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_multi_token_equals_single_token() {
+        if !crate::dispatch::has_avx2() {
+            return;
+        }
+        let mut r = rng(24);
+        let nb = 18;
+        let w = random_blocks(&mut r, nb);
+        for n in 1..=9 {
+            let a = random_q8_1(&mut r, n * nb);
+            let mut multi = vec![0.0f32; n];
+            // SAFETY: guarded by the avx2+fma+f16c detection above.
+            unsafe { avx2::dot_multi(&w, &a, &mut multi) };
+            for (t, &m) in multi.iter().enumerate() {
+                // SAFETY: as above.
+                let single = unsafe { avx2::dot(&w, &a[t * nb..(t + 1) * nb]) };
+                assert_eq!(m.to_bits(), single.to_bits(), "{n} tokens, token {t}");
+            }
         }
     }
 }

@@ -145,12 +145,26 @@ pub(crate) fn dot_scalar(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     acc
 }
 
+/// Scalar reference for several tokens: one [`dot_scalar`] per token.
+pub(crate) fn dot_multi_scalar(w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
+    super::each_token(dot_scalar, w, a, out);
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{BlockQ6K, BlockQ8K};
     use crate::x86::{f16_to_f32, hsum_ps, load_i8x32, load_u8x32};
+
+    /// One row against `out.len()` tokens, one [`dot`] each.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dot_multi(w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
+        let n = w.len();
+        for (t, o) in out.iter_mut().enumerate() {
+            *o = dot(w, &a[t * n..(t + 1) * n]);
+        }
+    }
 
     /// AVX2 twin of [`super::dot_scalar`]: the same exact integers per 8-lane group (the -32
     /// offset subtracted lane by lane), combined in ggml's order (one 8-lane FMA per
@@ -255,6 +269,16 @@ pub(crate) mod neon {
     use super::{offset_term, BlockQ6K, BlockQ8K};
     use crate::block::f16_to_f32;
     use crate::neon::{load_i8x32, load_u8x32, sum_i8x16};
+
+    /// One row against `out.len()` tokens, one exact [`dot`] each (NEON gains little from
+    /// sharing the unpacking, which is a couple of instructions per block).
+    #[target_feature(enable = "neon")]
+    pub(crate) fn dot_multi(w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
+        let n = w.len();
+        for (t, o) in out.iter_mut().enumerate() {
+            *o = dot(w, &a[t * n..(t + 1) * n]);
+        }
+    }
 
     /// NEON twin of [`super::dot_scalar`], bit-identical to it.
     #[target_feature(enable = "neon")]

@@ -61,16 +61,23 @@ pub(crate) fn dot_scalar(w: &[BlockQ8_0], a: &[BlockQ8_1]) -> f32 {
     acc
 }
 
+/// Scalar reference for several tokens: one [`dot_scalar`] per token.
+pub(crate) fn dot_multi_scalar(w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
+    super::each_token(dot_scalar, w, a, out);
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{BlockQ8_0, BlockQ8_1};
-    use crate::x86::{f16_to_f32, hsum_ps, load_i8x32, mul_sum_i8_i8};
+    use crate::x86::{
+        f16_to_f32, for_token_groups, hsum_ps, load_i8x32, mul_sum_i8_i8, mul_sum_u8_i8,
+    };
 
-    /// AVX2 twin of [`super::dot_scalar`]: the same exact block integers, accumulated in one
-    /// 8-lane FMA chain in block order, which is ggml's AVX2 order, so on x86 a row's result
-    /// equals llama.cpp's bit for bit.
+    /// One row against one token. Per block: the exact integer dot, accumulated in one 8-lane
+    /// FMA chain in block order, which is ggml's AVX2 order, so on x86 a row's result equals
+    /// llama.cpp's bit for bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot(w: &[BlockQ8_0], a: &[BlockQ8_1]) -> f32 {
         let mut acc = _mm256_setzero_ps();
@@ -81,6 +88,40 @@ pub(crate) mod avx2 {
         }
         hsum_ps(acc)
     }
+
+    /// One row against `out.len()` tokens (`a` holds them one after another).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dot_multi(w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
+        for_token_groups!(dot, dot_n, w, a, out);
+    }
+
+    /// [`dot`] for `N` tokens at once, sharing each block's load and
+    /// sign split. Per token: the same exact block integers, accumulated in one 8-lane FMA chain
+    /// in block order, which is ggml's AVX2 order, so on x86 a row's result equals llama.cpp's
+    /// bit for bit, and does not depend on `N`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn dot_n<const N: usize>(w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
+        let nb = w.len();
+        assert_eq!(a.len(), N * nb, "activation blocks for {N} tokens");
+        let mut acc = [_mm256_setzero_ps(); N];
+        for (i, wb) in w.iter().enumerate() {
+            let dw = f16_to_f32(wb.d);
+            let x = load_i8x32(&wb.qs);
+            // maddubs wants one unsigned side: |x| (<= 128) times y carrying x's sign
+            // (activations stay within ±127, so the negation cannot overflow).
+            let ax = _mm256_sign_epi8(x, x);
+            for (t, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: t < N and i < nb, so t·nb + i < N·nb = a.len() (asserted above).
+                let ab = unsafe { a.get_unchecked(t * nb + i) };
+                let p = mul_sum_u8_i8(ax, _mm256_sign_epi8(load_i8x32(&ab.qs), x));
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * ab.d), _mm256_cvtepi32_ps(p), *acc);
+            }
+        }
+        for (o, acc) in out.iter_mut().zip(acc) {
+            *o = hsum_ps(acc);
+        }
+    }
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -88,6 +129,16 @@ pub(crate) mod neon {
     use super::{BlockQ8_0, BlockQ8_1};
     use crate::block::f16_to_f32;
     use crate::neon::{load_i8x32, sum_i8x32};
+
+    /// One row against `out.len()` tokens, one exact [`dot`] each (NEON gains little from
+    /// sharing the unpacking, which is a couple of instructions per block).
+    #[target_feature(enable = "neon")]
+    pub(crate) fn dot_multi(w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
+        let n = w.len();
+        for (t, o) in out.iter_mut().enumerate() {
+            *o = dot(w, &a[t * n..(t + 1) * n]);
+        }
+    }
 
     /// NEON twin of [`super::dot_scalar`], bit-identical to it.
     #[target_feature(enable = "neon")]
@@ -195,6 +246,30 @@ mod tests {
             // SAFETY: guarded by the avx2+fma+f16c detection above.
             let simd = unsafe { avx2::dot(&w, &a) };
             assert_reordered_sum_close(simd, dot_scalar(&w, &a), terms, nb);
+        }
+    }
+
+    /// The multi-token kernel shares weight unpacking across tokens but keeps each token's
+    /// accumulation order, so it equals one-token calls bit for bit, for any token count.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_multi_token_equals_single_token() {
+        if !crate::dispatch::has_avx2() {
+            return;
+        }
+        let mut r = rng(34);
+        let nb = 18;
+        let w = random_blocks(&mut r, nb);
+        for n in 1..=9 {
+            let a = random_q8_1(&mut r, n * nb);
+            let mut multi = vec![0.0f32; n];
+            // SAFETY: guarded by the avx2+fma+f16c detection above.
+            unsafe { avx2::dot_multi(&w, &a, &mut multi) };
+            for (t, &m) in multi.iter().enumerate() {
+                // SAFETY: as above.
+                let single = unsafe { avx2::dot(&w, &a[t * nb..(t + 1) * nb]) };
+                assert_eq!(m.to_bits(), single.to_bits(), "{n} tokens, token {t}");
+            }
         }
     }
 }
