@@ -98,3 +98,25 @@ fn greedy_tokens_equal_llama_cpp_until_a_near_tie() {
     // The comparison must cover a real stretch of text, not vanish into near-ties.
     assert!(compared >= 30, "only {compared} tokens were compared");
 }
+
+#[test]
+fn short_prompt_logits_equal_llama_cpp() {
+    let model = Model::load(&model_path()).unwrap();
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/short_prompt_logits.json")).unwrap();
+    for case in fixture["cases"].as_array().unwrap() {
+        let mut s = Session::new(model.clone(), 64).unwrap();
+        let (logits, _) = s.prefill(&ids(&case["ids"])).unwrap();
+        for pair in case["top5"].as_array().unwrap() {
+            let id = pair[0].as_u64().unwrap() as usize;
+            let want = pair[1].as_f64().unwrap() as f32;
+            // The fixture is printed to 4 decimals; the engines agree below that.
+            assert!(
+                (logits[id] - want).abs() < 2e-4,
+                "{:?} token {id}: ours {} ref {want}",
+                case["ids"],
+                logits[id]
+            );
+        }
+    }
+}

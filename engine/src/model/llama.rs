@@ -120,8 +120,8 @@ fn attention(
     add_bias(&mut q, layer.bq.as_deref());
     add_bias(&mut k, layer.bk.as_deref());
     add_bias(&mut v, layer.bv.as_deref());
-    rope(&mut q, q_dim, hp, &model.rope_inv_freq, pos);
-    rope(&mut k, kv_dim, hp, &model.rope_inv_freq, pos);
+    rope(&mut q, q_dim, hp, &model.rope, pos);
+    rope(&mut k, kv_dim, hp, &model.rope, pos);
     kv.append(l, &k, &v);
 
     let (keys, values) = kv.layer(l); // (pos + n, kv_dim) each, f16
@@ -158,19 +158,14 @@ fn attention(
 }
 
 /// Rotary position embedding (Su et al. 2021) on every head of each row of `x`: (n, width),
-/// rows at positions pos, pos+1, ... `inv_freq` holds one angular speed per rotated pair.
-fn rope(x: &mut [f32], width: usize, hp: &HParams, inv_freq: &[f32], pos: usize) {
+/// rows at positions pos, pos+1, ...
+fn rope(x: &mut [f32], width: usize, hp: &HParams, rope: &Rope, pos: usize) {
     let hd = hp.head_dim;
-    let half = inv_freq.len();
+    let half = hp.rope_dims / 2;
     let mut cos = vec![0.0f32; half];
     let mut sin = vec![0.0f32; half];
     for (t, row) in x.chunks_exact_mut(width).enumerate() {
-        let p = (pos + t) as f32 * hp.rope_freq_scale;
-        for i in 0..half {
-            let (s, c) = (p * inv_freq[i]).sin_cos();
-            cos[i] = c;
-            sin[i] = s;
-        }
+        rope.angles((pos + t) as f32, hp.rope_freq_scale, &mut cos, &mut sin);
         for head in row.chunks_exact_mut(hd) {
             for i in 0..half {
                 let (a, b) = match hp.arch.rope_layout() {
@@ -185,16 +180,35 @@ fn rope(x: &mut [f32], width: usize, hp: &HParams, inv_freq: &[f32], pos: usize)
     }
 }
 
-/// The angular speed of each rotated pair: base^(-2i/d), divided by Llama 3's per-frequency
-/// factors when the file has them.
-pub(crate) fn rope_inv_freq(hp: &HParams, factors: Option<&[f32]>) -> Vec<f32> {
-    let half = hp.rope_dims / 2;
-    (0..half)
-        .map(|i| {
-            let f = hp.rope_theta.powf(-((2 * i) as f32) / hp.rope_dims as f32);
-            f / factors.map_or(1.0, |fs| fs[i])
-        })
-        .collect()
+/// The rotation speeds: pair i turns by pos * base^(-2i/d) (divided by Llama 3's per-frequency
+/// factor when the file has them).
+pub(crate) struct Rope {
+    /// base^(-2/d): each pair turns this much slower than the one before.
+    theta_scale: f32,
+    factors: Option<Vec<f32>>,
+}
+
+impl Rope {
+    pub(crate) fn new(hp: &HParams, factors: Option<Vec<f32>>) -> Rope {
+        Rope {
+            theta_scale: hp.rope_theta.powf(-2.0 / hp.rope_dims as f32),
+            factors,
+        }
+    }
+
+    /// cos and sin of every pair's angle at position `p`. The angle is built by repeated
+    /// multiplication in f32, exactly as llama.cpp builds it, so both engines rotate by the
+    /// same bits.
+    fn angles(&self, p: f32, freq_scale: f32, cos: &mut [f32], sin: &mut [f32]) {
+        let mut theta = p;
+        for i in 0..cos.len() {
+            let ff = self.factors.as_ref().map_or(1.0, |f| f[i]);
+            let (s, c) = (freq_scale * (theta / ff)).sin_cos();
+            cos[i] = c;
+            sin[i] = s;
+            theta *= self.theta_scale;
+        }
+    }
 }
 
 /// One kv head's rows of an f16 cache, widened to f32: (rows, hd).

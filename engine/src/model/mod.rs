@@ -23,8 +23,7 @@ pub struct Model {
     pub tokenizer: Tokenizer,
     pub chat_template: ChatTemplate,
     pub(crate) weights: ModelWeights,
-    pub(crate) rope_inv_freq: Vec<f32>,
-    /// Declared last so the weights' byte ranges are never used after the mapping is gone.
+    pub(crate) rope: llama::Rope,
     pub(crate) file: Gguf,
 }
 
@@ -52,13 +51,13 @@ impl Model {
             )));
         }
         let chat_template = ChatTemplate::from_gguf(&file, &tokenizer)?;
-        let rope_inv_freq = llama::rope_inv_freq(&hparams, weights.rope_freqs.as_deref());
+        let rope = llama::Rope::new(&hparams, weights.rope_freqs.clone());
         Ok(Arc::new(Model {
             hparams,
             tokenizer,
             chat_template,
             weights,
-            rope_inv_freq,
+            rope,
             file,
         }))
     }
