@@ -238,7 +238,15 @@ fn bench_json_reports_every_measure() {
 fn ctrl_c_stops_a_reply_without_quitting() {
     use std::io::Read;
     let mut child = Command::new(env!("CARGO_BIN_EXE_kostant"))
-        .args(["chat", "--temperature", "0", "--max-tokens", "2000", "--ctx", "4096"])
+        .args([
+            "chat",
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "2000",
+            "--ctx",
+            "4096",
+        ])
         .env("KOSTANT_MODEL", model())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -246,13 +254,18 @@ fn ctrl_c_stops_a_reply_without_quitting() {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"Write a very long story about a lighthouse keeper.\n").unwrap();
+    stdin
+        .write_all(b"Write a very long story about a lighthouse keeper.\n")
+        .unwrap();
     stdin.flush().unwrap();
     // Wait for the reply to start streaming, then interrupt it.
     let mut stdout = child.stdout.take().unwrap();
     let mut first = [0u8; 16];
     stdout.read_exact(&mut first).unwrap();
-    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     // The chat is still alive: it takes another turn, then quits on end of input.
     stdin.write_all(b"/quit\n").unwrap();

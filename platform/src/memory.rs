@@ -18,7 +18,12 @@ fn status_field(name: &str) -> Option<u64> {
 
 fn parse_kb_field(status: &str, name: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with(name))?;
-    let kb: u64 = line[name.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
+    let kb: u64 = line[name.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
     kb.checked_mul(1024)
 }
 
