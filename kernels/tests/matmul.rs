@@ -279,3 +279,29 @@ fn in_pool_runs_on_a_worker_and_returns_the_result() {
         7
     );
 }
+
+/// Weights are file bytes and activations come from a model: arbitrary bit patterns (NaN and
+/// infinite f16 scales, NaN or huge activations) must give values, never a panic.
+#[test]
+fn arbitrary_bytes_and_non_finite_activations_do_not_panic() {
+    use rand::Rng;
+    let mut r = rng(107);
+    for ty in GgmlType::ALL {
+        let cols = cols_for(ty)[1];
+        let rows = 37;
+        let data: Vec<u8> = (0..rows * ty.row_bytes(cols).unwrap())
+            .map(|_| r.gen())
+            .collect();
+        let w = Weights::new(ty, &data, rows, cols).unwrap();
+        let mut x = random_f32(&mut r, 3 * cols, 1.0);
+        x[1] = f32::NAN;
+        x[cols + 2] = f32::INFINITY;
+        x[2 * cols + 3] = 1e38;
+        let mut out = vec![0.0; 3 * rows];
+        matmul(&w, &x, 3, &mut out).unwrap();
+        let mut deq = vec![0.0; rows * cols];
+        dequantize_row(ty, &data, &mut deq).unwrap();
+        let q = quantize_row(ty, &x).unwrap();
+        assert_eq!(q.len(), ty.row_bytes(x.len()).unwrap());
+    }
+}

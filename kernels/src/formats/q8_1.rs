@@ -80,7 +80,9 @@ pub(crate) mod avx2 {
         for i in 0..4 {
             // SAFETY: 8 floats starting at 8*i lie inside the 32-float array.
             let v = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) };
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v));
+            // maxps returns its second operand when either is NaN: with `m` second, NaN
+            // activations are skipped, as `f32::max` skips them in the scalar path.
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, v), m);
         }
         hmax_ps(m)
     }
@@ -98,6 +100,9 @@ pub(crate) mod avx2 {
             let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
                 _mm256_mul_ps(v, idv),
             );
+            // NaN lanes (a NaN activation, or infinity times a zero scale) become 0, as the
+            // scalar path's saturating cast makes them; cvtps would give i32::MIN.
+            let r = _mm256_and_ps(r, _mm256_cmp_ps::<_CMP_ORD_Q>(r, r));
             *qi = _mm256_cvtps_epi32(r);
         }
         let sum_lo = hsum_epi32(_mm256_add_epi32(q[0], q[1]));
@@ -141,9 +146,10 @@ pub(crate) mod neon {
         let mut m = vdupq_n_f32(0.0);
         for i in 0..8 {
             // SAFETY: 4 floats starting at 4*i lie inside the 32-float array.
-            m = vmaxq_f32(m, vabsq_f32(unsafe { vld1q_f32(x.as_ptr().add(4 * i)) }));
+            // maxNum skips NaN, as `f32::max` does in the scalar path.
+            m = vmaxnmq_f32(m, vabsq_f32(unsafe { vld1q_f32(x.as_ptr().add(4 * i)) }));
         }
-        vmaxvq_f32(m)
+        vmaxnmvq_f32(m)
     }
 
     /// Rounds `x * id` half-to-even (`vcvtnq`, like `round_ties_even`) into `out` and returns
@@ -236,6 +242,10 @@ mod tests {
             *v = i as f32 - 15.5;
         }
         x[31] = 127.0;
+        // Non-finite input: a NaN is skipped by the scale and coded 0; an infinity zeroes its
+        // block. Both paths must agree (and not panic).
+        x[40] = f32::NAN;
+        x[70] = f32::INFINITY;
         let mut a = vec![BlockQ8_1::default(); 33];
         let mut b = vec![BlockQ8_1::default(); 33];
         quantize_scalar(&x, &mut a);
@@ -253,7 +263,9 @@ mod tests {
     fn neon_is_bit_identical_to_scalar() {
         let mut r = rng(5);
         let n = 33;
-        let x = random_f32(&mut r, QK * n, 5.0);
+        let mut x = random_f32(&mut r, QK * n, 5.0);
+        x[10] = f32::NAN;
+        x[300] = f32::INFINITY;
         let mut a = vec![BlockQ8_1::default(); n];
         let mut b = vec![BlockQ8_1::default(); n];
         quantize_scalar(&x, &mut a);

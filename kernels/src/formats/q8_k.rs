@@ -182,7 +182,13 @@ mod tests {
             return;
         }
         let mut r = rng(4);
-        let x = random_f32(&mut r, 256 * 7, 5.0);
+        let mut x = random_f32(&mut r, 256 * 7, 5.0);
+        // A NaN is skipped by the scale and coded 0; an infinity zeroes its block; ties of
+        // magnitude resolve to the first element.
+        x[10] = f32::NAN;
+        x[300] = f32::NEG_INFINITY;
+        x[600] = 50.0;
+        x[601] = -50.0;
         let mut a = vec![BlockQ8K::default(); 7];
         let mut b = vec![BlockQ8K::default(); 7];
         quantize_scalar(&x, &mut a);
@@ -200,7 +206,9 @@ mod tests {
     fn neon_is_bit_identical_to_scalar() {
         let mut r = rng(6);
         let n = 7;
-        let x = random_f32(&mut r, QK * n, 5.0);
+        let mut x = random_f32(&mut r, QK * n, 5.0);
+        x[10] = f32::NAN;
+        x[300] = f32::INFINITY;
         let mut a = vec![BlockQ8K::default(); n];
         let mut b = vec![BlockQ8K::default(); n];
         quantize_scalar(&x, &mut a);
