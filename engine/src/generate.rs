@@ -59,10 +59,10 @@ pub struct Generation {
 
 #[derive(Clone, Debug)]
 pub enum Event {
-    /// One generated token and the text it completes (may be empty mid-way through a
-    /// multi-byte character).
+    /// Text as it is generated: one token and the text it completes (empty mid-way through a
+    /// multi-byte character), or, with `id: None`, the last held-back bytes at the end.
     Token {
-        id: u32,
+        id: Option<u32>,
         text: String,
     },
     Done(Generation),
@@ -101,12 +101,13 @@ fn rate(tokens: usize, ms: f64) -> f64 {
     }
 }
 
-/// Runs one generation on `session`, calling `on_token(id, text)` as each token arrives.
+/// Runs one generation on `session`, calling `on_token(Some(id), text)` as each token arrives
+/// (and `on_token(None, tail)` if bytes of an unfinished character remain at the end).
 pub fn generate(
     session: &mut Session,
     req: &GenerateRequest,
     cancel: &CancelHandle,
-    mut on_token: impl FnMut(u32, &str),
+    mut on_token: impl FnMut(Option<u32>, &str),
 ) -> Result<Generation> {
     let mut sampler = Sampler::new(req.sampling.clone())?;
     let model = session.model().clone();
@@ -147,7 +148,7 @@ pub fn generate(
         history.push(id);
         let text = decoder.push(id);
         reply.push_str(&text);
-        on_token(id, &text);
+        on_token(Some(id), &text);
         if tokens.len() >= req.max_tokens {
             break StopReason::MaxTokens;
         }
@@ -159,7 +160,7 @@ pub fn generate(
     let tail = decoder.flush();
     if !tail.is_empty() {
         reply.push_str(&tail);
-        on_token(u32::MAX, &tail);
+        on_token(None, &tail);
     }
     stats.generated_tokens = tokens.len();
     stats.decode_ms = ms_since(decode_start);

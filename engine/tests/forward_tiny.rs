@@ -336,9 +336,7 @@ fn streaming_delivers_every_token_then_done_and_cancel_stops_it() {
     while let Some(ev) = running.events.blocking_recv() {
         match ev {
             Event::Token { id, text } => {
-                if id != u32::MAX {
-                    ids.push(id);
-                }
+                ids.extend(id);
                 streamed.push_str(&text);
             }
             Event::Done(g) => done = Some(g),
