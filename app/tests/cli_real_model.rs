@@ -6,18 +6,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 fn model() -> PathBuf {
-    let p = std::env::var_os("KOSTANT_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/setup.sh first",
-        p.display()
-    );
-    p
+    kostant_engine::testing::real_model_path()
 }
 
 fn kostant(args: &[&str], stdin: Option<&[u8]>) -> Output {

@@ -222,3 +222,21 @@ pub fn tiny_model_bytes(spec: &TinySpec) -> Result<Vec<u8>> {
     );
     w.to_bytes()
 }
+
+/// The real default model for tests: `KOSTANT_MODEL`, else `models/` at the workspace root.
+/// Panics, with the command that installs it, if the file is missing: real-model tests fail
+/// rather than skip.
+pub fn real_model_path() -> std::path::PathBuf {
+    let path = std::env::var_os("KOSTANT_MODEL")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        });
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/setup.sh first",
+        path.display()
+    );
+    path
+}

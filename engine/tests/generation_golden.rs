@@ -1,24 +1,11 @@
 //! Greedy generation on the real default model equals llama.cpp's, token for token, for the
 //! prompts in fixtures/generation_golden.json (how they were recorded: fixtures/README.md).
 
-use std::path::PathBuf;
-
 use kostant_engine::sampling::argmax;
 use kostant_engine::{Message, Model, Role, Session};
 
-fn model_path() -> PathBuf {
-    let p = std::env::var_os("KOSTANT_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/setup.sh first",
-        p.display()
-    );
-    p
+fn model_path() -> std::path::PathBuf {
+    kostant_engine::testing::real_model_path()
 }
 
 fn fixtures() -> serde_json::Value {

@@ -6,28 +6,12 @@
 
 mod gguf_support;
 
-use std::path::PathBuf;
-
 use gguf_support::{mutate, touch, SplitMix64};
 use kostant_engine::gguf::{GgmlType, Gguf, GgufWriter};
 use kostant_engine::EngineError;
 
-fn model_path() -> PathBuf {
-    match std::env::var_os("KOSTANT_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join("models/SmolLM2-135M-Instruct.Q4_1.gguf"),
-    }
-}
-
 fn open_model() -> Gguf {
-    let path = model_path();
-    assert!(
-        path.is_file(),
-        "model file {} is missing: run scripts/setup.sh to fetch it (or set KOSTANT_MODEL)",
-        path.display()
-    );
+    let path = kostant_engine::testing::real_model_path();
     Gguf::open(&path).unwrap_or_else(|e| panic!("{e}"))
 }
 

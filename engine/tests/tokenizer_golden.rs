@@ -8,23 +8,8 @@ use kostant_engine::gguf::{Gguf, GgufWriter, Value as GgufValue};
 use kostant_engine::tokenizer::{StreamDecoder, Tokenizer};
 use serde_json::Value;
 
-const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
 fn model_path() -> PathBuf {
-    let path = std::env::var_os("KOSTANT_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("..")
-                .join("models")
-                .join(MODEL_FILE)
-        });
-    assert!(
-        path.is_file(),
-        "model not found at {}: run `scripts/setup.sh` to fetch it (or set KOSTANT_MODEL)",
-        path.display()
-    );
-    path
+    kostant_engine::testing::real_model_path()
 }
 
 fn tokenizer() -> Tokenizer {
