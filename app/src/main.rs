@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod cli;
+mod history;
 mod model_path;
 
 use clap::Parser;
@@ -13,6 +14,7 @@ fn main() {
     let result = match Cli::parse().command {
         Some(Command::Chat(args)) => cli::chat::run(args),
         Some(Command::Bench(args)) => cli::bench::run(args),
+        Some(Command::History(args)) => cli::history::run(args),
         None => cli::chat::run(cli::ChatArgs::parse_from(["kostant"])),
     };
     if let Err(e) = result {

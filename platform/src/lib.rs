@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod error;
+pub mod keystore;
 pub mod memory;
 pub mod netguard;
 

@@ -28,6 +28,11 @@ pub fn run(args: ChatArgs) -> Result<()> {
     if args.max_tokens == 0 {
         bail!("--max-tokens must be at least 1");
     }
+    // Opened before the model loads, so a wrong key or damaged history fails fast.
+    let recorder = match args.no_history {
+        true => None,
+        false => Some(crate::history::Recorder::open(args.data_dir.as_deref())?),
+    };
     let model = load_model(&args.model)?;
     let session = Session::new(model.clone(), args.model.ctx)?;
     let mut chat = Chat {
@@ -38,6 +43,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         sampling,
         max_tokens: args.max_tokens,
         cancel: CancelHandle::new(),
+        recorder,
     };
     match &args.prompt {
         Some(prompt) => one_shot(&mut chat, prompt, args.json),
@@ -54,6 +60,8 @@ struct Chat {
     sampling: SamplingParams,
     max_tokens: usize,
     cancel: CancelHandle,
+    /// Saves each exchange to the encrypted history; `None` with --no-history.
+    recorder: Option<crate::history::Recorder>,
 }
 
 impl Chat {
@@ -133,6 +141,12 @@ impl Chat {
         };
         self.history
             .push(Message::new(Role::Assistant, g.reply.clone()));
+        if let Some(r) = self.recorder.as_mut() {
+            // The reply was already shown: a failed save is reported, not fatal.
+            if let Err(e) = r.record(user, &g.reply) {
+                eprintln!("kostant: this exchange was not saved to the history: {e}");
+            }
+        }
         Ok(g)
     }
 }
@@ -215,6 +229,9 @@ fn interactive(chat: &mut Chat) -> Result<()> {
             "/quit" | "/exit" => return Ok(()),
             "/reset" => {
                 chat.history.clear();
+                if let Some(r) = chat.recorder.as_mut() {
+                    r.new_conversation();
+                }
                 if let Some(s) = chat.session.as_mut() {
                     s.reset();
                 }

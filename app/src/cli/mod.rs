@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod chat;
+pub mod history;
 
 use std::path::PathBuf;
 
@@ -24,6 +25,8 @@ pub enum Command {
     Chat(ChatArgs),
     /// Measure prefill and decode speed, time to first token and peak memory.
     Bench(BenchArgs),
+    /// List, show, search, delete or export the encrypted chat history.
+    History(history::HistoryArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -70,9 +73,12 @@ pub struct ChatArgs {
     /// One JSON object per line on stdout: a line per token, then a final "done" line.
     #[arg(long)]
     pub json: bool,
-    /// Do not save this conversation (saving arrives with the encrypted history).
+    /// Do not save this conversation to the encrypted history.
     #[arg(long)]
     pub no_history: bool,
+    /// Where the history lives (default: $XDG_DATA_HOME/kostant or ~/.local/share/kostant).
+    #[arg(long, env = "KOSTANT_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -1,0 +1,285 @@
+//! `kostant history`: list, show, search, delete and export the encrypted chat history.
+//! Every command opens the store with the key from the key directory; text is decrypted in
+//! memory only for printing.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use crate::history::{self, store::Conversation, store::Message, HistoryError};
+
+#[derive(Args, Debug)]
+pub struct HistoryArgs {
+    #[command(subcommand)]
+    pub action: HistoryAction,
+    /// Where the history lives (default: $XDG_DATA_HOME/kostant or ~/.local/share/kostant).
+    #[arg(long, env = "KOSTANT_DATA_DIR", global = true)]
+    pub data_dir: Option<PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HistoryAction {
+    /// Conversations, most recent first.
+    List,
+    /// Every message of one conversation.
+    Show { id: i64 },
+    /// Messages containing TEXT (case-insensitive; decrypted and matched in memory).
+    Search { text: String },
+    /// Delete one conversation and its messages.
+    Delete { id: i64 },
+    /// Delete every conversation, replace the data key and compact the file.
+    DeleteAll {
+        /// Confirm: without it nothing is deleted.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Write the whole history to FILE, encrypted under a passphrase (PBKDF2-HMAC-SHA256,
+    /// 600,000 iterations; ChaCha20-Poly1305).
+    Export {
+        /// The file to write; it must not exist.
+        #[arg(long)]
+        out: PathBuf,
+        /// Read the passphrase from the first line of this file (else KOSTANT_EXPORT_PASSPHRASE).
+        #[arg(long)]
+        passphrase_file: Option<PathBuf>,
+    },
+}
+
+pub fn run(args: HistoryArgs) -> Result<()> {
+    let dir = history::data_dir(args.data_dir.as_deref())?;
+    let mut store = history::open_default(&dir)?;
+    let mut out = std::io::stdout().lock();
+    let j = args.json;
+    match args.action {
+        HistoryAction::List => {
+            let list = store.list()?;
+            if j {
+                let items: Vec<_> = list.iter().map(conversation_json).collect();
+                writeln!(out, "{}", json!({ "conversations": items }))?;
+            } else if list.is_empty() {
+                writeln!(out, "(no saved conversations in {})", dir.display())?;
+            } else {
+                for c in &list {
+                    writeln!(
+                        out,
+                        "{:>5}  {}  {:>3} msgs  {}",
+                        c.id,
+                        utc(c.updated_at_ms),
+                        c.messages,
+                        title_text(c)
+                    )?;
+                }
+            }
+        }
+        HistoryAction::Show { id } => {
+            let c = store.conversation(id)?;
+            let msgs = store.messages(id)?;
+            let bad = msgs.iter().filter(|m| m.text.is_err()).count();
+            if j {
+                let mut v = conversation_json(&c);
+                v["messages"] = msgs.iter().map(message_json).collect();
+                writeln!(out, "{v}")?;
+            } else {
+                writeln!(out, "# {} · {}", title_text(&c), utc(c.created_at_ms))?;
+                for m in &msgs {
+                    writeln!(out, "\n[{}] {}", role(m), utc(m.created_at_ms))?;
+                    match &m.text {
+                        Ok(t) => writeln!(out, "{t}")?,
+                        Err(e) => writeln!(out, "<unreadable: {e}>")?,
+                    }
+                }
+            }
+            if bad > 0 {
+                out.flush()?;
+                bail!("conversation {id}: {bad} message(s) failed their integrity check");
+            }
+        }
+        HistoryAction::Search { text } => {
+            if text.trim().is_empty() {
+                bail!("the search text is empty");
+            }
+            let found = store.search(&text)?;
+            if j {
+                let hits: Vec<_> = found.hits.iter().map(message_json).collect();
+                let bad: Vec<_> = found.unreadable.iter().map(|e| e.to_string()).collect();
+                writeln!(
+                    out,
+                    "{}",
+                    json!({ "query": text, "hits": hits, "unreadable": bad })
+                )?;
+            } else {
+                for m in &found.hits {
+                    let t = m.text.as_deref().unwrap_or("");
+                    writeln!(
+                        out,
+                        "{:>5}/{:<5} [{}] {}",
+                        m.conversation_id,
+                        m.id,
+                        role(m),
+                        snippet(t, &text)
+                    )?;
+                }
+                writeln!(out, "({} match(es))", found.hits.len())?;
+            }
+            for e in &found.unreadable {
+                eprintln!("kostant: warning: {e}");
+            }
+        }
+        HistoryAction::Delete { id } => {
+            store.delete(id)?;
+            if j {
+                writeln!(out, "{}", json!({ "deleted": id }))?;
+            } else {
+                writeln!(out, "deleted conversation {id}")?;
+            }
+        }
+        HistoryAction::DeleteAll { yes } => {
+            if !yes {
+                bail!("delete-all removes every saved conversation; pass --yes to confirm");
+            }
+            let n = store.delete_all()?;
+            if j {
+                writeln!(out, "{}", json!({ "deleted_conversations": n }))?;
+            } else {
+                writeln!(
+                    out,
+                    "deleted {n} conversation(s); the history file is compacted"
+                )?;
+            }
+        }
+        HistoryAction::Export {
+            out: file,
+            passphrase_file,
+        } => {
+            let passphrase = match passphrase_file {
+                Some(p) => {
+                    let s = std::fs::read_to_string(&p)
+                        .with_context(|| format!("cannot read passphrase file {}", p.display()))?;
+                    s.lines().next().unwrap_or("").to_string()
+                }
+                None => std::env::var("KOSTANT_EXPORT_PASSPHRASE").map_err(|_| {
+                    anyhow::anyhow!("export needs KOSTANT_EXPORT_PASSPHRASE or --passphrase-file")
+                })?,
+            };
+            let n = history::export::export(&store, &passphrase, &file)?;
+            if j {
+                writeln!(
+                    out,
+                    "{}",
+                    json!({ "exported_conversations": n, "file": file.display().to_string() })
+                )?;
+            } else {
+                writeln!(out, "exported {n} conversation(s) to {}", file.display())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn title_text(c: &Conversation) -> String {
+    match &c.title {
+        Ok(t) => t.clone(),
+        Err(e) => format!("<unreadable title: {e}>"),
+    }
+}
+
+fn role(m: &Message) -> &'static str {
+    m.role.map_or("?", |r| r.as_str())
+}
+
+fn error_text<T>(r: &Result<T, HistoryError>) -> Option<String> {
+    r.as_ref().err().map(|e| e.to_string())
+}
+
+fn conversation_json(c: &Conversation) -> serde_json::Value {
+    json!({
+        "id": c.id,
+        "title": c.title.as_ref().ok(),
+        "created_at_ms": c.created_at_ms,
+        "updated_at_ms": c.updated_at_ms,
+        "messages": c.messages,
+        "error": error_text(&c.title),
+    })
+}
+
+fn message_json(m: &Message) -> serde_json::Value {
+    json!({
+        "id": m.id,
+        "conversation_id": m.conversation_id,
+        "role": m.role.map(|r| r.as_str()),
+        "created_at_ms": m.created_at_ms,
+        "text": m.text.as_ref().ok(),
+        "error": error_text(&m.text),
+    })
+}
+
+/// Up to 40 characters either side of the first match, on one line.
+fn snippet(text: &str, needle: &str) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let lower = flat.to_lowercase();
+    let chars: Vec<char> = flat.chars().collect();
+    // Character position of the match (lower-casing can change byte lengths, so count chars).
+    let at = lower
+        .find(&needle.to_lowercase())
+        .map_or(0, |b| lower[..b].chars().count());
+    let start = at.saturating_sub(40);
+    let end = (at + needle.chars().count() + 40).min(chars.len());
+    let mut s: String = chars[start.min(end)..end].iter().collect();
+    if start > 0 {
+        s.insert(0, '…');
+    }
+    if end < chars.len() {
+        s.push('…');
+    }
+    s
+}
+
+/// `YYYY-MM-DD HH:MM` UTC from Unix milliseconds (civil-from-days, H. Hinnant's algorithm).
+fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00");
+        assert_eq!(utc(1_798_500_000_000), "2026-12-28 23:20");
+    }
+
+    #[test]
+    fn snippets_center_the_match() {
+        assert_eq!(snippet("abc Needle def", "needle"), "abc Needle def");
+        let long = format!("{}NEEDLE{}", "a".repeat(100), "b".repeat(100));
+        let s = snippet(&long, "needle");
+        assert!(s.starts_with('…') && s.ends_with('…') && s.contains("NEEDLE"));
+        assert_eq!(s.chars().count(), 40 + 6 + 40 + 2);
+    }
+}

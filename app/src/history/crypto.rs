@@ -1,0 +1,167 @@
+//! Row encryption for the history: ChaCha20-Poly1305 under the data key, a fresh random 96-bit
+//! nonce per sealed value, and associated data that names where the value lives (table,
+//! conversation id, message id, role), so a ciphertext copied to another row does not open.
+
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
+use ring::rand::{SecureRandom, SystemRandom};
+
+use kostant_platform::keystore::DataKey;
+
+use super::{HistoryError, Role};
+
+/// First byte of every sealed value: the format (1 = ChaCha20-Poly1305, nonce || ct || tag).
+const VERSION: u8 = 1;
+/// Bytes a sealed value adds to its plaintext: version, nonce and tag.
+pub const OVERHEAD: usize = 1 + NONCE_LEN + 16;
+
+/// Where a sealed value lives; its bytes are the AEAD's associated data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// `conversations.title` of a conversation.
+    Title { conversation: i64 },
+    /// `messages.body` of a message.
+    Message {
+        conversation: i64,
+        message: i64,
+        role: Role,
+    },
+}
+
+impl Slot {
+    fn aad(&self) -> String {
+        // Every field is an integer or a fixed word, so joining with NUL is unambiguous.
+        match self {
+            Slot::Title { conversation } => {
+                format!("kostant-history/v1\0conversations.title\0{conversation}")
+            }
+            Slot::Message {
+                conversation,
+                message,
+                role,
+            } => format!(
+                "kostant-history/v1\0messages.body\0{conversation}\0{message}\0{}",
+                role.as_str()
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Slot::Title { conversation } => write!(f, "title of conversation {conversation}"),
+            Slot::Message {
+                conversation,
+                message,
+                ..
+            } => write!(f, "message {message} of conversation {conversation}"),
+        }
+    }
+}
+
+/// The data key, ready to seal and open rows.
+pub struct Cipher {
+    key: LessSafeKey,
+    rng: SystemRandom,
+}
+
+impl Cipher {
+    pub fn new(key: &DataKey) -> Cipher {
+        // The data key is 32 bytes by type, ChaCha20-Poly1305's key length: this cannot fail.
+        let unbound = UnboundKey::new(&CHACHA20_POLY1305, &key.0).expect("32-byte key");
+        Cipher {
+            key: LessSafeKey::new(unbound),
+            rng: SystemRandom::new(),
+        }
+    }
+
+    /// `version || nonce || ciphertext || tag` of `plain`, bound to `slot`.
+    pub fn seal(&self, slot: Slot, plain: &str) -> Result<Vec<u8>, HistoryError> {
+        let mut nonce = [0u8; NONCE_LEN];
+        self.rng
+            .fill(&mut nonce)
+            .map_err(|_| HistoryError::Random)?;
+        let mut out = Vec::with_capacity(plain.len() + OVERHEAD);
+        out.push(VERSION);
+        out.extend_from_slice(&nonce);
+        let mut body = plain.as_bytes().to_vec();
+        let aad = slot.aad();
+        self.key
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad.as_bytes()),
+                &mut body,
+            )
+            .map_err(|_| HistoryError::Random)?;
+        out.extend_from_slice(&body);
+        Ok(out)
+    }
+
+    /// Opens a value sealed for `slot`; fails if any byte changed or it was sealed elsewhere.
+    pub fn open(&self, slot: Slot, sealed: &[u8]) -> Result<String, HistoryError> {
+        let integrity = || HistoryError::Integrity(slot.to_string());
+        if sealed.len() < OVERHEAD || sealed[0] != VERSION {
+            return Err(integrity());
+        }
+        let nonce =
+            Nonce::try_assume_unique_for_key(&sealed[1..1 + NONCE_LEN]).map_err(|_| integrity())?;
+        let mut body = sealed[1 + NONCE_LEN..].to_vec();
+        let aad = slot.aad();
+        let plain = self
+            .key
+            .open_in_place(nonce, Aad::from(aad.as_bytes()), &mut body)
+            .map_err(|_| integrity())?;
+        String::from_utf8(plain.to_vec()).map_err(|_| integrity())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cipher() -> Cipher {
+        Cipher::new(&kostant_platform::keystore::random_key().unwrap())
+    }
+
+    #[test]
+    fn seals_with_fresh_nonces_and_opens_only_in_its_slot() {
+        let c = cipher();
+        let slot = Slot::Message {
+            conversation: 1,
+            message: 2,
+            role: Role::User,
+        };
+        let a = c.seal(slot, "hello").unwrap();
+        let b = c.seal(slot, "hello").unwrap();
+        assert_ne!(a, b, "same text, same slot: nonces must differ");
+        assert_eq!(a.len(), "hello".len() + OVERHEAD);
+        assert_eq!(c.open(slot, &a).unwrap(), "hello");
+        for other in [
+            Slot::Message {
+                conversation: 2,
+                message: 2,
+                role: Role::User,
+            },
+            Slot::Message {
+                conversation: 1,
+                message: 3,
+                role: Role::User,
+            },
+            Slot::Message {
+                conversation: 1,
+                message: 2,
+                role: Role::Assistant,
+            },
+            Slot::Title { conversation: 1 },
+        ] {
+            assert!(matches!(c.open(other, &a), Err(HistoryError::Integrity(_))));
+        }
+        for i in 0..a.len() {
+            let mut t = a.clone();
+            t[i] ^= 0x20;
+            assert!(c.open(slot, &t).is_err(), "flipped byte {i} went unnoticed");
+        }
+        assert!(c.open(slot, &a[..a.len() - 1]).is_err());
+        assert!(cipher().open(slot, &a).is_err(), "another key opened it");
+    }
+}

@@ -1,0 +1,177 @@
+//! The encrypted local chat history: conversations and their messages in a SQLite file, every
+//! piece of user-visible text sealed with the data key before it reaches the disk.
+//!
+//! Layout: `crypto.rs` seals and opens rows (AEAD bound to the row's place), `store.rs` owns the
+//! database (schema, pragmas, key unwrapping, reads and deletes), `export.rs` writes a
+//! passphrase-encrypted copy. The data key is random, wrapped by the platform
+//! [`KeyStore`](kostant_platform::keystore::KeyStore), and kept wrapped in the `meta` table; the
+//! key-encryption key lives elsewhere (see `paths`), so the data directory alone does not open.
+//!
+//! Search decrypts every message and matches in memory: there is no plaintext index, by design.
+
+pub mod crypto;
+pub mod export;
+pub mod store;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+use kostant_platform::keystore::{FileKeyStore, KeyStoreError};
+
+pub use store::Store;
+
+/// The database file's name inside the data directory.
+pub const DB_FILE: &str = "history.sqlite3";
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "system" => Some(Role::System),
+            "user" => Some(Role::User),
+            "assistant" => Some(Role::Assistant),
+            _ => None,
+        }
+    }
+}
+
+/// What went wrong with the history. Messages name the file, conversation or message.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    #[error("history database {path}: {source}")]
+    Db {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("{path} is not a readable Kostant history database (damaged or truncated?): {detail}")]
+    NotHistory { path: PathBuf, detail: String },
+    #[error("history key: {0}")]
+    Key(#[from] KeyStoreError),
+    #[error(
+        "the history's data key does not open with the {key} \
+         (wrong key directory, or the database belongs to another key)"
+    )]
+    WrongKey { key: String },
+    #[error("{0}: integrity check failed (the stored ciphertext was altered or moved)")]
+    Integrity(String),
+    #[error("no conversation {0}")]
+    NoConversation(i64),
+    #[error(
+        "the key directory {key_dir} is inside or around the data directory {data_dir}; \
+         keep the key apart from the data it protects"
+    )]
+    KeyNextToData { key_dir: PathBuf, data_dir: PathBuf },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no data directory: set --data-dir, KOSTANT_DATA_DIR, XDG_DATA_HOME or HOME")]
+    NoDataDir,
+    #[error("the system random generator failed")]
+    Random,
+    #[error("export: {0}")]
+    Export(String),
+}
+
+/// `--data-dir`/`KOSTANT_DATA_DIR` if given, else `$XDG_DATA_HOME/kostant`, else
+/// `~/.local/share/kostant`.
+pub fn data_dir(given: Option<&Path>) -> Result<PathBuf, HistoryError> {
+    if let Some(d) = given {
+        return Ok(d.to_path_buf());
+    }
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(d) = env("XDG_DATA_HOME") {
+        return Ok(d.join("kostant"));
+    }
+    env("HOME")
+        .map(|h| h.join(".local").join("share").join("kostant"))
+        .ok_or(HistoryError::NoDataDir)
+}
+
+/// Opens (creating if needed) the history in `data_dir` with the desktop file key store from
+/// `KOSTANT_KEY_DIR` / the config directory, refusing a key directory inside the data directory.
+pub fn open_default(data_dir: &Path) -> Result<Store, HistoryError> {
+    let key_dir = FileKeyStore::default_dir()?;
+    let (k, d) = (normalize(&key_dir), normalize(data_dir));
+    if k.starts_with(&d) || d.starts_with(&k) {
+        return Err(HistoryError::KeyNextToData {
+            key_dir,
+            data_dir: data_dir.to_path_buf(),
+        });
+    }
+    Store::open(&data_dir.join(DB_FILE), FileKeyStore::new(key_dir))
+}
+
+/// An absolute path with symlinks resolved as far as the path exists.
+fn normalize(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut existing = abs.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(c) = existing.canonicalize() {
+            return rest
+                .iter()
+                .rev()
+                .fold(c, |acc: PathBuf, part| acc.join(part));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => return abs,
+        }
+    }
+}
+
+/// Saves a chat as it happens: the first exchange creates the conversation (titled by the
+/// first user message), later ones append to it.
+pub struct Recorder {
+    store: Store,
+    conversation: Option<i64>,
+}
+
+impl Recorder {
+    pub fn open(data_dir: Option<&Path>) -> Result<Recorder, HistoryError> {
+        let store = open_default(&self::data_dir(data_dir)?)?;
+        Ok(Recorder {
+            store,
+            conversation: None,
+        })
+    }
+
+    /// Saves a user message and its reply in one transaction.
+    pub fn record(&mut self, user: &str, reply: &str) -> Result<i64, HistoryError> {
+        let id = self.store.append_exchange(self.conversation, user, reply)?;
+        self.conversation = Some(id);
+        Ok(id)
+    }
+
+    /// The next exchange starts a new conversation (after `/reset`).
+    pub fn new_conversation(&mut self) {
+        self.conversation = None;
+    }
+}

@@ -1,0 +1,585 @@
+//! The history database: schema, connection settings, data-key unwrapping, and every read and
+//! write. Text columns hold only sealed bytes (see `crypto.rs`); ids and timestamps are plain.
+//!
+//! Settings and why:
+//! - `journal_mode = DELETE` (rollback journal), not WAL: after each commit the database is one
+//!   file again. WAL keeps old page images (of deleted rows too) in `-wal` until a checkpoint,
+//!   which makes "deleted means gone" harder to reason about; a chat history has one writer and
+//!   tiny transactions, so WAL's concurrency buys nothing here.
+//! - `synchronous = FULL`: a committed save survives a crash of the process or the machine.
+//! - `secure_delete = ON`: deleted rows are overwritten with zeros, not left in free pages.
+//! - `foreign_keys = ON`: deleting a conversation deletes its messages (ON DELETE CASCADE).
+//! - `temp_store = MEMORY`: sorts and VACUUM's temporary copy never land in a temp file.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+
+use kostant_platform::keystore::{random_key, KeyStore, KeyStoreError};
+
+use super::crypto::{Cipher, Slot};
+use super::{HistoryError, Role};
+
+const FORMAT: &str = "kostant-history";
+const SCHEMA_VERSION: i64 = 1;
+/// Associated data of the wrapped data key in `meta`.
+const DATA_KEY_CONTEXT: &[u8] = b"kostant-history/v1\0meta.data_key";
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value ANY NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    title BLOB NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+    created_at INTEGER NOT NULL,
+    body BLOB NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+";
+
+/// Longest title kept, in characters (the first user message, cut).
+const TITLE_CHARS: usize = 60;
+
+/// A conversation as `list` shows it; the title may fail its integrity check on its own.
+#[derive(Debug)]
+pub struct Conversation {
+    pub id: i64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub title: Result<String, HistoryError>,
+    pub messages: i64,
+}
+
+/// One stored message; `text` fails alone if its row was altered or moved.
+#[derive(Debug)]
+pub struct Message {
+    pub id: i64,
+    pub conversation_id: i64,
+    pub role: Option<Role>,
+    pub created_at_ms: i64,
+    pub text: Result<String, HistoryError>,
+}
+
+/// What `search` found, and which messages could not be read.
+#[derive(Debug)]
+pub struct SearchResult {
+    pub hits: Vec<Message>,
+    pub unreadable: Vec<HistoryError>,
+}
+
+pub struct Store {
+    conn: Connection,
+    cipher: Cipher,
+    keys: Box<dyn KeyStore>,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens the history at `path`, creating it (and a data key wrapped by `keys`) when the file
+    /// is absent or empty. Fails with a clear error on a damaged file or the wrong key.
+    pub fn open(path: &Path, keys: impl KeyStore + 'static) -> Result<Store, HistoryError> {
+        let io = |source| HistoryError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            create_private_dir(dir).map_err(|source| HistoryError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let fresh = match fs::metadata(path) {
+            Ok(m) => m.len() == 0,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => return Err(io(e)),
+        };
+        if fresh {
+            // Created owner-only before SQLite sees it; SQLite gives its journals the same mode.
+            let mut opts = fs::OpenOptions::new();
+            opts.write(true).create(true).truncate(false);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::OpenOptionsExt;
+                opts.mode(0o600);
+            }
+            opts.open(path).map_err(io)?;
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| classify(path, e))?;
+        let mut store = Store {
+            conn,
+            // Replaced below once the real data key is unwrapped.
+            cipher: Cipher::new(&random_key()?),
+            keys: Box::new(keys),
+            path: path.to_path_buf(),
+        };
+        store.configure()?;
+        store.check_file()?;
+        if fresh {
+            store.initialize()?;
+        }
+        store.cipher = Cipher::new(&store.unwrap_data_key()?);
+        Ok(store)
+    }
+
+    fn err(&self) -> impl Fn(rusqlite::Error) -> HistoryError + '_ {
+        |e| classify(&self.path, e)
+    }
+
+    fn configure(&self) -> Result<(), HistoryError> {
+        self.conn
+            .busy_timeout(Duration::from_secs(5))
+            .map_err(self.err())?;
+        let mode: String = self
+            .conn
+            .query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0))
+            .map_err(self.err())?;
+        if !mode.eq_ignore_ascii_case("delete") {
+            return Err(self.not_history(format!("journal mode stayed {mode}")));
+        }
+        self.conn
+            .execute_batch(
+                "PRAGMA synchronous = FULL;
+                 PRAGMA secure_delete = ON;
+                 PRAGMA foreign_keys = ON;
+                 PRAGMA temp_store = MEMORY;",
+            )
+            .map_err(self.err())
+    }
+
+    fn not_history(&self, detail: String) -> HistoryError {
+        HistoryError::NotHistory {
+            path: self.path.clone(),
+            detail,
+        }
+    }
+
+    /// SQLite's quick structural check: catches a truncated or overwritten file at open, not
+    /// halfway through a listing. Linear in the file size, which stays small for chat text.
+    fn check_file(&self) -> Result<(), HistoryError> {
+        let verdict: String = self
+            .conn
+            .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
+            .map_err(self.err())?;
+        if verdict != "ok" {
+            return Err(self.not_history(verdict));
+        }
+        Ok(())
+    }
+
+    /// Creates the schema and the wrapped data key, in one transaction so that two processes
+    /// opening a new history at once agree on one key.
+    fn initialize(&mut self) -> Result<(), HistoryError> {
+        let path = self.path.clone();
+        let e = |e| classify(&path, e);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(e)?;
+        tx.execute_batch(SCHEMA).map_err(e)?;
+        let has_key: Option<i64> = tx
+            .query_row("SELECT 1 FROM meta WHERE key = 'data_key'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(e)?;
+        if has_key.is_none() {
+            let wrapped = self.keys.wrap(&random_key()?, DATA_KEY_CONTEXT)?;
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES ('format', ?1), ('schema_version', ?2), ('cipher', 'chacha20-poly1305'), ('data_key', ?3)",
+                params![FORMAT, SCHEMA_VERSION, wrapped],
+            )
+            .map_err(e)?;
+        }
+        tx.commit().map_err(e)
+    }
+
+    fn unwrap_data_key(&self) -> Result<kostant_platform::keystore::DataKey, HistoryError> {
+        let has_meta: bool = self
+            .conn
+            .query_row(
+                "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(self.err())?;
+        if !has_meta {
+            return Err(self.not_history("no meta table".into()));
+        }
+        let meta = |key: &str| -> Result<Option<rusqlite::types::Value>, HistoryError> {
+            self.conn
+                .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+                .optional()
+                .map_err(self.err())
+        };
+        use rusqlite::types::Value;
+        match meta("format")? {
+            Some(Value::Text(f)) if f == FORMAT => {}
+            _ => return Err(self.not_history("no Kostant history format marker".into())),
+        }
+        match meta("schema_version")? {
+            Some(Value::Integer(SCHEMA_VERSION)) => {}
+            other => return Err(self.not_history(format!("unsupported schema version {other:?}"))),
+        }
+        let Some(Value::Blob(wrapped)) = meta("data_key")? else {
+            return Err(self.not_history("no wrapped data key".into()));
+        };
+        self.keys
+            .unwrap(&wrapped, DATA_KEY_CONTEXT)
+            .map_err(|e| match e {
+                KeyStoreError::Unwrap => HistoryError::WrongKey {
+                    key: self.keys.describe(),
+                },
+                other => HistoryError::Key(other),
+            })
+    }
+
+    /// Saves a user message and its reply in one transaction, creating the conversation
+    /// (titled by the user message) when `conversation` is `None`. Returns the conversation id.
+    pub fn append_exchange(
+        &mut self,
+        conversation: Option<i64>,
+        user: &str,
+        reply: &str,
+    ) -> Result<i64, HistoryError> {
+        let path = self.path.clone();
+        let e = |e| classify(&path, e);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(e)?;
+        let run = || -> Result<i64, StepError> {
+            let conv = match conversation {
+                Some(c) => {
+                    touch_conversation(&tx, c)?;
+                    c
+                }
+                None => insert_conversation(&tx, &self.cipher, &title_of(user))?,
+            };
+            insert_message(&tx, &self.cipher, conv, Role::User, user)?;
+            insert_message(&tx, &self.cipher, conv, Role::Assistant, reply)?;
+            Ok(conv)
+        };
+        let conv = run().map_err(|x| x.at(&path))?;
+        tx.commit().map_err(e)?;
+        Ok(conv)
+    }
+
+    /// Every conversation, most recently updated first.
+    pub fn list(&self) -> Result<Vec<Conversation>, HistoryError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT c.id, c.created_at, c.updated_at, c.title,
+                        (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id)
+                 FROM conversations c ORDER BY c.updated_at DESC, c.id DESC",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Vec<u8>>(3)?,
+                    r.get::<_, i64>(4)?,
+                ))
+            })
+            .map_err(self.err())?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, created, updated, title, n) = row.map_err(self.err())?;
+            out.push(Conversation {
+                id,
+                created_at_ms: created,
+                updated_at_ms: updated,
+                title: self.cipher.open(Slot::Title { conversation: id }, &title),
+                messages: n,
+            });
+        }
+        Ok(out)
+    }
+
+    /// One conversation's summary; `NoConversation` if there is none with this id.
+    pub fn conversation(&self, id: i64) -> Result<Conversation, HistoryError> {
+        self.list()?
+            .into_iter()
+            .find(|c| c.id == id)
+            .ok_or(HistoryError::NoConversation(id))
+    }
+
+    /// The messages of one conversation in order.
+    pub fn messages(&self, conversation: i64) -> Result<Vec<Message>, HistoryError> {
+        let exists: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT id FROM conversations WHERE id = ?1",
+                [conversation],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err())?;
+        if exists.is_none() {
+            return Err(HistoryError::NoConversation(conversation));
+        }
+        self.query_messages(Some(conversation))
+    }
+
+    fn query_messages(&self, conversation: Option<i64>) -> Result<Vec<Message>, HistoryError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, conversation_id, role, created_at, body FROM messages
+                 WHERE ?1 IS NULL OR conversation_id = ?1 ORDER BY conversation_id, id",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([conversation], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, Vec<u8>>(4)?,
+                ))
+            })
+            .map_err(self.err())?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, conv, role, created, body) = row.map_err(self.err())?;
+            let role = Role::parse(&role);
+            let text = match role {
+                Some(role) => self.cipher.open(
+                    Slot::Message {
+                        conversation: conv,
+                        message: id,
+                        role,
+                    },
+                    &body,
+                ),
+                None => Err(HistoryError::Integrity(format!(
+                    "message {id} of conversation {conv}"
+                ))),
+            };
+            out.push(Message {
+                id,
+                conversation_id: conv,
+                role,
+                created_at_ms: created,
+                text,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Decrypts every message and keeps those containing `needle` (case-insensitive). There is
+    /// no plaintext index by design: an index would put the words on disk.
+    pub fn search(&self, needle: &str) -> Result<SearchResult, HistoryError> {
+        let needle = needle.to_lowercase();
+        let mut result = SearchResult {
+            hits: Vec::new(),
+            unreadable: Vec::new(),
+        };
+        for mut m in self.query_messages(None)? {
+            match std::mem::replace(&mut m.text, Ok(String::new())) {
+                Ok(t) => {
+                    if t.to_lowercase().contains(&needle) {
+                        m.text = Ok(t);
+                        result.hits.push(m);
+                    }
+                }
+                Err(e) => result.unreadable.push(e),
+            }
+        }
+        Ok(result)
+    }
+
+    /// Deletes a conversation and (by cascade) its messages; their bytes are zeroed in place.
+    pub fn delete(&mut self, conversation: i64) -> Result<(), HistoryError> {
+        let n = self
+            .conn
+            .execute("DELETE FROM conversations WHERE id = ?1", [conversation])
+            .map_err(self.err())?;
+        if n == 0 {
+            return Err(HistoryError::NoConversation(conversation));
+        }
+        Ok(())
+    }
+
+    /// Deletes everything, replaces the data key (so stray copies of old rows, say in freed
+    /// disk blocks, no longer open with the key in use), then VACUUMs so the file holds no free
+    /// pages. Returns how many conversations were deleted.
+    pub fn delete_all(&mut self) -> Result<usize, HistoryError> {
+        let path = self.path.clone();
+        let e = |e| classify(&path, e);
+        let new_key = random_key()?;
+        let wrapped = self.keys.wrap(&new_key, DATA_KEY_CONTEXT)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(e)?;
+        tx.execute("DELETE FROM messages", []).map_err(e)?;
+        let n = tx.execute("DELETE FROM conversations", []).map_err(e)?;
+        tx.execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'data_key'",
+            [wrapped],
+        )
+        .map_err(e)?;
+        tx.commit().map_err(e)?;
+        self.cipher = Cipher::new(&new_key);
+        self.conn.execute_batch("VACUUM").map_err(e)?;
+        Ok(n)
+    }
+
+    /// Every conversation with its messages, for export; fails on the first unreadable value.
+    pub fn everything(&self) -> Result<Vec<(Conversation, Vec<Message>)>, HistoryError> {
+        let mut out = Vec::new();
+        for c in self.list()? {
+            let c = Conversation {
+                title: Ok(c.title?),
+                ..c
+            };
+            let mut msgs = Vec::new();
+            for m in self.messages(c.id)? {
+                msgs.push(Message {
+                    text: Ok(m.text?),
+                    ..m
+                });
+            }
+            out.push((c, msgs));
+        }
+        Ok(out)
+    }
+}
+
+/// An error inside a transaction step, before the path is known to attach.
+enum StepError {
+    Sql(rusqlite::Error),
+    History(HistoryError),
+}
+
+impl StepError {
+    fn at(self, path: &Path) -> HistoryError {
+        match self {
+            StepError::Sql(e) => classify(path, e),
+            StepError::History(h) => h,
+        }
+    }
+}
+
+impl From<rusqlite::Error> for StepError {
+    fn from(e: rusqlite::Error) -> Self {
+        StepError::Sql(e)
+    }
+}
+
+impl From<HistoryError> for StepError {
+    fn from(e: HistoryError) -> Self {
+        StepError::History(e)
+    }
+}
+
+/// The next id of an AUTOINCREMENT table, never reusing one (the id is sealed into the row's
+/// associated data, so it must be known before the insert). Runs inside a write transaction.
+fn next_id(tx: &Connection, table: &str) -> Result<i64, rusqlite::Error> {
+    let sql = format!(
+        "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{table}'), 0),
+                    coalesce((SELECT max(id) FROM {table}), 0)) + 1"
+    );
+    tx.query_row(&sql, [], |r| r.get(0))
+}
+
+fn insert_conversation(tx: &Connection, cipher: &Cipher, title: &str) -> Result<i64, StepError> {
+    let id = next_id(tx, "conversations")?;
+    let sealed = cipher.seal(Slot::Title { conversation: id }, title)?;
+    let now = now_ms();
+    tx.execute(
+        "INSERT INTO conversations (id, created_at, updated_at, title) VALUES (?1, ?2, ?2, ?3)",
+        params![id, now, sealed],
+    )?;
+    Ok(id)
+}
+
+fn touch_conversation(tx: &Connection, conversation: i64) -> Result<(), StepError> {
+    let n = tx.execute(
+        "UPDATE conversations SET updated_at = ?2 WHERE id = ?1",
+        params![conversation, now_ms()],
+    )?;
+    if n == 0 {
+        return Err(HistoryError::NoConversation(conversation).into());
+    }
+    Ok(())
+}
+
+fn insert_message(
+    tx: &Connection,
+    cipher: &Cipher,
+    conversation: i64,
+    role: Role,
+    text: &str,
+) -> Result<i64, StepError> {
+    let id = next_id(tx, "messages")?;
+    let slot = Slot::Message {
+        conversation,
+        message: id,
+        role,
+    };
+    let sealed = cipher.seal(slot, text)?;
+    tx.execute(
+        "INSERT INTO messages (id, conversation_id, role, created_at, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![id, conversation, role.as_str(), now_ms(), sealed],
+    )?;
+    Ok(id)
+}
+
+/// The first line of the first user message, cut to `TITLE_CHARS` characters.
+fn title_of(user: &str) -> String {
+    let line = user.trim().lines().next().unwrap_or("");
+    let mut t: String = line.chars().take(TITLE_CHARS).collect();
+    if line.chars().count() > TITLE_CHARS {
+        t.push('…');
+    }
+    t
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A damaged or foreign file reads as "not a history database"; other errors keep SQLite's.
+fn classify(path: &Path, e: rusqlite::Error) -> HistoryError {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => HistoryError::NotHistory {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        },
+        _ => HistoryError::Db {
+            path: path.to_path_buf(),
+            source: e,
+        },
+    }
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut b = fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        b.mode(0o700);
+    }
+    b.create(dir)
+}

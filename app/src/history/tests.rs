@@ -1,0 +1,559 @@
+//! The history against a real SQLite file in a temporary directory and the real ring: no
+//! plaintext on disk, deletes that leave no ciphertext, tamper/moved-row/wrong-key/damaged-file
+//! faults, an export round trip, and a SIGKILL crash-safety loop in a child process.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use kostant_platform::keystore::FileKeyStore;
+use rusqlite::Connection;
+
+use super::store::Store;
+use super::{HistoryError, Role, DB_FILE};
+
+const SECRET: &str = "PLANTED-SECRET-7f3a9";
+
+/// A data directory and a separate key directory, removed on drop.
+struct Dirs {
+    root: PathBuf,
+}
+
+impl Dirs {
+    fn new(name: &str) -> Dirs {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let root = std::env::temp_dir().join(format!(
+            "kostant-history-{name}-{}-{nanos}",
+            std::process::id()
+        ));
+        fs::create_dir_all(&root).unwrap();
+        Dirs { root }
+    }
+    fn data(&self) -> PathBuf {
+        self.root.join("data")
+    }
+    fn db(&self) -> PathBuf {
+        self.data().join(DB_FILE)
+    }
+    fn keys(&self) -> FileKeyStore {
+        FileKeyStore::new(self.root.join("keys"))
+    }
+    fn open(&self) -> Store {
+        Store::open(&self.db(), self.keys()).unwrap()
+    }
+    fn raw(&self) -> Connection {
+        Connection::open(self.db()).unwrap()
+    }
+}
+
+impl Drop for Dirs {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Files under `dir` (db, -journal, -wal, -shm, anything) whose bytes contain `needle`.
+fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let bytes = fs::read(&p).unwrap();
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    found.push(p);
+                }
+            }
+        }
+    }
+    found
+}
+
+fn file_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Every sealed value in the database, keyed by where it is.
+fn sealed_values(dirs: &Dirs) -> Vec<Vec<u8>> {
+    let c = dirs.raw();
+    let mut out = Vec::new();
+    for sql in [
+        "SELECT body FROM messages",
+        "SELECT title FROM conversations",
+    ] {
+        let mut s = c.prepare(sql).unwrap();
+        let rows = s.query_map([], |r| r.get::<_, Vec<u8>>(0)).unwrap();
+        out.extend(rows.map(Result::unwrap));
+    }
+    out
+}
+
+#[test]
+fn planted_secret_never_reaches_the_data_directory() {
+    let dirs = Dirs::new("secret");
+    let mut store = dirs.open();
+    let a = store
+        .append_exchange(None, &format!("remember {SECRET} for me"), "ok")
+        .unwrap();
+    store
+        .append_exchange(Some(a), "and again", &format!("you said {SECRET}"))
+        .unwrap();
+    let b = store
+        .append_exchange(None, &format!("{SECRET} is my title"), "noted")
+        .unwrap();
+    let c = store.append_exchange(None, "nothing here", "fine").unwrap();
+    assert_eq!(store.list().unwrap().len(), 3);
+    // Control: the scan does see plain bytes that are stored (the format marker in meta), and
+    // the sealed values really are in the file.
+    assert_eq!(
+        files_containing(&dirs.data(), b"kostant-history"),
+        vec![dirs.db()]
+    );
+    for v in sealed_values(&dirs) {
+        assert_eq!(files_containing(&dirs.data(), &v).len(), 1);
+    }
+    assert!(files_containing(&dirs.data(), SECRET.as_bytes()).is_empty());
+
+    let found = store.search(&SECRET.to_lowercase()).unwrap();
+    assert_eq!(found.hits.len(), 3, "{:?}", found.hits);
+    assert!(found.unreadable.is_empty());
+    assert!(found
+        .hits
+        .iter()
+        .all(|m| m.text.as_ref().unwrap().contains(SECRET)));
+    assert!(files_containing(&dirs.data(), SECRET.as_bytes()).is_empty());
+
+    store.delete(b).unwrap();
+    assert!(matches!(
+        store.delete(b),
+        Err(HistoryError::NoConversation(_))
+    ));
+    let ids: Vec<i64> = store.list().unwrap().iter().map(|c| c.id).collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.contains(&a) && ids.contains(&c));
+    assert!(files_containing(&dirs.data(), SECRET.as_bytes()).is_empty());
+    drop(store);
+    // The key never sits in the data directory, and nothing but the database is left there.
+    assert_eq!(file_names(&dirs.data()), vec![DB_FILE.to_string()]);
+    let key = fs::read(dirs.keys().key_path()).unwrap();
+    assert!(files_containing(&dirs.data(), &key).is_empty());
+}
+
+#[test]
+fn deletes_leave_no_ciphertext_and_delete_all_vacuums() {
+    let dirs = Dirs::new("delete");
+    let mut store = dirs.open();
+    let keep = store
+        .append_exchange(None, &format!("keep {SECRET}"), "kept reply")
+        .unwrap();
+    let before_drop = sealed_values(&dirs);
+    let gone = store
+        .append_exchange(None, &format!("drop {SECRET}"), "dropped reply")
+        .unwrap();
+    let dropped: Vec<Vec<u8>> = sealed_values(&dirs)
+        .into_iter()
+        .filter(|v| !before_drop.contains(v))
+        .collect();
+    assert_eq!(dropped.len(), 3, "a title and two messages");
+    for v in &dropped {
+        assert!(!files_containing(&dirs.data(), v).is_empty());
+    }
+    store.delete(gone).unwrap();
+    // Cascade: the messages went with the conversation, and secure_delete zeroed their bytes.
+    let n: i64 = dirs
+        .raw()
+        .query_row(
+            "SELECT count(*) FROM messages WHERE conversation_id = ?1",
+            [gone],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(n, 0);
+    for v in &dropped {
+        assert!(files_containing(&dirs.data(), v).is_empty());
+    }
+    assert_eq!(store.messages(keep).unwrap().len(), 2);
+
+    let remaining = sealed_values(&dirs);
+    let wrapped_key: Vec<u8> = dirs
+        .raw()
+        .query_row("SELECT value FROM meta WHERE key = 'data_key'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(store.delete_all().unwrap(), 1);
+    assert!(store.list().unwrap().is_empty());
+    for v in remaining.iter().chain([&wrapped_key]) {
+        assert!(
+            files_containing(&dirs.data(), v).is_empty(),
+            "ciphertext survived delete-all"
+        );
+    }
+    let freelist: i64 = dirs
+        .raw()
+        .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(freelist, 0, "VACUUM left free pages");
+    // The store goes on working under its new data key, and ids are not reused.
+    let next = store.append_exchange(None, "after", "reset").unwrap();
+    assert!(next > gone);
+    drop(store);
+    let store = dirs.open();
+    let msgs = store.messages(next).unwrap();
+    assert_eq!(msgs[0].text.as_deref().unwrap(), "after");
+}
+
+#[test]
+fn a_tampered_byte_fails_only_its_message() {
+    let dirs = Dirs::new("tamper");
+    let mut store = dirs.open();
+    let a = store.append_exchange(None, "first", "one").unwrap();
+    let b = store.append_exchange(None, "second", "two").unwrap();
+    drop(store);
+    let raw = dirs.raw();
+    let (victim, mut body): (i64, Vec<u8>) = raw
+        .query_row(
+            "SELECT id, body FROM messages WHERE conversation_id = ?1 AND role = 'assistant'",
+            [a],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let mid = body.len() / 2;
+    body[mid] ^= 0x01;
+    raw.execute(
+        "UPDATE messages SET body = ?1 WHERE id = ?2",
+        rusqlite::params![body, victim],
+    )
+    .unwrap();
+    drop(raw);
+
+    let store = dirs.open();
+    let msgs = store.messages(a).unwrap();
+    assert_eq!(msgs[0].text.as_deref().unwrap(), "first");
+    let err = msgs[1].text.as_ref().unwrap_err();
+    assert!(matches!(err, HistoryError::Integrity(_)));
+    assert!(err
+        .to_string()
+        .contains(&format!("message {victim} of conversation {a}: integrity")));
+    let other = store.messages(b).unwrap();
+    assert!(other.iter().all(|m| m.text.is_ok()));
+    assert!(store.list().unwrap().iter().all(|c| c.title.is_ok()));
+    let found = store.search("o").unwrap();
+    assert_eq!(found.unreadable.len(), 1);
+    assert!(
+        store.everything().is_err(),
+        "export must not skip a bad row"
+    );
+}
+
+#[test]
+fn a_row_moved_to_another_conversation_or_role_does_not_open() {
+    let dirs = Dirs::new("moved");
+    let mut store = dirs.open();
+    let a = store.append_exchange(None, "from a", "reply a").unwrap();
+    let b = store.append_exchange(None, "from b", "reply b").unwrap();
+    drop(store);
+    let raw = dirs.raw();
+    let moved: i64 = raw
+        .query_row(
+            "SELECT id FROM messages WHERE conversation_id = ?1 AND role = 'user'",
+            [a],
+            |r| r.get(0),
+        )
+        .unwrap();
+    raw.execute(
+        "UPDATE messages SET conversation_id = ?1 WHERE id = ?2",
+        [b, moved],
+    )
+    .unwrap();
+    // Relabel b's reply as the user's, and give a's title to b.
+    raw.execute(
+        "UPDATE messages SET role = 'user' WHERE conversation_id = ?1 AND role = 'assistant'",
+        [b],
+    )
+    .unwrap();
+    raw.execute(
+        "UPDATE conversations SET title = (SELECT title FROM conversations WHERE id = ?1) WHERE id = ?2",
+        [a, b],
+    )
+    .unwrap();
+    drop(raw);
+    let store = dirs.open();
+    let in_b = store.messages(b).unwrap();
+    assert_eq!(in_b.len(), 3);
+    for m in &in_b {
+        let from_b_user = m.text.as_deref().ok() == Some("from b");
+        assert!(from_b_user || matches!(m.text, Err(HistoryError::Integrity(_))));
+    }
+    assert_eq!(in_b.iter().filter(|m| m.text.is_err()).count(), 2);
+    let titles: BTreeMap<i64, bool> = store
+        .list()
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.id, c.title.is_ok()))
+        .collect();
+    assert_eq!(titles, BTreeMap::from([(a, true), (b, false)]));
+    assert!(store.messages(a).unwrap()[0].text.is_ok());
+}
+
+#[test]
+fn the_wrong_key_is_a_clear_error() {
+    let dirs = Dirs::new("wrongkey");
+    let mut store = dirs.open();
+    store.append_exchange(None, "hi", "there").unwrap();
+    drop(store);
+    // An empty key directory: the key is missing, and none is created in its place.
+    let other = FileKeyStore::new(dirs.root.join("other-keys"));
+    let err = Store::open(&dirs.db(), other.clone())
+        .err()
+        .expect("opened without its key");
+    assert!(err.to_string().contains("does not exist"), "{err}");
+    assert!(!other.key_path().exists());
+    // A different key: the data key does not unwrap.
+    Store::open(&dirs.root.join("elsewhere.sqlite3"), other.clone()).unwrap();
+    let err = Store::open(&dirs.db(), other)
+        .err()
+        .expect("opened with a foreign key");
+    assert!(matches!(err, HistoryError::WrongKey { .. }), "{err}");
+    assert!(err.to_string().contains("wrong key directory"), "{err}");
+    // The right key still works.
+    assert_eq!(dirs.open().list().unwrap().len(), 1);
+}
+
+#[test]
+fn truncated_garbage_and_foreign_files_are_reported() {
+    let dirs = Dirs::new("damaged");
+    let mut store = dirs.open();
+    for i in 0..40 {
+        store
+            .append_exchange(None, &format!("message {i} {}", "x".repeat(500)), "r")
+            .unwrap();
+    }
+    drop(store);
+    let full = fs::read(dirs.db()).unwrap();
+    assert!(full.len() > 8 * 4096);
+    let check = |bytes: &[u8], what: &str| {
+        fs::write(dirs.db(), bytes).unwrap();
+        match Store::open(&dirs.db(), dirs.keys()) {
+            Err(e @ HistoryError::NotHistory { .. }) => {
+                assert!(e.to_string().contains("not a readable"), "{what}: {e}")
+            }
+            Err(e) => panic!("{what}: wrong error {e}"),
+            Ok(s) => {
+                // Opening may succeed only if every read then fails cleanly.
+                panic!(
+                    "{what}: opened a damaged file ({:?})",
+                    s.list().map(|l| l.len())
+                )
+            }
+        }
+    };
+    check(&full[..full.len() / 2], "truncated to half");
+    check(&full[..100], "truncated inside the header");
+    check(&vec![0x5a; 8192], "garbage");
+    // A valid SQLite file that is not ours.
+    fs::remove_file(dirs.db()).unwrap();
+    Connection::open(dirs.db())
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+        .unwrap();
+    let err = Store::open(&dirs.db(), dirs.keys()).err().unwrap();
+    assert!(matches!(err, HistoryError::NotHistory { .. }), "{err}");
+    // The original bytes still open: nothing above was destructive.
+    fs::write(dirs.db(), &full).unwrap();
+    assert_eq!(dirs.open().list().unwrap().len(), 40);
+}
+
+#[test]
+fn export_round_trips_under_the_passphrase_only() {
+    let dirs = Dirs::new("export");
+    let mut store = dirs.open();
+    let a = store
+        .append_exchange(None, &format!("export {SECRET}"), "sure")
+        .unwrap();
+    let out = dirs.root.join("export.json");
+    assert!(super::export::export(&store, "short", &out).is_err());
+    assert_eq!(
+        super::export::export(&store, "correct horse battery", &out).unwrap(),
+        1
+    );
+    let bytes = fs::read(&out).unwrap();
+    assert!(!bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()));
+    let header: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(header["kdf"]["iterations"], 600_000);
+    let doc = super::export::open(&bytes, "correct horse battery").unwrap();
+    assert_eq!(doc["conversations"][0]["id"], a);
+    assert_eq!(
+        doc["conversations"][0]["messages"][0]["text"],
+        format!("export {SECRET}")
+    );
+    assert!(super::export::open(&bytes, "wrong horse battery").is_err());
+    // Lowering the iteration count in the header is caught (it is associated data).
+    let weakened = String::from_utf8(bytes.clone())
+        .unwrap()
+        .replace("\"iterations\":600000", "\"iterations\":600001");
+    assert!(super::export::open(weakened.as_bytes(), "correct horse battery").is_err());
+    // An existing file is never overwritten.
+    assert!(super::export::export(&store, "correct horse battery", &out).is_err());
+}
+
+const CRASH_DIR_ENV: &str = "KOSTANT_TEST_CRASH_DIR";
+
+/// The child of `sigkill_never_loses_an_acknowledged_message`: saves chat exchanges for a
+/// bounded while and prints `ACK <conversation> <user text>` after each commit. Does
+/// nothing when run without the parent's environment variable.
+#[test]
+#[ignore = "child process of sigkill_never_loses_an_acknowledged_message"]
+fn crash_child() {
+    use std::io::Write;
+    let Some(root) = std::env::var_os(CRASH_DIR_ENV) else {
+        return;
+    };
+    let dirs = Dirs {
+        root: PathBuf::from(root),
+    };
+    let mut store = dirs.open();
+    let tag = std::process::id();
+    let mut conv = None;
+    let mut out = std::io::stdout().lock();
+    for i in 0..2000usize {
+        // Every third exchange starts a new conversation, as after /reset.
+        if i % 3 == 0 {
+            conv = None;
+        }
+        let text = format!("p{tag} m{i} {}", "x".repeat(i * 37 % 900));
+        let id = store
+            .append_exchange(conv, &text, &format!("reply to {text}"))
+            .unwrap();
+        conv = Some(id);
+        writeln!(out, "ACK {id} {text}").unwrap();
+        out.flush().unwrap();
+    }
+    // The parent owns the directory; do not remove it.
+    std::mem::forget(dirs);
+}
+
+/// SIGKILLs a writer at random moments and checks, after each kill, that the file opens and
+/// every message whose commit was acknowledged is there and decrypts. SIGKILL tests SQLite's
+/// atomic commit against process death (the page cache survives); power loss is not simulated.
+#[test]
+fn sigkill_never_loses_an_acknowledged_message() {
+    use rand::{Rng, SeedableRng};
+    const ROUNDS: usize = 200;
+    let dirs = Dirs::new("crash");
+    drop(dirs.open());
+    let seed: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let exe = std::env::current_exe().unwrap();
+    // (conversation, role, text) of every acknowledged message.
+    let mut acked: BTreeSet<(i64, Role, String)> = BTreeSet::new();
+    let mut killed_mid_run = 0;
+    let mut hot_journals = 0;
+    let started = std::time::Instant::now();
+    for round in 0..ROUNDS {
+        let mut child = std::process::Command::new(&exe)
+            .args([
+                "history::tests::crash_child",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CRASH_DIR_ENV, &dirs.root)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap());
+        let record = |line: &str, acked: &mut BTreeSet<(i64, Role, String)>| {
+            // Only whole lines count: a line cut by the kill was never fully acknowledged.
+            let Some(rest) = line.strip_suffix('\n').and_then(|l| l.strip_prefix("ACK ")) else {
+                return false;
+            };
+            let (conv, text) = rest.split_once(' ').unwrap();
+            let conv: i64 = conv.parse().unwrap();
+            acked.insert((conv, Role::User, text.to_string()));
+            acked.insert((conv, Role::Assistant, format!("reply to {text}")));
+            true
+        };
+        let wait_for = rng.gen_range(1..=6);
+        let mut seen = 0;
+        let mut line = String::new();
+        while seen < wait_for {
+            line.clear();
+            if lines.read_line(&mut line).unwrap() == 0 {
+                break;
+            }
+            if record(&line, &mut acked) {
+                seen += 1;
+            }
+        }
+        // Kill somewhere inside a later save: after 0 to 3 ms of further writing.
+        std::thread::sleep(std::time::Duration::from_micros(rng.gen_range(0..3000)));
+        child.kill().unwrap(); // SIGKILL
+        let status = child.wait().unwrap();
+        if !status.success() {
+            killed_mid_run += 1;
+        }
+        // A journal left behind means the kill landed inside a transaction: the open below
+        // must roll it back.
+        if dirs.data().join(format!("{DB_FILE}-journal")).exists() {
+            hot_journals += 1;
+        }
+        // Acks printed before the kill but not read yet were committed too.
+        loop {
+            line.clear();
+            if lines.read_line(&mut line).unwrap() == 0 {
+                break;
+            }
+            record(&line, &mut acked);
+        }
+        let store = Store::open(&dirs.db(), dirs.keys())
+            .unwrap_or_else(|e| panic!("round {round} (seed {seed}): {e}"));
+        let mut stored = BTreeSet::new();
+        for c in store.list().unwrap() {
+            assert!(c.title.is_ok(), "round {round}: title of {}", c.id);
+            for m in store.messages(c.id).unwrap() {
+                let text = m
+                    .text
+                    .unwrap_or_else(|e| panic!("round {round} (seed {seed}): {e}"));
+                stored.insert((c.id, m.role.unwrap(), text));
+            }
+        }
+        // Every message is an exchange's half: an unpaired one would be a torn transaction.
+        let users = stored.iter().filter(|(_, r, _)| *r == Role::User).count();
+        assert_eq!(users * 2, stored.len(), "round {round}: a torn exchange");
+        for k in &acked {
+            assert!(
+                stored.contains(k),
+                "round {round} (seed {seed}): acknowledged message {k:?} lost"
+            );
+        }
+    }
+    eprintln!(
+        "sigkill: {ROUNDS} rounds, {} acknowledged messages checked, {hot_journals} kills inside \
+         a transaction, {:.1} s, seed {seed}",
+        acked.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(acked.len() >= ROUNDS);
+    assert_eq!(
+        killed_mid_run, ROUNDS,
+        "every child was killed, none finished"
+    );
+}
