@@ -10,10 +10,14 @@ fn model() -> PathBuf {
 }
 
 fn kostant(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-real-model-history");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kostant"));
     cmd.args(args)
         .env("KOSTANT_MODEL", model())
         .env_remove("KOSTANT_MODELS_DIR")
+        // Chats are saved by default: keep this suite's history (and its key) out of $HOME.
+        .env("KOSTANT_DATA_DIR", scratch.join("data"))
+        .env("KOSTANT_KEY_DIR", scratch.join("keys"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
