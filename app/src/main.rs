@@ -11,10 +11,18 @@ use clap::Parser;
 use cli::{Cli, Command};
 
 fn main() {
+    // The privacy promise, enforced before anything else runs: no thread exists yet (the kernel
+    // pool starts with the model), so nothing could have opened a socket. Where the OS offers
+    // the switch and it fails, stop rather than run with the network open.
+    if let Err(e) = kostant_platform::netguard::deny_network() {
+        eprintln!("kostant: refusing to start without the network denied: {e}");
+        std::process::exit(1);
+    }
     let result = match Cli::parse().command {
         Some(Command::Chat(args)) => cli::chat::run(args),
         Some(Command::Bench(args)) => cli::bench::run(args),
         Some(Command::History(args)) => cli::history::run(args),
+        Some(Command::Doctor(args)) => cli::doctor::run(args),
         None => cli::chat::run(cli::ChatArgs::parse_from(["kostant"])),
     };
     if let Err(e) = result {

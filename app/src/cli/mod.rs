@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod chat;
+pub mod doctor;
 pub mod history;
 
 use std::path::PathBuf;
@@ -27,6 +28,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// List, show, search, delete or export the encrypted chat history.
     History(history::HistoryArgs),
+    /// Check that the network is denied, local files and sockets work, and the model is intact.
+    Doctor(doctor::DoctorArgs),
 }
 
 #[derive(Args, Debug, Clone)]
