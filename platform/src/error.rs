@@ -12,4 +12,25 @@ pub enum PlatformError {
     /// The filter has no syscall table for this CPU architecture.
     #[error("network denial: no seccomp filter for the {0} architecture")]
     NetguardUnsupportedArch(&'static str),
+    /// The key file could not be read, written or created.
+    #[error("key file {path}: {source}")]
+    KeyIo {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `unwrap` found no key file (it never creates one).
+    #[error("key file {0} does not exist (was the key directory moved or changed?)")]
+    KeyMissing(std::path::PathBuf),
+    #[error("key file {path} holds {len} bytes, expected 32")]
+    KeyBadLength { path: std::path::PathBuf, len: u64 },
+    #[error("key file {0} is readable by other users (mode must be 0600)")]
+    KeyPermissions(std::path::PathBuf),
+    /// The wrapped key does not open: another key, another context, or altered bytes.
+    #[error("the wrapped key does not open with this key store's key (wrong key, or tampered)")]
+    KeyUnwrap,
+    #[error("the system random generator failed")]
+    Random,
+    #[error("no key directory: set KOSTANT_KEY_DIR, XDG_CONFIG_HOME or HOME")]
+    NoKeyDir,
 }

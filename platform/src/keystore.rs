@@ -15,31 +15,10 @@ use std::path::{Path, PathBuf};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
 use ring::rand::{SecureRandom, SystemRandom};
 
+use crate::PlatformError;
+
 /// Length in bytes of the keys this module wraps and of the file-backed KEK (256 bits).
 pub const KEY_LEN: usize = 32;
-
-/// What went wrong with a key. Messages name the file or key involved.
-#[derive(Debug, thiserror::Error)]
-pub enum KeyStoreError {
-    #[error("key file {path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("key file {0} does not exist (was the key directory moved or changed?)")]
-    Missing(PathBuf),
-    #[error("key file {path} holds {len} bytes, expected {KEY_LEN}")]
-    BadLength { path: PathBuf, len: u64 },
-    #[error("key file {0} is readable by other users (mode must be 0600)")]
-    Permissions(PathBuf),
-    #[error("the wrapped key does not open with this key store's key (wrong key, or tampered)")]
-    Unwrap,
-    #[error("the system random generator failed")]
-    Random,
-    #[error("no key directory: set KOSTANT_KEY_DIR, XDG_CONFIG_HOME or HOME")]
-    NoKeyDir,
-}
 
 /// A data key in memory; overwritten when dropped (best effort: no `unsafe` volatile writes).
 pub struct DataKey(pub [u8; KEY_LEN]);
@@ -59,19 +38,19 @@ impl std::fmt::Debug for DataKey {
 /// Wraps and unwraps data keys under a key-encryption key that the store keeps to itself.
 pub trait KeyStore {
     /// Encrypts `key` so that only this store (with the same `context`) can open it again.
-    fn wrap(&self, key: &DataKey, context: &[u8]) -> Result<Vec<u8>, KeyStoreError>;
+    fn wrap(&self, key: &DataKey, context: &[u8]) -> Result<Vec<u8>, PlatformError>;
     /// Opens what [`KeyStore::wrap`] produced with the same `context`.
-    fn unwrap(&self, wrapped: &[u8], context: &[u8]) -> Result<DataKey, KeyStoreError>;
+    fn unwrap(&self, wrapped: &[u8], context: &[u8]) -> Result<DataKey, PlatformError>;
     /// Where the key lives, for error messages ("key file /home/a/.config/kostant/history.key").
     fn describe(&self) -> String;
 }
 
 /// Fills a fresh random data key from the system generator.
-pub fn random_key() -> Result<DataKey, KeyStoreError> {
+pub fn random_key() -> Result<DataKey, PlatformError> {
     let mut k = DataKey([0; KEY_LEN]);
     SystemRandom::new()
         .fill(&mut k.0)
-        .map_err(|_| KeyStoreError::Random)?;
+        .map_err(|_| PlatformError::Random)?;
     Ok(k)
 }
 
@@ -91,7 +70,7 @@ impl FileKeyStore {
     }
 
     /// `KOSTANT_KEY_DIR`, else `$XDG_CONFIG_HOME/kostant`, else `~/.config/kostant`.
-    pub fn default_dir() -> Result<PathBuf, KeyStoreError> {
+    pub fn default_dir() -> Result<PathBuf, PlatformError> {
         let env = |k: &str| {
             std::env::var_os(k)
                 .filter(|v| !v.is_empty())
@@ -105,7 +84,7 @@ impl FileKeyStore {
         }
         env("HOME")
             .map(|h| h.join(".config").join("kostant"))
-            .ok_or(KeyStoreError::NoKeyDir)
+            .ok_or(PlatformError::NoKeyDir)
     }
 
     pub fn dir(&self) -> &Path {
@@ -116,15 +95,15 @@ impl FileKeyStore {
         self.dir.join(KEY_FILE)
     }
 
-    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> KeyStoreError + '_ {
-        move |source| KeyStoreError::Io {
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PlatformError + '_ {
+        move |source| PlatformError::KeyIo {
             path: path.to_path_buf(),
             source,
         }
     }
 
     /// Reads the KEK; `Ok(None)` when the file does not exist.
-    fn load(&self) -> Result<Option<DataKey>, KeyStoreError> {
+    fn load(&self) -> Result<Option<DataKey>, PlatformError> {
         let path = self.key_path();
         let mut file = match fs::File::open(&path) {
             Ok(f) => f,
@@ -136,11 +115,11 @@ impl FileKeyStore {
         {
             use std::os::unix::fs::PermissionsExt;
             if meta.permissions().mode() & 0o077 != 0 {
-                return Err(KeyStoreError::Permissions(path));
+                return Err(PlatformError::KeyPermissions(path));
             }
         }
         if meta.len() != KEY_LEN as u64 {
-            return Err(KeyStoreError::BadLength {
+            return Err(PlatformError::KeyBadLength {
                 path,
                 len: meta.len(),
             });
@@ -153,7 +132,7 @@ impl FileKeyStore {
     /// Reads the KEK, creating it first if absent. Creation is atomic: the key is written and
     /// synced to a private temporary file, then hard-linked into place, so a crash never leaves
     /// a short key file and two processes racing agree on one key.
-    fn load_or_create(&self) -> Result<DataKey, KeyStoreError> {
+    fn load_or_create(&self) -> Result<DataKey, PlatformError> {
         if let Some(k) = self.load()? {
             return Ok(k);
         }
@@ -188,7 +167,7 @@ impl FileKeyStore {
             }
             // Another process won the race: use its key.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                self.load()?.ok_or(KeyStoreError::Missing(path))
+                self.load()?.ok_or(PlatformError::KeyMissing(path))
             }
             Err(e) => Err(Self::io(&path)(e)),
         }
@@ -213,11 +192,11 @@ fn aead_key(k: &DataKey) -> LessSafeKey {
 }
 
 /// `nonce || ciphertext || tag` of `key` under `kek`.
-fn seal_key(kek: &DataKey, key: &DataKey, context: &[u8]) -> Result<Vec<u8>, KeyStoreError> {
+fn seal_key(kek: &DataKey, key: &DataKey, context: &[u8]) -> Result<Vec<u8>, PlatformError> {
     let mut nonce = [0u8; NONCE_LEN];
     SystemRandom::new()
         .fill(&mut nonce)
-        .map_err(|_| KeyStoreError::Random)?;
+        .map_err(|_| PlatformError::Random)?;
     let mut buf = key.0.to_vec();
     aead_key(kek)
         .seal_in_place_append_tag(
@@ -225,22 +204,22 @@ fn seal_key(kek: &DataKey, key: &DataKey, context: &[u8]) -> Result<Vec<u8>, Key
             Aad::from(context),
             &mut buf,
         )
-        .map_err(|_| KeyStoreError::Random)?;
+        .map_err(|_| PlatformError::Random)?;
     let mut out = nonce.to_vec();
     out.extend_from_slice(&buf);
     Ok(out)
 }
 
-fn open_key(kek: &DataKey, wrapped: &[u8], context: &[u8]) -> Result<DataKey, KeyStoreError> {
+fn open_key(kek: &DataKey, wrapped: &[u8], context: &[u8]) -> Result<DataKey, PlatformError> {
     if wrapped.len() != NONCE_LEN + KEY_LEN + CHACHA20_POLY1305.tag_len() {
-        return Err(KeyStoreError::Unwrap);
+        return Err(PlatformError::KeyUnwrap);
     }
     let (nonce, ct) = wrapped.split_at(NONCE_LEN);
-    let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| KeyStoreError::Unwrap)?;
+    let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| PlatformError::KeyUnwrap)?;
     let mut buf = ct.to_vec();
     let plain = aead_key(kek)
         .open_in_place(nonce, Aad::from(context), &mut buf)
-        .map_err(|_| KeyStoreError::Unwrap)?;
+        .map_err(|_| PlatformError::KeyUnwrap)?;
     let mut k = DataKey([0; KEY_LEN]);
     k.0.copy_from_slice(plain);
     buf.fill(0);
@@ -248,14 +227,14 @@ fn open_key(kek: &DataKey, wrapped: &[u8], context: &[u8]) -> Result<DataKey, Ke
 }
 
 impl KeyStore for FileKeyStore {
-    fn wrap(&self, key: &DataKey, context: &[u8]) -> Result<Vec<u8>, KeyStoreError> {
+    fn wrap(&self, key: &DataKey, context: &[u8]) -> Result<Vec<u8>, PlatformError> {
         seal_key(&self.load_or_create()?, key, context)
     }
 
-    fn unwrap(&self, wrapped: &[u8], context: &[u8]) -> Result<DataKey, KeyStoreError> {
+    fn unwrap(&self, wrapped: &[u8], context: &[u8]) -> Result<DataKey, PlatformError> {
         let kek = self
             .load()?
-            .ok_or_else(|| KeyStoreError::Missing(self.key_path()))?;
+            .ok_or_else(|| PlatformError::KeyMissing(self.key_path()))?;
         open_key(&kek, wrapped, context)
     }
 
@@ -308,21 +287,24 @@ mod tests {
         let wrapped = a.wrap(&key, b"ctx").unwrap();
         assert!(matches!(
             a.unwrap(&wrapped, b"other"),
-            Err(KeyStoreError::Unwrap)
+            Err(PlatformError::KeyUnwrap)
         ));
         let mut bad = wrapped.clone();
         bad[20] ^= 1;
-        assert!(matches!(a.unwrap(&bad, b"ctx"), Err(KeyStoreError::Unwrap)));
+        assert!(matches!(
+            a.unwrap(&bad, b"ctx"),
+            Err(PlatformError::KeyUnwrap)
+        ));
         // b has no key yet: unwrap must not create one.
         assert!(matches!(
             b.unwrap(&wrapped, b"ctx"),
-            Err(KeyStoreError::Missing(_))
+            Err(PlatformError::KeyMissing(_))
         ));
         assert!(!b.key_path().exists());
         b.wrap(&random_key().unwrap(), b"ctx").unwrap();
         assert!(matches!(
             b.unwrap(&wrapped, b"ctx"),
-            Err(KeyStoreError::Unwrap)
+            Err(PlatformError::KeyUnwrap)
         ));
         let _ = fs::remove_dir_all(&dir);
     }
@@ -337,7 +319,7 @@ mod tests {
         fs::set_permissions(ks.key_path(), fs::Permissions::from_mode(0o644)).unwrap();
         assert!(matches!(
             ks.unwrap(&wrapped, b"c"),
-            Err(KeyStoreError::Permissions(_))
+            Err(PlatformError::KeyPermissions(_))
         ));
         let _ = fs::remove_dir_all(&dir);
     }

@@ -17,7 +17,8 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
-use kostant_platform::keystore::{FileKeyStore, KeyStoreError};
+use kostant_platform::keystore::FileKeyStore;
+use kostant_platform::PlatformError;
 
 pub use store::Store;
 
@@ -63,7 +64,7 @@ pub enum HistoryError {
     #[error("{path} is not a readable Kostant history database (damaged or truncated?): {detail}")]
     NotHistory { path: PathBuf, detail: String },
     #[error("history key: {0}")]
-    Key(#[from] KeyStoreError),
+    Key(#[from] PlatformError),
     #[error(
         "the history's data key does not open with the {key} \
          (wrong key directory, or the database belongs to another key)"

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
-use kostant_platform::keystore::{random_key, KeyStore, KeyStoreError};
+use kostant_platform::keystore::{random_key, KeyStore};
+use kostant_platform::PlatformError;
 
 use super::crypto::{Cipher, Slot};
 use super::{HistoryError, Role};
@@ -238,7 +239,7 @@ impl Store {
         self.keys
             .unwrap(&wrapped, DATA_KEY_CONTEXT)
             .map_err(|e| match e {
-                KeyStoreError::Unwrap => HistoryError::WrongKey {
+                PlatformError::KeyUnwrap => HistoryError::WrongKey {
                     key: self.keys.describe(),
                 },
                 other => HistoryError::Key(other),
