@@ -125,6 +125,11 @@ fn interactive_chat_keeps_the_conversation() {
     let err = text(&out.stderr);
     assert_eq!(err.matches(" tokens · first token").count(), 3, "{err}");
     assert!(err.contains("conversation cleared"), "{err}");
+    // The user is told that history is on, encrypted, and where its key lives.
+    assert!(
+        err.contains("history: saved encrypted") && err.contains("key file"),
+        "{err}"
+    );
 }
 
 #[test]

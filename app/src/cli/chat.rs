@@ -209,6 +209,10 @@ fn interactive(chat: &mut Chat) -> Result<()> {
         chat.model.name(),
         chat.model.quantization()
     )?;
+    match &chat.recorder {
+        Some(r) => writeln!(err, "{}", r.notice())?,
+        None => writeln!(err, "history: off for this chat (--no-history)")?,
+    }
     let mut line_no = 0usize;
     loop {
         write!(err, "\n> ")?;

@@ -171,6 +171,15 @@ impl Recorder {
         Ok(id)
     }
 
+    /// One line for the user: history is on, encrypted, and where its key is kept. On a desktop
+    /// without an OS keyring the key is a 0600 file, and the user should know that.
+    pub fn notice(&self) -> String {
+        format!(
+            "history: saved encrypted (ChaCha20-Poly1305); {} — a file, as this desktop offers no OS keystore; --no-history to not save",
+            self.store.key_location()
+        )
+    }
+
     /// The next exchange starts a new conversation (after `/reset`).
     pub fn new_conversation(&mut self) {
         self.conversation = None;

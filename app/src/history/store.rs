@@ -278,6 +278,11 @@ impl Store {
     }
 
     /// Every conversation, most recently updated first.
+    /// Where the key that unlocks this history lives, for the user to see.
+    pub fn key_location(&self) -> String {
+        self.keys.describe()
+    }
+
     pub fn list(&self) -> Result<Vec<Conversation>, HistoryError> {
         let mut stmt = self
             .conn
