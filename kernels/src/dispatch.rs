@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
+use crate::exp;
 use crate::formats::f16::F16;
 use crate::formats::q4_0::BlockQ4_0;
 use crate::formats::q4_1::BlockQ4_1;
@@ -77,6 +78,7 @@ pub(crate) struct Kernels {
     pub path: KernelPath,
     dot_f32: unsafe fn(&[f32], &[f32]) -> f32,
     axpy_f32: unsafe fn(f32, &[f32], &mut [f32]),
+    exp_f32: unsafe fn(&mut [f32]),
     dot_f16: DotFn<F16, f32>,
     quantize_q8_1: unsafe fn(&[f32], &mut [BlockQ8_1]),
     quantize_q8_k: unsafe fn(&[f32], &mut [BlockQ8K]),
@@ -91,6 +93,7 @@ static SCALAR: Kernels = Kernels {
     path: KernelPath::Scalar,
     dot_f32: f32::dot_scalar,
     axpy_f32: f32::axpy_scalar,
+    exp_f32: exp::exp_scalar,
     dot_f16: f16::dot_scalar,
     quantize_q8_1: q8_1::quantize_scalar,
     quantize_q8_k: q8_k::quantize_scalar,
@@ -106,6 +109,7 @@ static AVX2: Kernels = Kernels {
     path: KernelPath::Avx2Fma,
     dot_f32: f32::avx2::dot,
     axpy_f32: f32::avx2::axpy,
+    exp_f32: exp::avx2::exp,
     dot_f16: f16::avx2::dot,
     quantize_q8_1: q8_1::avx2::quantize,
     quantize_q8_k: q8_k::avx2::quantize,
@@ -121,6 +125,7 @@ static NEON: Kernels = Kernels {
     path: KernelPath::Neon,
     dot_f32: f32::neon::dot,
     axpy_f32: f32::neon::axpy,
+    exp_f32: exp::exp_scalar,
     dot_f16: f16::dot_scalar,
     quantize_q8_1: q8_1::neon::quantize,
     quantize_q8_k: q8_k::neon::quantize,
@@ -224,6 +229,12 @@ impl Kernels {
         assert_eq!(x.len(), y.len(), "axpy_f32: length mismatch");
         // SAFETY: as in `dot_f32`.
         unsafe { (self.axpy_f32)(alpha, x, y) }
+    }
+
+    #[inline]
+    pub fn exp_f32(&self, x: &mut [f32]) {
+        // SAFETY: as in `dot_f32`; there is a single slice, so no lengths to check.
+        unsafe { (self.exp_f32)(x) }
     }
 
     #[inline]

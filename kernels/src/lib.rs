@@ -24,6 +24,7 @@ compile_error!(
 mod block;
 mod dispatch;
 mod error;
+mod exp;
 mod formats;
 mod matmul;
 #[cfg(target_arch = "aarch64")]
@@ -60,6 +61,12 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 /// If the lengths differ, for the same reason as [`dot_f32`].
 pub fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
     dispatch::kernels().axpy_f32(alpha, x, y)
+}
+
+/// Every element replaced by e^x, computed as ggml's vectorized exp computes it (see the `exp`
+/// module): the same bits on every kernel path, so softmax and SiLU round like llama.cpp's.
+pub fn exp_f32(x: &mut [f32]) {
+    dispatch::kernels().exp_f32(x)
 }
 
 /// Number of whole blocks in `len` bytes of `ty`, or an error naming `what`.

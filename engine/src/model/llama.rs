@@ -9,7 +9,7 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
-use kostant_kernels::{axpy_f32, dequantize_row, dot_f32, matmul};
+use kostant_kernels::{axpy_f32, dequantize_row, exp_f32, matmul};
 
 use super::hparams::{HParams, RopeLayout};
 use super::weights::{LayerWeights, TensorRef};
@@ -128,6 +128,7 @@ fn attention(
     let group = hp.n_head / hp.n_head_kv;
     let scale = 1.0 / (hd as f32).sqrt();
     let mut out = vec![0.0f32; n * q_dim]; // (n, n_head * head_dim)
+    let order = F16SumOrder::for_batch(n);
 
     // One task per (token, kv head): it widens that head's cached keys and values to f32 once,
     // serves the `group` query heads that share them, and writes only its own slice of `out`
@@ -145,12 +146,10 @@ fn attention(
                 let q_h = round_to_f16(&q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd]);
                 let mut probs: Vec<f32> = k
                     .chunks_exact(hd)
-                    .map(|k_p| dot_f32(&q_h, k_p) * scale)
+                    .map(|k_p| dot_f16_ggml(&q_h, k_p, order) * scale)
                     .collect();
                 softmax(&mut probs);
-                for (p, v_p) in probs.iter().zip(v.chunks_exact(hd)) {
-                    axpy_f32(f16::from_f32(*p).to_f32(), v_p, o_h);
-                }
+                weighted_sum_f16_ggml(&probs, &v, order, o_h);
             }
         });
 
@@ -173,8 +172,10 @@ fn rope(x: &mut [f32], width: usize, hp: &HParams, rope: &Rope, pos: usize) {
                     RopeLayout::NeoX => (i, i + half),
                 };
                 let (x0, x1) = (head[a], head[b]);
-                head[a] = x0 * cos[i] - x1 * sin[i];
-                head[b] = x0 * sin[i] + x1 * cos[i];
+                // The first product fused into the add, as llama.cpp's compiled C rounds it
+                // (GCC contracts `x0*c - x1*s` into one FMA), so the rotated bits agree.
+                head[a] = x0.mul_add(cos[i], -(x1 * sin[i]));
+                head[b] = x0.mul_add(sin[i], x1 * cos[i]);
             }
         }
     }
@@ -225,14 +226,20 @@ fn round_to_f16(x: &[f32]) -> Vec<f32> {
     x.iter().map(|&v| f16::from_f32(v).to_f32()).collect()
 }
 
-/// Softmax in place, subtracting the max for stability. The sum is kept in f64 (as llama.cpp
-/// does) so long contexts do not lose small terms.
+/// Softmax in place, subtracting the max for stability, computed as ggml computes it: its
+/// polynomial exp ([`exp_f32`]), each group of 8 terms added in f32 in its SIMD lane order, the
+/// group sums accumulated in f64, then one multiply by the f32 reciprocal.
 fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0f64;
     for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v as f64;
+        *v -= max;
+    }
+    exp_f32(x);
+    let mut sum = 0.0f64;
+    for chunk in x.chunks(8) {
+        let mut lanes = [0.0f32; 8]; // ggml's rows are padded with masked (zero) terms
+        lanes[..chunk.len()].copy_from_slice(chunk);
+        sum += F16SumOrder::hsum8(&lanes) as f64;
     }
     let inv = (1.0 / sum) as f32;
     for v in x.iter_mut() {
@@ -240,18 +247,120 @@ fn softmax(x: &mut [f32]) {
     }
 }
 
+/// The order in which ggml adds the products of an f16 x f16 dot product (KQ and KQV in
+/// attention). Each product is exact in f32, so the order of the additions is all that differs
+/// between implementations. A batch of several query rows goes through llamafile's tinyBLAS
+/// (one 8-lane accumulator); a single row through `ggml_vec_dot_f16` (four 8-lane accumulators).
+#[derive(Clone, Copy)]
+enum F16SumOrder {
+    TinyBlas,
+    VecDot,
+}
+
+impl F16SumOrder {
+    fn for_batch(n_rows: usize) -> F16SumOrder {
+        if n_rows >= 2 {
+            F16SumOrder::TinyBlas
+        } else {
+            F16SumOrder::VecDot
+        }
+    }
+
+    /// Element i of a dot product is added into lane i % lanes.
+    fn lanes(self) -> usize {
+        match self {
+            F16SumOrder::TinyBlas => 8,
+            F16SumOrder::VecDot => 32,
+        }
+    }
+
+    /// The final sum of the lanes, in ggml's order.
+    fn reduce(self, acc: &[f32]) -> f32 {
+        match self {
+            F16SumOrder::TinyBlas => F16SumOrder::hsum8(acc),
+            F16SumOrder::VecDot => {
+                // Accumulators 0+2 and 1+3, then 0+1 lane-wise; then halves; then pairs.
+                let mut s = [0.0f32; 8];
+                for (i, v) in s.iter_mut().enumerate() {
+                    *v = (acc[i] + acc[16 + i]) + (acc[8 + i] + acc[24 + i]);
+                }
+                let t: [f32; 4] = std::array::from_fn(|i| s[i] + s[i + 4]);
+                (t[0] + t[1]) + (t[2] + t[3])
+            }
+        }
+    }
+
+    /// An 8-lane register summed as ggml's AVX `hsum`: halves, then (0+2) + (1+3).
+    fn hsum8(a: &[f32]) -> f32 {
+        let t: [f32; 4] = std::array::from_fn(|i| a[i] + a[i + 4]);
+        (t[0] + t[2]) + (t[1] + t[3])
+    }
+}
+
+/// Dot product of two vectors of f16 values (widened to f32), summed in ggml's `order`.
+fn dot_f16_ggml(a: &[f32], b: &[f32], order: F16SumOrder) -> f32 {
+    match order {
+        F16SumOrder::TinyBlas => order.reduce(&lane_sums::<8>(a, b)),
+        F16SumOrder::VecDot => order.reduce(&lane_sums::<32>(a, b)),
+    }
+}
+
+/// The products a[i] * b[i] summed into lane i % L, each lane in order of i.
+fn lane_sums<const L: usize>(a: &[f32], b: &[f32]) -> [f32; L] {
+    let mut acc = [0.0f32; L];
+    let (ca, cb) = (a.chunks_exact(L), b.chunks_exact(L));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        // Fixed-size chunks let the compiler keep the lanes in vector registers.
+        let (x, y): (&[f32; L], &[f32; L]) = (x.try_into().unwrap(), y.try_into().unwrap());
+        for ((s, &x), &y) in acc.iter_mut().zip(x).zip(y) {
+            *s += x * y;
+        }
+    }
+    for ((s, &x), &y) in acc.iter_mut().zip(ra).zip(rb) {
+        *s += x * y;
+    }
+    acc
+}
+
+/// out = sum over positions p of probs[p] * v[p], with the probabilities rounded to f16 and the
+/// sum for each output element taken in ggml's `order` over positions. v: (positions, hd).
+fn weighted_sum_f16_ggml(probs: &[f32], v: &[f32], order: F16SumOrder, out: &mut [f32]) {
+    let (hd, lanes) = (out.len(), order.lanes());
+    let mut acc = vec![0.0f32; lanes * hd]; // (lanes, hd)
+    for (p, (&prob, v_p)) in probs.iter().zip(v.chunks_exact(hd)).enumerate() {
+        let lane = p % lanes;
+        axpy_f32(
+            f16::from_f32(prob).to_f32(),
+            v_p,
+            &mut acc[lane * hd..(lane + 1) * hd],
+        );
+    }
+    let mut column = [0.0f32; 32];
+    for (d, o) in out.iter_mut().enumerate() {
+        for (l, c) in column[..lanes].iter_mut().enumerate() {
+            *c = acc[l * hd + d];
+        }
+        *o = order.reduce(&column[..lanes]);
+    }
+}
+
 /// The SwiGLU feed-forward block (Shazeer 2020): down(silu(gate(x)) * up(x)). (n, n_embd)
 fn swiglu(model: &Model, layer: &LayerWeights, xb: &[f32], n: usize) -> Result<Vec<f32>> {
     let mut gate = linear(model, &layer.w_gate, xb, n)?; // (n, n_ff)
     let up = linear(model, &layer.w_up, xb, n)?; // (n, n_ff)
-    for (g, &u) in gate.iter_mut().zip(&up) {
-        *g = silu(*g) * u;
-    }
+    silu_mul(&mut gate, &up);
     linear(model, &layer.w_down, &gate, n)
 }
 
-fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+/// gate = silu(gate) * up, with SiLU as x / (1 + e^-x) on ggml's exp so the feed-forward
+/// activations round as llama.cpp's do.
+fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    let mut e: Vec<f32> = gate.iter().map(|&x| -x).collect();
+    exp_f32(&mut e);
+    for ((g, &u), &e) in gate.iter_mut().zip(up).zip(&e) {
+        *g = *g / (1.0 + e) * u;
+    }
 }
 
 fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
