@@ -124,11 +124,21 @@ pub fn matmul(w: &Weights, x: &[f32], n_tokens: usize, out: &mut [f32]) -> Resul
                 each_token(|w, a| k.dot_f16(w, a), w, a, o)
             });
         }
-        GgmlType::Q4_0 => q8_1_matmul::<BlockQ4_0>(k, w, x, shape, out, Kernels::dot_q4_0),
-        GgmlType::Q4_1 => q8_1_matmul::<BlockQ4_1>(k, w, x, shape, out, Kernels::dot_q4_1),
-        GgmlType::Q8_0 => q8_1_matmul::<BlockQ8_0>(k, w, x, shape, out, Kernels::dot_q8_0),
-        GgmlType::Q4_K => q8_k_matmul::<BlockQ4K>(k, w, x, shape, out, Kernels::dot_q4_k),
-        GgmlType::Q6_K => q8_k_matmul::<BlockQ6K>(k, w, x, shape, out, Kernels::dot_q6_k),
+        GgmlType::Q4_0 => {
+            quantized_matmul::<BlockQ4_0, _>(k, &Q8_1_ACTS, w, x, shape, out, Kernels::dot_q4_0)
+        }
+        GgmlType::Q4_1 => {
+            quantized_matmul::<BlockQ4_1, _>(k, &Q8_1_ACTS, w, x, shape, out, Kernels::dot_q4_1)
+        }
+        GgmlType::Q8_0 => {
+            quantized_matmul::<BlockQ8_0, _>(k, &Q8_1_ACTS, w, x, shape, out, Kernels::dot_q8_0)
+        }
+        GgmlType::Q4_K => {
+            quantized_matmul::<BlockQ4K, _>(k, &Q8_K_ACTS, w, x, shape, out, Kernels::dot_q4_k)
+        }
+        GgmlType::Q6_K => {
+            quantized_matmul::<BlockQ6K, _>(k, &Q8_K_ACTS, w, x, shape, out, Kernels::dot_q6_k)
+        }
     }
     Ok(())
 }
@@ -141,42 +151,41 @@ struct Shape {
     work: usize,
 }
 
-/// Quantizes the activations to 32-element Q8_1-style blocks, then runs the integer dots.
-fn q8_1_matmul<B: ByteBlock>(
-    k: &'static Kernels,
-    w: &Weights,
-    x: &[f32],
-    shape: Shape,
-    out: &mut [f32],
-    dot: fn(&Kernels, &[B], &[BlockQ8_1], &mut [f32]),
-) {
-    let nb = w.cols / 32;
-    with_buffer(&ACT_Q8_1, nb * shape.n_tok, |act| {
-        quantize_tokens(x, w.cols, act, nb, shape, |x, a| k.quantize_q8_1(x, a));
-        run(
-            cast_blocks::<B>(w.data),
-            nb,
-            act,
-            nb,
-            shape,
-            out,
-            |w, a, o| dot(k, w, a, o),
-        );
-    });
+/// The activation side of an integer matmul: the partner block format, its length, the
+/// thread-local buffer its blocks are quantized into, and the quantizer.
+struct Activations<A: 'static> {
+    block_len: usize,
+    buffer: &'static LocalKey<Cell<Vec<A>>>,
+    quantize: fn(&Kernels, &[f32], &mut [A]),
 }
 
-/// Quantizes the activations to 256-element Q8_K blocks, then runs the integer dots.
-fn q8_k_matmul<B: ByteBlock>(
+/// Q8_1-style 32-element blocks, partner of Q4_0, Q4_1 and Q8_0.
+const Q8_1_ACTS: Activations<BlockQ8_1> = Activations {
+    block_len: 32,
+    buffer: &ACT_Q8_1,
+    quantize: Kernels::quantize_q8_1,
+};
+
+/// Q8_K 256-element blocks, partner of the K-quants.
+const Q8_K_ACTS: Activations<BlockQ8K> = Activations {
+    block_len: 256,
+    buffer: &ACT_Q8_K,
+    quantize: Kernels::quantize_q8_k,
+};
+
+/// Quantizes the activations once into the partner format, then runs the integer dots.
+fn quantized_matmul<B: ByteBlock, A: Copy + Default + Send + Sync>(
     k: &'static Kernels,
+    acts: &Activations<A>,
     w: &Weights,
     x: &[f32],
     shape: Shape,
     out: &mut [f32],
-    dot: fn(&Kernels, &[B], &[BlockQ8K], &mut [f32]),
+    dot: fn(&Kernels, &[B], &[A], &mut [f32]),
 ) {
-    let nb = w.cols / 256;
-    with_buffer(&ACT_Q8_K, nb * shape.n_tok, |act| {
-        quantize_tokens(x, w.cols, act, nb, shape, |x, a| k.quantize_q8_k(x, a));
+    let nb = w.cols / acts.block_len;
+    with_buffer(acts.buffer, nb * shape.n_tok, |act| {
+        quantize_tokens(x, w.cols, act, nb, shape, |x, a| (acts.quantize)(k, x, a));
         run(
             cast_blocks::<B>(w.data),
             nb,
