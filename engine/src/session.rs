@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::kv_cache::KvCache;
-use crate::model::{forward, Model};
+use crate::model::{forward, forward_hidden, Model};
 use crate::{EngineError, Result};
 
 /// Prompts are run in chunks this long so scratch buffers stay small whatever the prompt.
@@ -94,6 +94,43 @@ impl Session {
     pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
         self.check_vocab(&[token])?;
         self.run(&[token])
+    }
+
+    /// Appends `tokens` to the cache and returns their hidden states at the layers in `taps`
+    /// (see [`crate::model::Model`]'s forward: tap `n_layer` is the final norm's output), one
+    /// (tokens.len(), n_embd) matrix per tap. This is how a classifier reads text: it extends
+    /// its own cache as text arrives, never re-reading what it has seen.
+    pub fn extend_hidden(&mut self, tokens: &[u32], taps: &[usize]) -> Result<Vec<Vec<f32>>> {
+        if tokens.is_empty() {
+            return Err(EngineError::InvalidRequest("no tokens to run".into()));
+        }
+        if self.tokens.len() + tokens.len() > self.n_ctx() {
+            return Err(EngineError::ContextOverflow {
+                prompt_tokens: self.tokens.len() + tokens.len(),
+                context: self.n_ctx(),
+            });
+        }
+        self.check_vocab(tokens)?;
+        let before = self.kv.len();
+        let (model, kv) = (&self.model, &mut self.kv);
+        match kostant_kernels::in_pool(|| forward_hidden(model, kv, tokens, taps)) {
+            Ok(states) => {
+                self.tokens.extend_from_slice(tokens);
+                Ok(states)
+            }
+            Err(e) => {
+                self.kv.truncate(before);
+                Err(e)
+            }
+        }
+    }
+
+    /// Forgets every token after the first `len` (no-op if the cache holds fewer).
+    pub fn truncate(&mut self, len: usize) {
+        if len < self.tokens.len() {
+            self.kv.truncate(len);
+            self.tokens.truncate(len);
+        }
     }
 
     /// Refuses ids past the vocabulary before anything in the cache changes.

@@ -21,6 +21,57 @@ use crate::{EngineError, Result};
 /// the cache, and returns the logits of the last token: (n_vocab,).
 pub fn forward(model: &Model, kv: &mut KvCache, tokens: &[u32]) -> Result<Vec<f32>> {
     let hp = &model.hparams;
+    let x = transformer(model, kv, tokens, |_, _| {})?;
+    // Only the last position's logits are needed to pick the next token.
+    let last = &x[(tokens.len() - 1) * hp.n_embd..];
+    let mut normed = vec![0.0f32; hp.n_embd];
+    rms_norm(last, &model.weights.output_norm, hp.rms_eps, &mut normed);
+    linear(model, &model.weights.output, &normed, 1)
+}
+
+/// Like [`forward`], but instead of logits returns the hidden states of every token at the
+/// layers in `taps`: tap `l < n_layer` is the residual stream after layer `l`, tap `n_layer` the
+/// final RMSNorm's output. One (n, n_embd) matrix per tap, in the order given. The lm head is
+/// skipped: a classifier over hidden states (the guard) has no use for 49k logits.
+pub fn forward_hidden(
+    model: &Model,
+    kv: &mut KvCache,
+    tokens: &[u32],
+    taps: &[usize],
+) -> Result<Vec<Vec<f32>>> {
+    let hp = &model.hparams;
+    if let Some(&bad) = taps.iter().find(|&&t| t > hp.n_layer) {
+        return Err(EngineError::InvalidRequest(format!(
+            "hidden-state tap {bad} is past the model's {} layers",
+            hp.n_layer
+        )));
+    }
+    let mut out = vec![Vec::new(); taps.len()];
+    let x = transformer(model, kv, tokens, |l, x| {
+        for (o, _) in out.iter_mut().zip(taps).filter(|(_, &t)| t == l) {
+            *o = x.to_vec();
+        }
+    })?;
+    if taps.contains(&hp.n_layer) {
+        let mut normed = vec![0.0f32; x.len()];
+        rms_norm(&x, &model.weights.output_norm, hp.rms_eps, &mut normed);
+        for (o, _) in out.iter_mut().zip(taps).filter(|(_, &t)| t == hp.n_layer) {
+            o.clone_from(&normed);
+        }
+    }
+    Ok(out)
+}
+
+/// The transformer blocks: embeds `tokens`, runs every layer (calling `after_layer(l, x)` with
+/// the residual stream after layer `l`), appends the keys and values to the cache and returns
+/// the last layer's residual stream, (n, n_embd), before the final norm.
+fn transformer(
+    model: &Model,
+    kv: &mut KvCache,
+    tokens: &[u32],
+    mut after_layer: impl FnMut(usize, &[f32]),
+) -> Result<Vec<f32>> {
+    let hp = &model.hparams;
     let w = &model.weights;
     let n = tokens.len();
     let pos = kv.len();
@@ -44,14 +95,10 @@ pub fn forward(model: &Model, kv: &mut KvCache, tokens: &[u32]) -> Result<Vec<f3
         rms_norm(&x, &layer.ffn_norm, hp.rms_eps, &mut xb);
         let ffn = swiglu(model, layer, &xb, n)?;
         add_in_place(&mut x, &ffn);
+        after_layer(l, &x);
     }
     kv.advance(n);
-
-    // Only the last position's logits are needed to pick the next token.
-    let last = &x[(n - 1) * hp.n_embd..];
-    let mut normed = vec![0.0f32; hp.n_embd];
-    rms_norm(last, &w.output_norm, hp.rms_eps, &mut normed);
-    linear(model, &w.output, &normed, 1)
+    Ok(x)
 }
 
 /// Looks up each token's row of the embedding table. (n, n_embd)
