@@ -1,2 +1,16 @@
-//! The always-resident guard (issue 3). Placeholder crate so dependency rules hold from day one.
+//! The always-resident guard: a classification head over the hidden states of a small model run
+//! by our own engine. It screens every prompt before generation and the reply while it streams,
+//! and the policy turns a flag into a short, warm refusal.
+//!
+//! Dependency rule: this crate depends on `kostant-engine` (and through it the kernels) and on
+//! no other crate of ours.
 #![forbid(unsafe_code)]
+
+pub mod error;
+pub mod normalize;
+pub mod policy;
+pub mod reader;
+pub mod taxonomy;
+
+pub use error::{Result, SafetyError};
+pub use taxonomy::Category;
