@@ -21,7 +21,7 @@ use crate::{EngineError, Result};
 /// the cache, and returns the logits of the last token: (n_vocab,).
 pub fn forward(model: &Model, kv: &mut KvCache, tokens: &[u32]) -> Result<Vec<f32>> {
     let hp = &model.hparams;
-    let x = transformer(model, kv, tokens, |_, _| {})?;
+    let x = transformer(model, kv, tokens, hp.n_layer, |_, _| {})?;
     // Only the last position's logits are needed to pick the next token.
     let last = &x[(tokens.len() - 1) * hp.n_embd..];
     let mut normed = vec![0.0f32; hp.n_embd];
@@ -47,7 +47,13 @@ pub fn forward_hidden(
         )));
     }
     let mut out = vec![Vec::new(); taps.len()];
-    let x = transformer(model, kv, tokens, |l, x| {
+    // Layers past the deepest tap cannot change what is returned: skip them (a guard reading
+    // an early layer pays only for the layers it reads).
+    let deepest = taps
+        .iter()
+        .max()
+        .map_or(hp.n_layer, |&t| (t + 1).min(hp.n_layer));
+    let x = transformer(model, kv, tokens, deepest, |l, x| {
         for (o, _) in out.iter_mut().zip(taps).filter(|(_, &t)| t == l) {
             *o = x.to_vec();
         }
@@ -62,13 +68,15 @@ pub fn forward_hidden(
     Ok(out)
 }
 
-/// The transformer blocks: embeds `tokens`, runs every layer (calling `after_layer(l, x)` with
-/// the residual stream after layer `l`), appends the keys and values to the cache and returns
-/// the last layer's residual stream, (n, n_embd), before the final norm.
+/// The transformer blocks: embeds `tokens`, runs the first `n_layers` layers (calling
+/// `after_layer(l, x)` with the residual stream after layer `l`), appends the keys and values to
+/// the cache and returns the last run layer's residual stream, (n, n_embd), before the final norm.
+/// A cache filled with fewer than all layers only serves later calls that also stop early.
 fn transformer(
     model: &Model,
     kv: &mut KvCache,
     tokens: &[u32],
+    n_layers: usize,
     mut after_layer: impl FnMut(usize, &[f32]),
 ) -> Result<Vec<f32>> {
     let hp = &model.hparams;
@@ -87,7 +95,7 @@ fn transformer(
 
     let mut x = embed(model, tokens)?; // (n, n_embd)
     let mut xb = vec![0.0f32; n * hp.n_embd];
-    for (l, layer) in w.layers.iter().enumerate() {
+    for (l, layer) in w.layers.iter().enumerate().take(n_layers) {
         rms_norm(&x, &layer.attn_norm, hp.rms_eps, &mut xb);
         let att = attention(model, layer, l, kv, &xb, n, pos)?;
         add_in_place(&mut x, &att);
