@@ -7,10 +7,18 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
+pub mod guard;
+pub mod head;
 pub mod normalize;
+pub mod pipeline;
 pub mod policy;
 pub mod reader;
 pub mod taxonomy;
+pub mod train;
 
 pub use error::{Result, SafetyError};
+pub use guard::{Guard, OutputScreen, Screening};
+pub use pipeline::{
+    respond, GuardReport, Reply, ReplyEvent, RunningReply, StoppedBy, StreamEvent, Verdict,
+};
 pub use taxonomy::Category;

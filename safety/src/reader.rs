@@ -132,7 +132,8 @@ impl Reader {
             let tokens = self.session.model().tokenizer.encode(preamble, false)?;
             self.session.reset();
             if !tokens.is_empty() {
-                self.session.extend_hidden(&tokens, &[self.spec.taps[0]])?;
+                // All taps, so the cache holds every layer the text will read.
+                self.session.extend_hidden(&tokens, &self.spec.taps)?;
             }
             self.preamble_len = tokens.len();
             self.role = Some(role);

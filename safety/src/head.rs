@@ -1,0 +1,598 @@
+//! The guard's classification head: standardized features -> an optional hidden ReLU layer ->
+//! one "unsafe" logit and one logit per hazard category (multi-label, each its own sigmoid).
+//! Trained here, from labelled text, with Adam on a weighted binary cross-entropy; stored as a
+//! small binary file: a magic line, a JSON header, then f32 little-endian arrays.
+
+use std::io::Write;
+use std::path::Path;
+
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::reader::FeatureSpec;
+use crate::{Category, Result, SafetyError};
+
+const MAGIC: &[u8; 8] = b"KGUARD1\n";
+/// Output 0 is "unsafe"; outputs 1.. are the categories in `Category::ALL` order.
+pub const N_OUT: usize = 1 + Category::ALL.len();
+
+/// Everything about a head except its weights.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HeadInfo {
+    pub spec: FeatureSpec,
+    /// The guard model this head reads: its name and embedding width, checked at load.
+    pub model_name: String,
+    pub n_embd: usize,
+    /// Width of the hidden layer; 0 for a linear head.
+    pub hidden: usize,
+    /// Unsafe probability at or above which text is flagged (chosen on the dev split).
+    pub threshold: f32,
+    /// How the head was made: data, counts, dev scores. Shown by `kostant guard info`.
+    pub training: serde_json::Value,
+}
+
+#[derive(Clone, Debug)]
+pub struct Head {
+    pub info: HeadInfo,
+    mean: Vec<f32>,
+    inv_std: Vec<f32>,
+    /// Layers as (out, in) row-major weights and biases.
+    layers: Vec<(Vec<f32>, Vec<f32>)>,
+}
+
+/// What the head says about one text.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scores {
+    pub unsafe_prob: f32,
+    /// Per category, in `Category::ALL` order.
+    pub categories: [f32; Category::ALL.len()],
+}
+
+impl Scores {
+    /// The most likely category.
+    pub fn top_category(&self) -> Category {
+        let mut best = 0;
+        for (i, &p) in self.categories.iter().enumerate() {
+            if p > self.categories[best] {
+                best = i;
+            }
+        }
+        Category::ALL[best]
+    }
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+impl Head {
+    pub fn dim(&self) -> usize {
+        self.mean.len()
+    }
+
+    pub fn scores(&self, features: &[f32]) -> Result<Scores> {
+        if features.len() != self.dim() {
+            return Err(SafetyError::Head(format!(
+                "{} features given, the head reads {}",
+                features.len(),
+                self.dim()
+            )));
+        }
+        let x: Vec<f32> = features
+            .iter()
+            .zip(&self.mean)
+            .zip(&self.inv_std)
+            .map(|((&f, &m), &s)| (f - m) * s)
+            .collect();
+        let out = self.logits(&x);
+        let mut categories = [0.0; Category::ALL.len()];
+        for (c, &z) in categories.iter_mut().zip(&out[1..]) {
+            *c = sigmoid(z);
+        }
+        Ok(Scores {
+            unsafe_prob: sigmoid(out[0]),
+            categories,
+        })
+    }
+
+    /// Raw outputs for standardized features.
+    fn logits(&self, x: &[f32]) -> Vec<f32> {
+        let mut a = x.to_vec();
+        for (i, (w, b)) in self.layers.iter().enumerate() {
+            a = dense(w, b, &a);
+            if i + 1 < self.layers.len() {
+                a.iter_mut().for_each(|v| *v = v.max(0.0));
+            }
+        }
+        a
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let io = |source| SafetyError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let header =
+            serde_json::to_vec(&self.info).map_err(|e| SafetyError::Head(e.to_string()))?;
+        let mut buf = Vec::new();
+        buf.extend_from_slice(MAGIC);
+        buf.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        buf.extend_from_slice(&header);
+        let arrays = [&self.mean, &self.inv_std]
+            .into_iter()
+            .chain(self.layers.iter().flat_map(|(w, b)| [w, b]));
+        for a in arrays {
+            for v in a {
+                buf.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        // Write then rename, so a crash never leaves half a head where the app will look.
+        let tmp = path.with_extension("tmp");
+        let mut f = std::fs::File::create(&tmp).map_err(io)?;
+        f.write_all(&buf).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    pub fn load(path: &Path) -> Result<Head> {
+        let bytes = std::fs::read(path).map_err(|source| SafetyError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Head::from_bytes(&bytes).map_err(|msg| SafetyError::HeadFile {
+            path: path.to_path_buf(),
+            msg,
+        })
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Head, String> {
+        let rest = bytes
+            .strip_prefix(MAGIC.as_slice())
+            .ok_or("not a guard head (bad magic)")?;
+        let (len, rest) = rest.split_at_checked(4).ok_or("truncated header length")?;
+        // Invariant: split_at_checked(4) gave exactly 4 bytes.
+        let len = u32::from_le_bytes(len.try_into().unwrap()) as usize;
+        let (header, mut data) = rest.split_at_checked(len).ok_or("truncated header")?;
+        let info: HeadInfo =
+            serde_json::from_slice(header).map_err(|e| format!("bad header: {e}"))?;
+        let d = info.spec.dim(info.n_embd);
+        if d == 0 || d > 1 << 20 || info.hidden > 1 << 14 {
+            return Err(format!(
+                "implausible shape: {d} features, hidden {}",
+                info.hidden
+            ));
+        }
+        if !(0.0..=1.0).contains(&info.threshold) {
+            return Err(format!("threshold {} is not a probability", info.threshold));
+        }
+        let mut take = |n: usize| -> Result<Vec<f32>, String> {
+            let (a, r) = data.split_at_checked(n * 4).ok_or("truncated weights")?;
+            data = r;
+            let v: Vec<f32> = a
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            if v.iter().any(|x| !x.is_finite()) {
+                return Err("weights hold a non-finite number".into());
+            }
+            Ok(v)
+        };
+        let mean = take(d)?;
+        let inv_std = take(d)?;
+        let mut layers = Vec::new();
+        let widths = layer_widths(d, info.hidden);
+        for w in widths.windows(2) {
+            let (i, o) = (w[0], w[1]);
+            layers.push((take(i * o)?, take(o)?));
+        }
+        if !data.is_empty() {
+            return Err(format!("{} bytes left over after the weights", data.len()));
+        }
+        Ok(Head {
+            info,
+            mean,
+            inv_std,
+            layers,
+        })
+    }
+}
+
+fn layer_widths(d: usize, hidden: usize) -> Vec<usize> {
+    if hidden == 0 {
+        vec![d, N_OUT]
+    } else {
+        vec![d, hidden, N_OUT]
+    }
+}
+
+/// y = W x + b, W (out, in).
+fn dense(w: &[f32], b: &[f32], x: &[f32]) -> Vec<f32> {
+    b.iter()
+        .zip(w.chunks_exact(x.len()))
+        .map(|(&b, row)| b + row.iter().zip(x).map(|(a, b)| a * b).sum::<f32>())
+        .collect()
+}
+
+/// One labelled example: its features and, if unsafe, its category (None = safe).
+pub struct Example {
+    pub features: Vec<f32>,
+    pub category: Option<Category>,
+}
+
+#[derive(Clone, Debug)]
+pub struct TrainConfig {
+    pub hidden: usize,
+    pub epochs: usize,
+    pub learning_rate: f32,
+    pub weight_decay: f32,
+    pub batch: usize,
+    /// Weight of safe examples in the unsafe loss, relative to unsafe ones (raise it to make
+    /// over-refusal costlier).
+    pub safe_weight: f32,
+    pub seed: u64,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            hidden: 0,
+            epochs: 60,
+            learning_rate: 1e-3,
+            weight_decay: 1e-3,
+            batch: 32,
+            safe_weight: 1.0,
+            seed: 7,
+        }
+    }
+}
+
+/// Trains a head on `examples`. `info.threshold` is left for the caller to choose on held-out
+/// data.
+pub fn train(examples: &[Example], info: HeadInfo, cfg: &TrainConfig) -> Result<Head> {
+    let d = info.spec.dim(info.n_embd);
+    if examples.is_empty() {
+        return Err(SafetyError::Head("no training examples".into()));
+    }
+    if let Some(bad) = examples.iter().find(|e| e.features.len() != d) {
+        return Err(SafetyError::Head(format!(
+            "an example has {} features, expected {d}",
+            bad.features.len()
+        )));
+    }
+    // Standardize each feature over the training set.
+    let n = examples.len() as f64;
+    let mut mean = vec![0.0f64; d];
+    let mut sq = vec![0.0f64; d];
+    for e in examples {
+        for ((m, s), &f) in mean.iter_mut().zip(&mut sq).zip(&e.features) {
+            *m += f as f64;
+            *s += (f as f64) * (f as f64);
+        }
+    }
+    let mean: Vec<f32> = mean.iter().map(|m| (m / n) as f32).collect();
+    let inv_std: Vec<f32> = sq
+        .iter()
+        .zip(&mean)
+        .map(|(s, &m)| {
+            let var = (s / n - (m as f64) * (m as f64)).max(0.0);
+            (1.0 / (var.sqrt() + 1e-6)) as f32
+        })
+        .collect();
+    let xs: Vec<Vec<f32>> = examples
+        .iter()
+        .map(|e| {
+            e.features
+                .iter()
+                .zip(&mean)
+                .zip(&inv_std)
+                .map(|((&f, &m), &s)| (f - m) * s)
+                .collect()
+        })
+        .collect();
+    let targets: Vec<[f32; N_OUT]> = examples
+        .iter()
+        .map(|e| {
+            let mut t = [0.0; N_OUT];
+            if let Some(c) = e.category {
+                t[0] = 1.0;
+                t[1 + c.index()] = 1.0;
+            }
+            t
+        })
+        .collect();
+    let n_unsafe = examples
+        .iter()
+        .filter(|e| e.category.is_some())
+        .count()
+        .max(1);
+    let n_safe = (examples.len() - n_unsafe).max(1);
+    // Balance the classes, then tilt by safe_weight.
+    let w_unsafe = examples.len() as f32 / (2.0 * n_unsafe as f32);
+    let w_safe = cfg.safe_weight * examples.len() as f32 / (2.0 * n_safe as f32);
+
+    let mut rng = SmallRng::seed_from_u64(cfg.seed);
+    let widths = layer_widths(d, cfg.hidden);
+    let mut params: Vec<(Vec<f32>, Vec<f32>)> = widths
+        .windows(2)
+        .map(|w| {
+            let (i, o) = (w[0], w[1]);
+            let scale = (2.0 / i as f32).sqrt() * 0.5;
+            let wts = (0..i * o).map(|_| rng.gen_range(-scale..scale)).collect();
+            (wts, vec![0.0; o])
+        })
+        .collect();
+    let mut adam = Adam::new(&params);
+    let mut order: Vec<usize> = (0..xs.len()).collect();
+    for _epoch in 0..cfg.epochs {
+        order.shuffle(&mut rng);
+        for batch in order.chunks(cfg.batch.max(1)) {
+            let mut grads: Vec<(Vec<f32>, Vec<f32>)> = params
+                .iter()
+                .map(|(w, b)| (vec![0.0; w.len()], vec![0.0; b.len()]))
+                .collect();
+            for &i in batch {
+                let weight = if examples[i].category.is_some() {
+                    w_unsafe
+                } else {
+                    w_safe
+                };
+                backprop(&params, &xs[i], &targets[i], weight, &mut grads);
+            }
+            let scale = 1.0 / batch.len() as f32;
+            adam.step(
+                &mut params,
+                &grads,
+                scale,
+                cfg.learning_rate,
+                cfg.weight_decay,
+            );
+        }
+    }
+    Ok(Head {
+        info: HeadInfo {
+            hidden: cfg.hidden,
+            ..info
+        },
+        mean,
+        inv_std,
+        layers: params,
+    })
+}
+
+/// Adds the gradient of one example's weighted loss to `grads`. Loss: binary cross-entropy on
+/// every output; the category outputs of a safe example all aim at 0.
+fn backprop(
+    params: &[(Vec<f32>, Vec<f32>)],
+    x: &[f32],
+    target: &[f32; N_OUT],
+    weight: f32,
+    grads: &mut [(Vec<f32>, Vec<f32>)],
+) {
+    // Forward, keeping each layer's input.
+    let mut inputs = vec![x.to_vec()];
+    for (i, (w, b)) in params.iter().enumerate() {
+        let mut a = dense(w, b, &inputs[i]);
+        if i + 1 < params.len() {
+            a.iter_mut().for_each(|v| *v = v.max(0.0));
+        }
+        inputs.push(a);
+    }
+    // d loss / d logits for sigmoid + BCE is p - t; the unsafe output carries the class weight.
+    let out = &inputs[params.len()];
+    let mut delta: Vec<f32> = out
+        .iter()
+        .zip(target)
+        .enumerate()
+        .map(|(k, (&z, &t))| {
+            let w = if k == 0 { weight } else { 0.5 };
+            w * (sigmoid(z) - t)
+        })
+        .collect();
+    for l in (0..params.len()).rev() {
+        let (w, _) = &params[l];
+        let input = &inputs[l];
+        let (gw, gb) = &mut grads[l];
+        for (o, &dz) in delta.iter().enumerate() {
+            gb[o] += dz;
+            for (g, &a) in gw[o * input.len()..(o + 1) * input.len()]
+                .iter_mut()
+                .zip(input)
+            {
+                *g += dz * a;
+            }
+        }
+        if l > 0 {
+            let mut prev = vec![0.0f32; input.len()];
+            for (o, &dz) in delta.iter().enumerate() {
+                for (p, &wv) in prev
+                    .iter_mut()
+                    .zip(&w[o * input.len()..(o + 1) * input.len()])
+                {
+                    *p += dz * wv;
+                }
+            }
+            // Through the ReLU: no gradient where the unit was off.
+            for (p, &a) in prev.iter_mut().zip(input) {
+                if a <= 0.0 {
+                    *p = 0.0;
+                }
+            }
+            delta = prev;
+        }
+    }
+}
+
+/// Adam (Kingma & Ba 2015) with decoupled weight decay on the weights (AdamW).
+struct Adam {
+    m: Vec<(Vec<f32>, Vec<f32>)>,
+    v: Vec<(Vec<f32>, Vec<f32>)>,
+    t: i32,
+}
+
+impl Adam {
+    fn new(params: &[(Vec<f32>, Vec<f32>)]) -> Adam {
+        let zeros = || {
+            params
+                .iter()
+                .map(|(w, b)| (vec![0.0; w.len()], vec![0.0; b.len()]))
+                .collect()
+        };
+        Adam {
+            m: zeros(),
+            v: zeros(),
+            t: 0,
+        }
+    }
+
+    fn step(
+        &mut self,
+        params: &mut [(Vec<f32>, Vec<f32>)],
+        grads: &[(Vec<f32>, Vec<f32>)],
+        scale: f32,
+        lr: f32,
+        decay: f32,
+    ) {
+        const B1: f32 = 0.9;
+        const B2: f32 = 0.999;
+        self.t += 1;
+        let c1 = 1.0 - B1.powi(self.t);
+        let c2 = 1.0 - B2.powi(self.t);
+        for (l, (w, b)) in params.iter_mut().enumerate() {
+            for (is_w, (p, g)) in [(true, (w, &grads[l].0)), (false, (b, &grads[l].1))] {
+                let (m, v) = if is_w {
+                    (&mut self.m[l].0, &mut self.v[l].0)
+                } else {
+                    (&mut self.m[l].1, &mut self.v[l].1)
+                };
+                for i in 0..p.len() {
+                    let g = g[i] * scale;
+                    m[i] = B1 * m[i] + (1.0 - B1) * g;
+                    v[i] = B2 * v[i] + (1.0 - B2) * g * g;
+                    let update = (m[i] / c1) / ((v[i] / c2).sqrt() + 1e-8);
+                    if is_w {
+                        p[i] -= lr * decay * p[i];
+                    }
+                    p[i] -= lr * update;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> FeatureSpec {
+        FeatureSpec {
+            taps: vec![1],
+            input_preamble: String::new(),
+            output_preamble: String::new(),
+            window: 64,
+        }
+    }
+
+    fn info(n_embd: usize) -> HeadInfo {
+        HeadInfo {
+            spec: spec(),
+            model_name: "tiny".into(),
+            n_embd,
+            hidden: 0,
+            threshold: 0.5,
+            training: serde_json::Value::Null,
+        }
+    }
+
+    /// Two noisy clusters: unsafe texts (category by the sign of feature 1) sit along +f0.
+    fn data(n: usize, seed: u64) -> Vec<Example> {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        (0..n)
+            .map(|i| {
+                let unsafe_ = i % 2 == 0;
+                let mut f: Vec<f32> = (0..8).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                let category = if unsafe_ {
+                    f[0] += 2.0;
+                    if f[1] > 0.0 {
+                        Some(Category::Hate)
+                    } else {
+                        Some(Category::Privacy)
+                    }
+                } else {
+                    None
+                };
+                Example {
+                    features: f,
+                    category,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn learns_a_separable_problem_linear_and_hidden() {
+        for hidden in [0, 8] {
+            let cfg = TrainConfig {
+                hidden,
+                epochs: 30,
+                learning_rate: 1e-2,
+                ..Default::default()
+            };
+            let head = train(&data(400, 1), info(4), &cfg).unwrap();
+            let test = data(200, 2);
+            let mut right = 0;
+            let mut cat_right = 0;
+            for e in &test {
+                let s = head.scores(&e.features).unwrap();
+                if (s.unsafe_prob >= 0.5) == e.category.is_some() {
+                    right += 1;
+                }
+                if let Some(c) = e.category {
+                    if s.top_category() == c {
+                        cat_right += 1;
+                    }
+                }
+            }
+            assert!(right >= 190, "hidden {hidden}: {right}/200 right");
+            assert!(
+                cat_right >= 90,
+                "hidden {hidden}: {cat_right}/100 categories right"
+            );
+        }
+    }
+
+    #[test]
+    fn save_load_round_trip_and_damage_is_refused() {
+        let cfg = TrainConfig {
+            hidden: 4,
+            epochs: 2,
+            ..Default::default()
+        };
+        let head = train(&data(40, 3), info(4), &cfg).unwrap();
+        let dir = std::env::temp_dir().join(format!("kostant-head-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("head.bin");
+        head.save(&path).unwrap();
+        let back = Head::load(&path).unwrap();
+        let x = &data(1, 4)[0].features;
+        assert_eq!(head.scores(x).unwrap(), back.scores(x).unwrap());
+        assert_eq!(back.info.hidden, 4);
+
+        let bytes = std::fs::read(&path).unwrap();
+        for cut in [0, 5, 12, bytes.len() / 2, bytes.len() - 1] {
+            assert!(Head::from_bytes(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut extra = bytes.clone();
+        extra.push(0);
+        assert!(Head::from_bytes(&extra).is_err());
+        let mut nan = bytes.clone();
+        let n = nan.len();
+        nan[n - 4..].copy_from_slice(&f32::NAN.to_le_bytes());
+        assert!(Head::from_bytes(&nan).unwrap_err().contains("non-finite"));
+        assert!(Head::load(&dir.join("missing.bin")).is_err());
+        // Wrong feature count is an error, not a panic.
+        assert!(head.scores(&[0.0; 3]).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

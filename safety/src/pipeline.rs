@@ -1,0 +1,223 @@
+//! One guarded reply: screen the user's message, generate only if it passes, screen the reply
+//! while it streams, and withdraw it the moment it is flagged. The terminal chat, the app and
+//! the eval suite all answer through here, so what they measure is what users get.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use kostant_engine::{CancelHandle, GenerateRequest, Generation, Session, StopReason};
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::policy;
+use crate::{Category, Guard, Result};
+
+/// How often (in tokens) the reply is screened when no sentence ends sooner.
+pub const OUTPUT_CHECK_EVERY: usize = 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The reply was generated and shown in full (or up to its budget).
+    Answered,
+    /// The guard flagged the message; the policy's refusal was shown instead of a reply.
+    Refused,
+    /// The reply was cut short: by the guard (its text withdrawn) or by the user.
+    Stopped,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoppedBy {
+    Guard,
+    User,
+}
+
+/// What the guard measured for one reply.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GuardReport {
+    pub input_score: f32,
+    /// The highest unsafe probability of the reply as it streamed (0 if none was generated).
+    pub output_score: f32,
+    pub input_ms: f64,
+    pub output_ms: f64,
+    pub output_checks: usize,
+}
+
+#[derive(Clone, Debug)]
+pub enum ReplyEvent {
+    /// More reply text to show.
+    Token(String),
+    /// Remove bytes `from..to` of the reply shown so far and show `notice` in their place.
+    Withdraw {
+        from: usize,
+        to: usize,
+        notice: String,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub verdict: Verdict,
+    pub category: Option<Category>,
+    pub stopped_by: Option<StoppedBy>,
+    /// What the user ends up seeing: the reply, the refusal, or the notice.
+    pub text: String,
+    /// The model's generation, when there was one (its `reply` is the raw, unscreened text).
+    pub generation: Option<Generation>,
+    pub guard: GuardReport,
+}
+
+/// Answers `user_text` (already part of `req.prompt`) on `session`, screened by `guard`.
+/// `on_event` sees the text as the user should see it.
+pub fn respond(
+    session: &mut Session,
+    guard: &mut Guard,
+    req: &GenerateRequest,
+    user_text: &str,
+    cancel: &CancelHandle,
+    mut on_event: impl FnMut(&ReplyEvent),
+) -> Result<Reply> {
+    let input = guard.screen_input(user_text)?;
+    let mut report = GuardReport {
+        input_score: input.score,
+        input_ms: input.ms,
+        ..Default::default()
+    };
+    if input.flagged {
+        // Invariant: a flagged screening always names its category.
+        let category = input.category.unwrap_or(Category::NonViolentCrimes);
+        let text = policy::refusal(category).to_string();
+        on_event(&ReplyEvent::Token(text.clone()));
+        return Ok(Reply {
+            verdict: Verdict::Refused,
+            category: Some(category),
+            stopped_by: None,
+            text,
+            generation: None,
+            guard: report,
+        });
+    }
+
+    let mut screen = guard.output_screen(OUTPUT_CHECK_EVERY)?;
+    let mut shown = String::new();
+    let mut flagged: Option<Category> = None;
+    let mut screen_error = None;
+    let guard_stop = AtomicBool::new(false);
+    let generation = kostant_engine::generate(session, req, cancel, |_, text| {
+        if flagged.is_some() || screen_error.is_some() {
+            return;
+        }
+        match screen.push(text) {
+            Ok(Some(s)) => {
+                flagged = Some(s.category.unwrap_or(Category::NonViolentCrimes));
+                guard_stop.store(true, Ordering::SeqCst);
+                cancel.cancel();
+                return;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                // A guard that cannot read the reply must not let it through unscreened.
+                screen_error = Some(e);
+                guard_stop.store(true, Ordering::SeqCst);
+                cancel.cancel();
+                return;
+            }
+        }
+        shown.push_str(text);
+        on_event(&ReplyEvent::Token(text.to_string()));
+    })?;
+    if let Some(e) = screen_error {
+        return Err(e);
+    }
+    if flagged.is_none() {
+        // The end of the reply may not have reached a check yet.
+        if let Some(s) = screen.check()? {
+            flagged = Some(s.category.unwrap_or(Category::NonViolentCrimes));
+        }
+    }
+    report.output_score = screen.worst_score();
+    report.output_ms = screen.ms();
+    report.output_checks = screen.checks();
+
+    if let Some(category) = flagged {
+        let notice = policy::withdrawn_notice(category);
+        on_event(&ReplyEvent::Withdraw {
+            from: 0,
+            to: shown.len(),
+            notice: notice.clone(),
+        });
+        return Ok(Reply {
+            verdict: Verdict::Stopped,
+            category: Some(category),
+            stopped_by: Some(StoppedBy::Guard),
+            text: notice,
+            generation: Some(generation),
+            guard: report,
+        });
+    }
+    let user_stopped =
+        generation.stop == StopReason::Cancelled && !guard_stop.load(Ordering::SeqCst);
+    Ok(Reply {
+        verdict: if user_stopped {
+            Verdict::Stopped
+        } else {
+            Verdict::Answered
+        },
+        category: None,
+        stopped_by: user_stopped.then_some(StoppedBy::User),
+        text: shown,
+        generation: Some(generation),
+        guard: report,
+    })
+}
+
+/// Events of a guarded reply running on its own thread.
+#[derive(Debug)]
+pub enum StreamEvent {
+    Reply(ReplyEvent),
+    Done(Box<Reply>),
+    Error(String),
+}
+
+/// A guarded reply running on its own thread.
+pub struct RunningReply {
+    pub events: mpsc::UnboundedReceiver<StreamEvent>,
+    pub cancel: CancelHandle,
+    /// Gives the session and the guard back once the reply ends.
+    pub join: std::thread::JoinHandle<(Session, Guard)>,
+}
+
+/// Starts [`respond`] on a new thread; events arrive in order, ending with exactly one `Done`
+/// or `Error`. Dropping the receiver stops the reply.
+pub fn spawn(
+    mut session: Session,
+    mut guard: Guard,
+    req: GenerateRequest,
+    user_text: String,
+    cancel: CancelHandle,
+) -> RunningReply {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let flag = cancel.clone();
+    let listening = Arc::new(AtomicBool::new(true));
+    let join = std::thread::spawn(move || {
+        let result = respond(&mut session, &mut guard, &req, &user_text, &flag, |ev| {
+            if listening.load(Ordering::SeqCst) && tx.send(StreamEvent::Reply(ev.clone())).is_err()
+            {
+                listening.store(false, Ordering::SeqCst);
+                flag.cancel();
+            }
+        });
+        let last = match result {
+            Ok(r) => StreamEvent::Done(Box::new(r)),
+            Err(e) => StreamEvent::Error(e.to_string()),
+        };
+        let _ = tx.send(last);
+        (session, guard)
+    });
+    RunningReply {
+        events: rx,
+        cancel,
+        join,
+    }
+}

@@ -1,0 +1,363 @@
+//! Training the guard's head from labelled text, reproducibly: read the JSONL data, compute
+//! each text's features with the guard model (as the user's message and as an assistant's
+//! reply, with a share wrapped in the augmentation templates), fit the head on the train split,
+//! choose the threshold on the dev split, and record how.
+//!
+//! The eval suites (assets/evals) are never read here: the guard is scored on data it has not
+//! seen, in any step.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kostant_engine::Model;
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::head::{self, Example, Head, HeadInfo, TrainConfig};
+use crate::normalize::normalize;
+use crate::reader::{FeatureSpec, Reader, Role};
+use crate::{Category, Result, SafetyError};
+
+/// One line of a data file.
+#[derive(Clone, Debug, Deserialize)]
+pub struct LabelledText {
+    pub id: String,
+    pub prompt: String,
+    pub label: String,
+    pub category: Option<String>,
+}
+
+impl LabelledText {
+    /// The category if unsafe, None if safe.
+    pub fn target(&self) -> std::result::Result<Option<Category>, String> {
+        match (self.label.as_str(), self.category.as_deref()) {
+            ("safe", _) => Ok(None),
+            ("unsafe", Some(c)) => Category::from_id(c)
+                .map(Some)
+                .ok_or_else(|| format!("unknown category {c:?}")),
+            ("unsafe", None) => Err("an unsafe item needs a category".into()),
+            (other, _) => Err(format!("label {other:?} is neither safe nor unsafe")),
+        }
+    }
+}
+
+/// Reads a JSONL file of labelled texts. A bad line is an error naming it: training data is
+/// curated, and a silently skipped line would change the head.
+pub fn read_jsonl(path: &Path) -> Result<Vec<LabelledText>> {
+    let file = std::fs::File::open(path).map_err(|source| SafetyError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut out = Vec::new();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let err = |msg: String| SafetyError::Data {
+            path: path.to_path_buf(),
+            line: i + 1,
+            msg,
+        };
+        let line = line.map_err(|e| err(e.to_string()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let item: LabelledText = serde_json::from_str(&line).map_err(|e| err(e.to_string()))?;
+        item.target().map_err(err)?;
+        out.push(item);
+    }
+    Ok(out)
+}
+
+#[derive(Clone, Debug, Deserialize)]
+struct Template {
+    template: String,
+}
+
+/// Wrapper templates with a `{prompt}` placeholder (others are skipped).
+pub fn read_templates(path: &Path) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).map_err(|source| SafetyError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut out = Vec::new();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let t: Template = serde_json::from_str(line).map_err(|e| SafetyError::Data {
+            path: path.to_path_buf(),
+            line: i + 1,
+            msg: e.to_string(),
+        })?;
+        if t.template.contains("{prompt}") {
+            out.push(t.template);
+        }
+    }
+    Ok(out)
+}
+
+/// The feature spec new heads are trained with.
+pub fn default_spec() -> FeatureSpec {
+    FeatureSpec {
+        taps: vec![9, 15],
+        input_preamble: "Message from the user:\n".into(),
+        output_preamble: "Reply from the assistant:\n".into(),
+        window: 256,
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct TrainOptions {
+    pub data_dir: PathBuf,
+    pub spec: FeatureSpec,
+    pub config: TrainConfig,
+    /// Share of training texts also seen wrapped in an augmentation template.
+    pub augment_share: f64,
+    /// Highest share of dev safe texts the chosen threshold may flag.
+    pub max_dev_false_positive: f64,
+}
+
+impl TrainOptions {
+    pub fn new(data_dir: PathBuf) -> TrainOptions {
+        TrainOptions {
+            data_dir,
+            spec: default_spec(),
+            config: TrainConfig {
+                hidden: 0,
+                epochs: 40,
+                learning_rate: 1e-3,
+                weight_decay: 1e-2,
+                batch: 32,
+                safe_weight: 1.5,
+                seed: 7,
+            },
+            augment_share: 0.3,
+            max_dev_false_positive: 0.03,
+        }
+    }
+}
+
+/// Scores of a split under a head, for threshold choice and the record.
+#[derive(Clone, Debug, Serialize)]
+pub struct SplitScores {
+    pub n_unsafe: usize,
+    pub n_safe: usize,
+    pub recall: f64,
+    pub false_positive_rate: f64,
+}
+
+pub fn split_scores(probs: &[(f32, bool)], threshold: f32) -> SplitScores {
+    let n_unsafe = probs.iter().filter(|p| p.1).count();
+    let n_safe = probs.len() - n_unsafe;
+    let tp = probs.iter().filter(|p| p.1 && p.0 >= threshold).count();
+    let fp = probs.iter().filter(|p| !p.1 && p.0 >= threshold).count();
+    SplitScores {
+        n_unsafe,
+        n_safe,
+        recall: tp as f64 / n_unsafe.max(1) as f64,
+        false_positive_rate: fp as f64 / n_safe.max(1) as f64,
+    }
+}
+
+/// The lowest threshold (so the highest recall) whose false-positive rate on `probs` is at
+/// most `max_fp`. `probs`: (unsafe probability, is unsafe).
+pub fn choose_threshold(probs: &[(f32, bool)], max_fp: f64) -> f32 {
+    let mut candidates: Vec<f32> = probs.iter().map(|p| p.0).collect();
+    candidates.push(1.0);
+    candidates.sort_by(f32::total_cmp);
+    candidates
+        .into_iter()
+        .find(|&t| split_scores(probs, t).false_positive_rate <= max_fp)
+        .unwrap_or(1.0)
+}
+
+/// Features of every text in `items` read in `role`, optionally also wrapped in a template.
+fn featurize(
+    reader: &mut Reader,
+    items: &[(String, Option<Category>)],
+    role: Role,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<Example>> {
+    let window = reader.spec().window;
+    let mut out = Vec::with_capacity(items.len());
+    for (i, (text, category)) in items.iter().enumerate() {
+        let mut ids = reader.model().tokenizer.encode(&normalize(text), false)?;
+        ids.truncate(window);
+        if ids.is_empty() {
+            continue;
+        }
+        reader.start(role)?;
+        reader.push(&ids)?;
+        if let Some(features) = reader.features() {
+            out.push(Example {
+                features,
+                category: *category,
+            });
+        }
+        progress(i + 1, items.len());
+    }
+    Ok(out)
+}
+
+/// What a training run produced.
+pub struct Trained {
+    pub head: Head,
+    pub dev: SplitScores,
+    pub train: SplitScores,
+}
+
+/// Trains a head for `model` from `opts.data_dir`/{train,dev}.jsonl (and
+/// augment_templates.jsonl if present).
+pub fn train_head(
+    model: Arc<Model>,
+    opts: &TrainOptions,
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<Trained> {
+    let train = read_jsonl(&opts.data_dir.join("train.jsonl"))?;
+    let dev = read_jsonl(&opts.data_dir.join("dev.jsonl"))?;
+    let templates_path = opts.data_dir.join("augment_templates.jsonl");
+    let templates = if templates_path.exists() {
+        read_templates(&templates_path)?
+    } else {
+        Vec::new()
+    };
+    let labelled = |items: &[LabelledText]| -> Vec<(String, Option<Category>)> {
+        items
+            .iter()
+            // Invariant: read_jsonl rejected every line whose target does not parse.
+            .map(|t| (t.prompt.clone(), t.target().unwrap()))
+            .collect()
+    };
+    let mut train_items = labelled(&train);
+    let mut rng = SmallRng::seed_from_u64(opts.config.seed);
+    if !templates.is_empty() {
+        let mut wrapped = Vec::new();
+        for (text, c) in &train_items {
+            if rng.gen_bool(opts.augment_share) {
+                // Invariant: templates is not empty here.
+                let t = templates.choose(&mut rng).unwrap();
+                wrapped.push((t.replace("{prompt}", text), *c));
+            }
+        }
+        train_items.extend(wrapped);
+    }
+    let dev_items = labelled(&dev);
+
+    let mut reader = Reader::new(model.clone(), opts.spec.clone())?;
+    let mut examples = Vec::new();
+    for role in [Role::Input, Role::Output] {
+        let name = if role == Role::Input {
+            "train (as messages)"
+        } else {
+            "train (as replies)"
+        };
+        examples.extend(featurize(&mut reader, &train_items, role, &mut |i, n| {
+            progress(name, i, n)
+        })?);
+    }
+    let dev_examples = featurize(&mut reader, &dev_items, Role::Input, &mut |i, n| {
+        progress("dev", i, n)
+    })?;
+
+    let info = HeadInfo {
+        spec: opts.spec.clone(),
+        model_name: model.name(),
+        n_embd: model.hparams.n_embd,
+        hidden: opts.config.hidden,
+        threshold: 0.5,
+        training: serde_json::Value::Null,
+    };
+    let mut head = head::train(&examples, info, &opts.config)?;
+    let probs = |head: &Head, ex: &[Example]| -> Result<Vec<(f32, bool)>> {
+        ex.iter()
+            .map(|e| Ok((head.scores(&e.features)?.unsafe_prob, e.category.is_some())))
+            .collect()
+    };
+    let dev_probs = probs(&head, &dev_examples)?;
+    let threshold = choose_threshold(&dev_probs, opts.max_dev_false_positive);
+    let dev_scores = split_scores(&dev_probs, threshold);
+    let train_scores = split_scores(&probs(&head, &examples)?, threshold);
+    let count = |items: &[LabelledText]| {
+        let mut m = std::collections::BTreeMap::new();
+        for t in items {
+            *m.entry(t.category.clone().unwrap_or_else(|| "safe".into()))
+                .or_insert(0usize) += 1;
+        }
+        m
+    };
+    head.info.threshold = threshold;
+    head.info.training = serde_json::json!({
+        "command": "kostant guard train --data assets/safety --out assets/safety/guard-head.bin",
+        "train_counts": count(&train),
+        "dev_counts": count(&dev),
+        "augmented_examples": train_items.len() - train.len(),
+        "roles": ["input", "output"],
+        "config": {
+            "hidden": opts.config.hidden,
+            "epochs": opts.config.epochs,
+            "learning_rate": opts.config.learning_rate,
+            "weight_decay": opts.config.weight_decay,
+            "batch": opts.config.batch,
+            "safe_weight": opts.config.safe_weight,
+            "seed": opts.config.seed,
+            "augment_share": opts.augment_share,
+        },
+        "threshold_rule": format!(
+            "lowest threshold with dev false-positive rate <= {}",
+            opts.max_dev_false_positive
+        ),
+        "dev": &dev_scores,
+        "train": &train_scores,
+    });
+    Ok(Trained {
+        head,
+        dev: dev_scores,
+        train: train_scores,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threshold_keeps_false_positives_under_the_cap() {
+        let probs = vec![
+            (0.9, true),
+            (0.8, true),
+            (0.3, true),
+            (0.7, false),
+            (0.2, false),
+            (0.1, false),
+            (0.05, false),
+        ];
+        // 1 of 4 safe above 0.7 is 25%: with a 25% cap 0.3 would flag 1 safe (25%) and all
+        // three unsafe texts.
+        let t = choose_threshold(&probs, 0.25);
+        assert_eq!(t, 0.3);
+        let s = split_scores(&probs, t);
+        assert_eq!(s.recall, 1.0);
+        assert_eq!(s.false_positive_rate, 0.25);
+        // With no false positives allowed, the threshold climbs past the safe 0.7.
+        let t = choose_threshold(&probs, 0.0);
+        assert_eq!(t, 0.8);
+        assert!((split_scores(&probs, t).recall - 2.0 / 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn bad_lines_are_named() {
+        let dir = std::env::temp_dir().join(format!("kostant-train-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("bad.jsonl");
+        std::fs::write(
+            &p,
+            "{\"id\":\"a\",\"prompt\":\"hi\",\"label\":\"safe\",\"category\":null}\n{\"id\":\"b\",\"prompt\":\"x\",\"label\":\"unsafe\",\"category\":\"weather\"}\n",
+        )
+        .unwrap();
+        let e = read_jsonl(&p).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("weather"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
