@@ -1,33 +1,53 @@
 #!/usr/bin/env bash
 # Side-by-side speed of `kostant bench` and llama.cpp's `llama-bench` on the same GGUF, same
-# threads, run back to back. Prints the Markdown table that BENCHMARKS.md carries.
+# threads. The two are interleaved (one repetition of each, ROUNDS times) so a busy neighbour
+# slows both alike; the table gives the means and their ratio. Prints the Markdown table that
+# BENCHMARKS.md carries.
 #
-#   LLAMA_BENCH=/path/to/llama-bench scripts/bench-compare.sh [MODEL.gguf]
+#   LLAMA_BENCH=/path/to/llama-bench [ROUNDS=3] [THREADS="1 2"] [PROMPT=512] [GEN=128] \
+#     scripts/bench-compare.sh [MODEL.gguf]
 #
-# llama-bench is a reference built beside the project, never part of it. Run on an idle machine.
+# llama-bench is a reference built beside the project, never part of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model="${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 llama_bench="${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}"
-reps="${REPS:-3}"
-cargo build --release -q -p kostant
-kostant=target/release/kostant
+rounds="${ROUNDS:-3}"
+threads="${THREADS:-1 2}"
+prompt="${PROMPT:-512}"
+gen="${GEN:-128}"
+kostant="${KOSTANT:-target/release/kostant}"
+[ -n "${KOSTANT:-}" ] || cargo build --release -q -p kostant
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 
-printf '| threads | test | kostant tok/s | llama.cpp tok/s | ratio |\n|---|---|---|---|---|\n'
-for t in 1 2; do
-  ref=$("$llama_bench" -m "$model" -t "$t" -p 64,512 -n 128 -r "$reps" -o json 2>/dev/null)
-  for p in 64 512; do
-    ours=$("$kostant" bench --model "$model" --threads "$t" --prompt-tokens "$p" --gen-tokens 128 --repetitions "$reps" --json)
-    python3 - "$t" "$p" "$ours" "$ref" <<'PY'
-import json, sys
-t, p, ours, ref = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
-def theirs(n_prompt, n_gen):
-    return next(r["avg_ts"] for r in ref if r["n_prompt"] == n_prompt and r["n_gen"] == n_gen)
-pp = theirs(p, 0)
-print(f"| {t} | pp{p} | {ours['prefill_tok_s']:.1f} | {pp:.1f} | {ours['prefill_tok_s']/pp:.2f}x |")
-if p == 64:
-    tg = theirs(0, 128)
-    print(f"| {t} | tg128 | {ours['decode_tok_s']:.1f} | {tg:.1f} | {ours['decode_tok_s']/tg:.2f}x |")
-PY
+for _ in $(seq "$rounds"); do
+  for t in $threads; do
+    ref=$("$llama_bench" -m "$model" -t "$t" -p "$prompt" -n "$gen" -r 1 -o jsonl 2>/dev/null)
+    ours=$("$kostant" bench --model "$model" --threads "$t" --ctx $((prompt + gen + 16)) \
+      --prompt-tokens "$prompt" --gen-tokens "$gen" --repetitions 1 --json)
+    printf '%s\t%s\t%s\n' "$t" "$ours" "$(echo "$ref" | tr '\n' ' ')" >> "$log"
   done
 done
+
+python3 - "$log" "$prompt" "$gen" <<'PY'
+import json, sys
+from collections import defaultdict
+log, p, g = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+runs = defaultdict(lambda: {"pp": [], "tg": [], "rpp": [], "rtg": []})
+for line in open(log):
+    t, ours, ref = line.rstrip("\n").split("\t")
+    ours = json.loads(ours)
+    r = runs[int(t)]
+    r["pp"].append(ours["prefill_tok_s"]); r["tg"].append(ours["decode_tok_s"])
+    for rec in ref.replace("} {", "}\n{").splitlines():
+        rec = json.loads(rec)
+        (r["rpp"] if rec["n_gen"] == 0 else r["rtg"]).append(rec["avg_ts"])
+mean = lambda v: sum(v) / len(v)
+print("| threads | test | kostant tok/s | llama.cpp tok/s | ratio |")
+print("|---|---|---|---|---|")
+for t in sorted(runs):
+    r = runs[t]
+    for name, a, b in ((f"pp{p}", r["pp"], r["rpp"]), (f"tg{g}", r["tg"], r["rtg"])):
+        print(f"| {t} | {name} | {mean(a):.1f} | {mean(b):.1f} | {mean(a)/mean(b):.2f}x |")
+PY

@@ -23,6 +23,7 @@ fn main() {
         Some(Command::Bench(args)) => cli::bench::run(args),
         Some(Command::History(args)) => cli::history::run(args),
         Some(Command::Doctor(args)) => cli::doctor::run(args),
+        Some(Command::Synth(args)) => cli::synth::run(args),
         None => cli::chat::run(cli::ChatArgs::parse_from(["kostant"])),
     };
     if let Err(e) = result {

@@ -32,6 +32,16 @@ pub enum EngineError {
     /// A request that cannot be served as asked (empty prompt, bad sampling parameter).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// Loading the model with this context would need more memory than the budget allows.
+    #[error("model needs {planned_mb} MB (weights {weights_mb} MB, kv cache {kv_mb} MB for {n_ctx} tokens, scratch {scratch_mb} MB) but the memory budget is {budget_mb} MB: use a smaller model or context, or raise the budget")]
+    MemoryBudget {
+        planned_mb: usize,
+        weights_mb: usize,
+        kv_mb: usize,
+        scratch_mb: usize,
+        n_ctx: usize,
+        budget_mb: usize,
+    },
     #[error("kernel: {0}")]
     Kernel(#[from] kostant_kernels::KernelError),
 }

@@ -69,6 +69,8 @@ impl fmt::Display for CpuFeatures {
 type DotFn<W, A> = unsafe fn(&[W], &[A]) -> f32;
 /// One weight row against several tokens: `out[t] = dot(w, token t of a)`.
 type MultiFn<W, A> = unsafe fn(&[W], &[A], &mut [f32]);
+/// Several weight rows against one token: `out[r] = dot(row r of w, a)` (decode).
+type RowsFn<W, A> = unsafe fn(&[W], &[A], &mut [f32]);
 
 /// One implementation of every hot kernel. The function pointers are `unsafe fn` because the
 /// SIMD ones may only run on a CPU with their features; a table is only reachable through
@@ -87,6 +89,9 @@ pub(crate) struct Kernels {
     dot_q8_0: MultiFn<BlockQ8_0, BlockQ8_1>,
     dot_q4_k: MultiFn<BlockQ4K, BlockQ8K>,
     dot_q6_k: MultiFn<BlockQ6K, BlockQ8K>,
+    rows_q4_0: RowsFn<BlockQ4_0, BlockQ8_1>,
+    rows_q4_1: RowsFn<BlockQ4_1, BlockQ8_1>,
+    rows_q8_0: RowsFn<BlockQ8_0, BlockQ8_1>,
 }
 
 static SCALAR: Kernels = Kernels {
@@ -102,6 +107,9 @@ static SCALAR: Kernels = Kernels {
     dot_q8_0: q8_0::dot_multi_scalar,
     dot_q4_k: q4_k::dot_multi_scalar,
     dot_q6_k: q6_k::dot_multi_scalar,
+    rows_q4_0: q4_0::dot_rows_scalar,
+    rows_q4_1: q4_1::dot_rows_scalar,
+    rows_q8_0: q8_0::dot_rows_scalar,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -118,6 +126,9 @@ static AVX2: Kernels = Kernels {
     dot_q8_0: q8_0::avx2::dot_multi,
     dot_q4_k: q4_k::avx2::dot_multi,
     dot_q6_k: q6_k::avx2::dot_multi,
+    rows_q4_0: q4_0::avx2::dot_rows,
+    rows_q4_1: q4_1::avx2::dot_rows,
+    rows_q8_0: q8_0::avx2::dot_rows,
 };
 
 #[cfg(target_arch = "aarch64")]
@@ -134,6 +145,9 @@ static NEON: Kernels = Kernels {
     dot_q8_0: q8_0::neon::dot_multi,
     dot_q4_k: q4_k::neon::dot_multi,
     dot_q6_k: q6_k::neon::dot_multi,
+    rows_q4_0: q4_0::neon::dot_rows,
+    rows_q4_1: q4_1::neon::dot_rows,
+    rows_q8_0: q8_0::neon::dot_rows,
 };
 
 /// True when the AVX2 kernels may run here.
@@ -316,5 +330,41 @@ impl Kernels {
         );
         // SAFETY: as in `dot_f32`.
         unsafe { (self.dot_q6_k)(w, a, out) }
+    }
+
+    /// Several weight rows (`out.len()` rows of `a.len()` blocks) against one token.
+    #[inline]
+    pub fn rows_q4_0(&self, w: &[BlockQ4_0], a: &[BlockQ8_1], out: &mut [f32]) {
+        assert_eq!(
+            w.len(),
+            a.len() * out.len(),
+            "rows_q4_0: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.rows_q4_0)(w, a, out) }
+    }
+
+    /// Several weight rows (`out.len()` rows of `a.len()` blocks) against one token.
+    #[inline]
+    pub fn rows_q4_1(&self, w: &[BlockQ4_1], a: &[BlockQ8_1], out: &mut [f32]) {
+        assert_eq!(
+            w.len(),
+            a.len() * out.len(),
+            "rows_q4_1: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.rows_q4_1)(w, a, out) }
+    }
+
+    /// Several weight rows (`out.len()` rows of `a.len()` blocks) against one token.
+    #[inline]
+    pub fn rows_q8_0(&self, w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
+        assert_eq!(
+            w.len(),
+            a.len() * out.len(),
+            "rows_q8_0: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.rows_q8_0)(w, a, out) }
     }
 }

@@ -21,6 +21,8 @@ compile_error!(
     "kostant-kernels reads GGUF's little-endian data in place and needs a little-endian target"
 );
 
+pub mod attention;
+pub mod bandwidth;
 mod block;
 mod dispatch;
 mod error;

@@ -10,7 +10,6 @@ use rayon::prelude::*;
 
 use crate::block::{cast_blocks, ByteBlock};
 use crate::dispatch::{kernels, Kernels};
-use crate::formats::each_token;
 use crate::formats::f16::F16;
 use crate::formats::q4_0::BlockQ4_0;
 use crate::formats::q4_1::BlockQ4_1;
@@ -19,6 +18,7 @@ use crate::formats::q6_k::BlockQ6K;
 use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_1::BlockQ8_1;
 use crate::formats::q8_k::BlockQ8K;
+use crate::formats::{each_row, each_token};
 use crate::{GgmlType, KernelError, Weights};
 
 /// Below this much work (weight bytes times tokens) a matmul runs on the calling thread: waking
@@ -114,31 +114,80 @@ pub fn matmul(w: &Weights, x: &[f32], n_tokens: usize, out: &mut [f32]) -> Resul
                     .collect();
                 &copied
             };
-            run(wf, cols, x, cols, shape, out, |w, a, o| {
-                each_token(|w, a| k.dot_f32(w, a), w, a, o)
-            });
+            run(
+                wf,
+                cols,
+                x,
+                cols,
+                shape,
+                out,
+                |w, a, o| each_token(|w, a| k.dot_f32(w, a), w, a, o),
+                |w, a, o| each_row(|w, a| k.dot_f32(w, a), w, a, o),
+            );
         }
         GgmlType::F16 => {
             let wh = cast_blocks::<F16>(w.data);
-            run(wh, cols, x, cols, shape, out, |w, a, o| {
-                each_token(|w, a| k.dot_f16(w, a), w, a, o)
-            });
+            run(
+                wh,
+                cols,
+                x,
+                cols,
+                shape,
+                out,
+                |w, a, o| each_token(|w, a| k.dot_f16(w, a), w, a, o),
+                |w, a, o| each_row(|w, a| k.dot_f16(w, a), w, a, o),
+            );
         }
-        GgmlType::Q4_0 => {
-            quantized_matmul::<BlockQ4_0, _>(k, &Q8_1_ACTS, w, x, shape, out, Kernels::dot_q4_0)
-        }
-        GgmlType::Q4_1 => {
-            quantized_matmul::<BlockQ4_1, _>(k, &Q8_1_ACTS, w, x, shape, out, Kernels::dot_q4_1)
-        }
-        GgmlType::Q8_0 => {
-            quantized_matmul::<BlockQ8_0, _>(k, &Q8_1_ACTS, w, x, shape, out, Kernels::dot_q8_0)
-        }
-        GgmlType::Q4_K => {
-            quantized_matmul::<BlockQ4K, _>(k, &Q8_K_ACTS, w, x, shape, out, Kernels::dot_q4_k)
-        }
-        GgmlType::Q6_K => {
-            quantized_matmul::<BlockQ6K, _>(k, &Q8_K_ACTS, w, x, shape, out, Kernels::dot_q6_k)
-        }
+        GgmlType::Q4_0 => quantized_matmul::<BlockQ4_0, _>(
+            k,
+            &Q8_1_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_q4_0,
+            Some(Kernels::rows_q4_0),
+        ),
+        GgmlType::Q4_1 => quantized_matmul::<BlockQ4_1, _>(
+            k,
+            &Q8_1_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_q4_1,
+            Some(Kernels::rows_q4_1),
+        ),
+        GgmlType::Q8_0 => quantized_matmul::<BlockQ8_0, _>(
+            k,
+            &Q8_1_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_q8_0,
+            Some(Kernels::rows_q8_0),
+        ),
+        GgmlType::Q4_K => quantized_matmul::<BlockQ4K, _>(
+            k,
+            &Q8_K_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_q4_k,
+            None,
+        ),
+        GgmlType::Q6_K => quantized_matmul::<BlockQ6K, _>(
+            k,
+            &Q8_K_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_q6_k,
+            None,
+        ),
     }
     Ok(())
 }
@@ -173,7 +222,11 @@ const Q8_K_ACTS: Activations<BlockQ8K> = Activations {
     quantize: Kernels::quantize_q8_k,
 };
 
+/// A kernel-table method: weights, activations, results.
+type KernelFn<B, A> = fn(&Kernels, &[B], &[A], &mut [f32]);
+
 /// Quantizes the activations once into the partner format, then runs the integer dots.
+#[allow(clippy::too_many_arguments)]
 fn quantized_matmul<B: ByteBlock, A: Copy + Default + Send + Sync>(
     k: &'static Kernels,
     acts: &Activations<A>,
@@ -181,7 +234,8 @@ fn quantized_matmul<B: ByteBlock, A: Copy + Default + Send + Sync>(
     x: &[f32],
     shape: Shape,
     out: &mut [f32],
-    dot: fn(&Kernels, &[B], &[A], &mut [f32]),
+    dot: KernelFn<B, A>,
+    rows: Option<KernelFn<B, A>>,
 ) {
     let nb = w.cols / acts.block_len;
     with_buffer(acts.buffer, nb * shape.n_tok, |act| {
@@ -194,6 +248,14 @@ fn quantized_matmul<B: ByteBlock, A: Copy + Default + Send + Sync>(
             shape,
             out,
             |w, a, o| dot(k, w, a, o),
+            |w, a, o| match rows {
+                Some(rows) => rows(k, w, a, o),
+                None => {
+                    for (o, w) in o.iter_mut().zip(w.chunks_exact(a.len())) {
+                        dot(k, w, a, std::slice::from_mut(o));
+                    }
+                }
+            },
         );
     });
 }
@@ -231,7 +293,9 @@ fn rows_per_task(rows: usize) -> usize {
 
 /// The common driver. `w` holds `rows` rows of `w_per_row` units, `act` holds `n_tok` tokens
 /// of `a_per_tok` units; `dot(row, tokens, out)` multiplies one row by `out.len()` consecutive
-/// tokens (the multi-token kernels unpack each weight block once for up to four tokens).
+/// tokens (the multi-token kernels unpack each weight block once for up to four tokens);
+/// `rows(w, token, out)` multiplies `out.len()` consecutive rows by one token (decode).
+#[allow(clippy::too_many_arguments)]
 fn run<W: Sync, A: Sync>(
     w: &[W],
     w_per_row: usize,
@@ -240,6 +304,7 @@ fn run<W: Sync, A: Sync>(
     shape: Shape,
     out: &mut [f32],
     dot: impl Fn(&[W], &[A], &mut [f32]) + Sync,
+    rows1: impl Fn(&[W], &[A], &mut [f32]) + Sync,
 ) {
     let Shape { rows, n_tok, .. } = shape;
     debug_assert_eq!(w.len(), rows * w_per_row);
@@ -250,9 +315,8 @@ fn run<W: Sync, A: Sync>(
 
     if n_tok == 1 {
         let body = |(c, o): (usize, &mut [f32])| {
-            for (i, y) in o.iter_mut().enumerate() {
-                dot(row(c * chunk + i), act, std::slice::from_mut(y));
-            }
+            let r0 = c * chunk;
+            rows1(&w[r0 * w_per_row..(r0 + o.len()) * w_per_row], act, o);
         };
         if parallel {
             out.par_chunks_mut(chunk).enumerate().for_each(body);

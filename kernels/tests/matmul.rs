@@ -305,3 +305,34 @@ fn arbitrary_bytes_and_non_finite_activations_do_not_panic() {
         assert_eq!(q.len(), ty.row_bytes(x.len()).unwrap());
     }
 }
+
+/// Decode runs rows in groups (four rows interleaved per kernel call) but every row keeps its
+/// own dot's arithmetic, so a matrix's rows equal the same rows multiplied one at a time, bit
+/// for bit, whatever the row count and its remainder.
+#[test]
+fn row_groups_equal_one_row_at_a_time() {
+    let mut r = rng(102);
+    for ty in GgmlType::ALL {
+        for cols in cols_for(ty) {
+            for rows in [1, 2, 3, 4, 5, 7, 8, 9, 33] {
+                let m = random_matrix(&mut r, ty, rows, cols);
+                let w = Weights::new(ty, &m.data, rows, cols).unwrap();
+                let x = random_f32(&mut r, cols, 1.0);
+                let mut all = vec![f32::NAN; rows];
+                matmul(&w, &x, 1, &mut all).unwrap();
+                let row_bytes = m.data.len() / rows;
+                for (i, &got) in all.iter().enumerate() {
+                    let one = &m.data[i * row_bytes..(i + 1) * row_bytes];
+                    let w1 = Weights::new(ty, one, 1, cols).unwrap();
+                    let mut want = [f32::NAN];
+                    matmul(&w1, &x, 1, &mut want).unwrap();
+                    assert_eq!(
+                        got.to_bits(),
+                        want[0].to_bits(),
+                        "{ty:?} {rows}x{cols} row {i}"
+                    );
+                }
+            }
+        }
+    }
+}

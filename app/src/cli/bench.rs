@@ -65,6 +65,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let prefill_tok_s = args.prompt_tokens as f64 * 1e3 / mean(&prefill_ms);
     let decode_tok_s = args.gen_tokens as f64 * 1e3 / mean(&decode_ms);
     let gb_s = model.weight_bytes_per_token() as f64 * decode_tok_s / 1e9;
+    let plan = model.memory_plan(session.n_ctx());
+    let peak = peak_rss_mb();
+    // Measured after the model's runs so its peak above is the model's own.
+    let bandwidth = args
+        .bandwidth
+        .then(|| kostant_kernels::bandwidth::read_bandwidth(1 << 30, 10));
+    let mb = |b: usize| b as f64 / (1024.0 * 1024.0);
     let report = json!({
         "model": model.name(),
         "quantization": model.quantization(),
@@ -79,8 +86,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "decode_tok_s": decode_tok_s,
         "ttft_ms": mean(&ttft_ms),
         "decode_weight_gb_s": gb_s,
+        "n_ctx": session.n_ctx(),
         "kv_cache_mb": session.kv_bytes() as f64 / (1024.0 * 1024.0),
-        "peak_rss_mb": peak_rss_mb(),
+        "planned_mb": mb(plan.total()),
+        "planned_weights_mb": mb(plan.weights),
+        "planned_kv_mb": mb(plan.kv),
+        "planned_scratch_mb": mb(plan.scratch),
+        "peak_rss_mb": peak,
+        "read_bandwidth_gb_s": bandwidth.map(|b| b.best_gb_s),
+        "decode_bandwidth_fraction": bandwidth.map(|b| gb_s / b.best_gb_s),
     });
     if args.json {
         println!("{report}");
@@ -108,9 +122,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
             mean(&ttft_ms),
             args.prompt_tokens
         );
-        match peak_rss_mb() {
-            Some(mb) => println!("peak rss     {mb:>8.1} MB"),
+        println!(
+            "memory plan  {:>8.1} MiB    (weights {:.1}, kv cache {:.1} for {} tokens, scratch {:.1})",
+            mb(plan.total()),
+            mb(plan.weights),
+            mb(plan.kv),
+            session.n_ctx(),
+            mb(plan.scratch)
+        );
+        match peak {
+            Some(mb) => println!("peak rss     {mb:>8.1} MiB"),
             None => println!("peak rss     unavailable on this OS"),
+        }
+        if let Some(b) = bandwidth {
+            println!(
+                "bandwidth    {:>8.2} GB/s   (read, best of 10 over 1 GiB); decode streams {:.0}% of it",
+                b.best_gb_s,
+                100.0 * gb_s / b.best_gb_s
+            );
         }
     }
     Ok(())

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod chat;
 pub mod doctor;
 pub mod history;
+pub mod synth;
 
 use std::path::PathBuf;
 
@@ -30,6 +31,9 @@ pub enum Command {
     History(history::HistoryArgs),
     /// Check that the network is denied, local files and sockets work, and the model is intact.
     Doctor(doctor::DoctorArgs),
+    /// Write a GGUF with random weights and a real model's shape, for speed and memory
+    /// benchmarks only: it is never used to answer anything.
+    Synth(synth::SynthArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -43,6 +47,10 @@ pub struct ModelArgs {
     /// Context window in tokens (capped at the model's training context).
     #[arg(long, default_value_t = 4096)]
     pub ctx: usize,
+    /// Refuse to load a model whose planned footprint (weights read, kv cache for --ctx,
+    /// scratch) exceeds this many MB.
+    #[arg(long, env = "KOSTANT_MEMORY_BUDGET_MB", default_value_t = 3072)]
+    pub memory_budget: usize,
 }
 
 /// Also a `Parser`, so that `kostant` with no subcommand can build the default chat arguments.
@@ -100,6 +108,10 @@ pub struct BenchArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Also measure the machine's read bandwidth (STREAM-style, 1 GiB) and report decode's
+    /// weight traffic as a fraction of it.
+    #[arg(long)]
+    pub bandwidth: bool,
 }
 
 /// Sets the kernel thread count, finds the model and maps it.
@@ -113,8 +125,12 @@ pub fn load_model(args: &ModelArgs) -> anyhow::Result<std::sync::Arc<kostant_eng
     kostant_kernels::init_threads(threads)?;
     let _ = THREADS.set(threads);
     let path = crate::model_path::resolve(args.model.as_deref())?;
-    kostant_engine::Model::load(&path)
-        .with_context(|| format!("cannot load model {}", path.display()))
+    let model = kostant_engine::Model::load(&path)
+        .with_context(|| format!("cannot load model {}", path.display()))?;
+    model
+        .check_memory_budget(args.ctx, args.memory_budget << 20)
+        .with_context(|| format!("cannot load model {}", path.display()))?;
+    Ok(model)
 }
 
 pub fn peak_rss_mb() -> Option<f64> {

@@ -22,7 +22,8 @@ struct PendingTensor {
     name: String,
     dims: Vec<usize>,
     ty: GgmlType,
-    data: Vec<u8>,
+    /// `None`: the bytes come from the producer given to [`GgufWriter::write_streaming_to`].
+    data: Option<Vec<u8>>,
 }
 
 /// Builds a GGUF v3 file. Metadata keys keep their first insertion order; setting a key again
@@ -42,6 +43,8 @@ struct Layout {
     alignment: usize,
     /// Offsets relative to the data section.
     offsets: Vec<usize>,
+    /// Bytes of each tensor's data, unpadded.
+    sizes: Vec<usize>,
 }
 
 impl GgufWriter {
@@ -71,7 +74,19 @@ impl GgufWriter {
             name: name.to_owned(),
             dims: dims.to_vec(),
             ty,
-            data,
+            data: Some(data),
+        });
+        self
+    }
+
+    /// Adds a tensor whose bytes are produced while the file is written, by the producer given
+    /// to [`GgufWriter::write_streaming_to`], so a multi-gigabyte model never sits in memory.
+    pub fn deferred_tensor(&mut self, name: &str, dims: &[usize], ty: GgmlType) -> &mut Self {
+        self.tensors.push(PendingTensor {
+            name: name.to_owned(),
+            dims: dims.to_vec(),
+            ty,
+            data: None,
         });
         self
     }
@@ -79,7 +94,7 @@ impl GgufWriter {
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let layout = self.layout()?;
         let mut out = Vec::new();
-        self.emit(&layout, &mut out)
+        self.emit(&layout, &mut out, &mut no_producer)
             .map_err(|e| err(format!("writing to memory: {e}")))?;
         Ok(out)
     }
@@ -87,6 +102,16 @@ impl GgufWriter {
     /// Writes the file next to `path` under a temporary name, then renames it into place, so a
     /// reader (or an mmap of the old file) never sees a half-written model.
     pub fn write_to(&self, path: &Path) -> Result<()> {
+        self.write_streaming_to(path, no_producer)
+    }
+
+    /// Like [`GgufWriter::write_to`], with the bytes of every deferred tensor written by
+    /// `produce(name, size, out)` in file order. It must write exactly `size` bytes (checked).
+    pub fn write_streaming_to(
+        &self,
+        path: &Path,
+        mut produce: impl FnMut(&str, usize, &mut dyn Write) -> std::io::Result<()>,
+    ) -> Result<()> {
         let layout = self.layout()?;
         let file_name = path
             .file_name()
@@ -102,7 +127,7 @@ impl GgufWriter {
         let result = (|| -> Result<()> {
             let file = std::fs::File::create(&tmp).map_err(io(&tmp))?;
             let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-            self.emit(&layout, &mut w).map_err(io(&tmp))?;
+            self.emit(&layout, &mut w, &mut produce).map_err(io(&tmp))?;
             let file = w.into_inner().map_err(|e| io(&tmp)(e.into_error()))?;
             file.sync_all().map_err(io(&tmp))?;
             std::fs::rename(&tmp, path).map_err(io(path))
@@ -145,6 +170,7 @@ impl GgufWriter {
                 .map(|(_, v)| v),
         )?;
         let mut offsets = Vec::with_capacity(self.tensors.len());
+        let mut sizes = Vec::with_capacity(self.tensors.len());
         let mut names = HashSet::with_capacity(self.tensors.len());
         let mut next = 0usize;
         for t in &self.tensors {
@@ -153,24 +179,37 @@ impl GgufWriter {
                 return Err(err(format!("duplicate tensor name {}", t.name)));
             }
             let size = reader::tensor_size(&t.name, &t.dims, t.ty)?;
-            if t.data.len() != size {
-                return Err(err(format!(
-                    "tensor {}: data is {} bytes, but {} {:?} takes {size}",
-                    t.name,
-                    t.data.len(),
-                    t.ty.name(),
-                    t.dims
-                )));
+            match &t.data {
+                Some(data) if data.len() != size => {
+                    return Err(err(format!(
+                        "tensor {}: data is {} bytes, but {} {:?} takes {size}",
+                        t.name,
+                        data.len(),
+                        t.ty.name(),
+                        t.dims
+                    )));
+                }
+                _ => {}
             }
+            sizes.push(size);
             offsets.push(next);
             next = next
                 .checked_add(size.div_ceil(alignment) * alignment)
                 .ok_or_else(|| err("tensor data overflows the file size".into()))?;
         }
-        Ok(Layout { alignment, offsets })
+        Ok(Layout {
+            alignment,
+            offsets,
+            sizes,
+        })
     }
 
-    fn emit(&self, layout: &Layout, w: &mut impl Write) -> std::io::Result<()> {
+    fn emit(
+        &self,
+        layout: &Layout,
+        w: &mut impl Write,
+        produce: &mut dyn FnMut(&str, usize, &mut dyn Write) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
         let mut header = Vec::new();
         header.extend_from_slice(MAGIC);
         header.extend_from_slice(&VERSION.to_le_bytes());
@@ -197,11 +236,51 @@ impl GgufWriter {
             |len: usize| &zeros[..(layout.alignment - len % layout.alignment) % layout.alignment];
         w.write_all(&header)?;
         w.write_all(padding(header.len()))?;
-        for t in &self.tensors {
-            w.write_all(&t.data)?;
-            w.write_all(padding(t.data.len()))?;
+        for (t, &size) in self.tensors.iter().zip(&layout.sizes) {
+            match &t.data {
+                Some(data) => w.write_all(data)?,
+                None => {
+                    let mut counted = Counted {
+                        inner: &mut *w,
+                        n: 0,
+                    };
+                    produce(&t.name, size, &mut counted)?;
+                    if counted.n != size {
+                        return Err(std::io::Error::other(format!(
+                            "tensor {}: the producer wrote {} bytes, but it takes {size}",
+                            t.name, counted.n
+                        )));
+                    }
+                }
+            }
+            w.write_all(padding(size))?;
         }
         w.flush()
+    }
+}
+
+/// The producer for files without deferred tensors.
+fn no_producer(name: &str, _: usize, _: &mut dyn Write) -> std::io::Result<()> {
+    Err(std::io::Error::other(format!(
+        "tensor {name} is deferred, but nothing produces its bytes"
+    )))
+}
+
+/// A writer that counts the bytes going through it.
+struct Counted<'a, W: Write> {
+    inner: &'a mut W,
+    n: usize,
+}
+
+impl<W: Write> Write for Counted<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.n += n;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 

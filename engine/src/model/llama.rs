@@ -6,10 +6,10 @@
 //! straight to the kernels.
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
-use kostant_kernels::{axpy_f32, dequantize_row, exp_f32, matmul};
+use kostant_kernels::attention::{dot_f16_rows, hsum8, weighted_sum_f16_rows, F16SumOrder};
+use kostant_kernels::{dequantize_row, exp_f32, matmul};
 
 use super::hparams::{HParams, RopeLayout};
 use super::weights::{LayerWeights, TensorRef};
@@ -185,28 +185,36 @@ fn attention(
     let mut out = vec![0.0f32; n * q_dim]; // (n, n_head * head_dim)
     let order = F16SumOrder::for_batch(n);
 
-    // One task per (token, kv head): it widens that head's cached keys and values to f32 once,
-    // serves the `group` query heads that share them, and writes only its own slice of `out`
-    // (those query heads are adjacent), so tasks never share mutable state.
-    out.par_chunks_mut(group * hd)
-        .enumerate()
-        .for_each(|(i, o)| {
+    // One task per (token, kv head): it serves the `group` query heads that share that head's
+    // cached keys and values (read in place from the f16 cache) and writes only its own slice
+    // of `out` (those query heads are adjacent), so tasks never share mutable state. Scratch
+    // is made once per rayon job, not per head.
+    let visible_max = pos + n;
+    out.par_chunks_mut(group * hd).enumerate().for_each_init(
+        || {
+            (
+                vec![0.0f32; hd],                 // the query head, rounded to f16
+                vec![0.0f32; visible_max],        // scores, then probabilities
+                vec![0.0f32; order.lanes() * hd], // the weighted sum's lanes
+            )
+        },
+        |(q_h, probs, lanes), (i, o)| {
             let (t, g) = (i / hp.n_head_kv, i % hp.n_head_kv);
             let visible = pos + t + 1; // causal: the token sees itself and everything before it
-            let k = widen_head(keys, visible, kv_dim, g * hd, hd); // (visible, hd)
-            let v = widen_head(values, visible, kv_dim, g * hd, hd); // (visible, hd)
+            let probs = &mut probs[..visible];
             for (j, o_h) in o.chunks_exact_mut(hd).enumerate() {
                 let h = g * group + j;
                 // The query meets the f16 keys at f16 precision, as in llama.cpp.
-                let q_h = round_to_f16(&q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd]);
-                let mut probs: Vec<f32> = k
-                    .chunks_exact(hd)
-                    .map(|k_p| dot_f16_ggml(&q_h, k_p, order) * scale)
-                    .collect();
-                softmax(&mut probs);
-                weighted_sum_f16_ggml(&probs, &v, order, o_h);
+                let q_src = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
+                for (a, &b) in q_h.iter_mut().zip(q_src) {
+                    *a = f16::from_f32(b).to_f32();
+                }
+                dot_f16_rows(q_h, keys, kv_dim, g * hd, scale, order, probs);
+                softmax(probs);
+                weighted_sum_f16_rows(probs, values, kv_dim, g * hd, order, lanes, o_h);
             }
-        });
+        },
+    );
 
     linear(model, &layer.wo, &out, n)
 }
@@ -267,20 +275,6 @@ impl Rope {
     }
 }
 
-/// One kv head's rows of an f16 cache, widened to f32: (rows, hd).
-fn widen_head(cache: &[f16], rows: usize, row_width: usize, offset: usize, hd: usize) -> Vec<f32> {
-    let mut out = vec![0.0f32; rows * hd];
-    for (p, o) in out.chunks_exact_mut(hd).enumerate() {
-        let start = p * row_width + offset;
-        cache[start..start + hd].convert_to_f32_slice(o);
-    }
-    out
-}
-
-fn round_to_f16(x: &[f32]) -> Vec<f32> {
-    x.iter().map(|&v| f16::from_f32(v).to_f32()).collect()
-}
-
 /// Softmax in place, subtracting the max for stability, computed as ggml computes it: its
 /// polynomial exp ([`exp_f32`]), each group of 8 terms added in f32 in its SIMD lane order, the
 /// group sums accumulated in f64, then one multiply by the f32 reciprocal.
@@ -294,109 +288,11 @@ fn softmax(x: &mut [f32]) {
     for chunk in x.chunks(8) {
         let mut lanes = [0.0f32; 8]; // ggml's rows are padded with masked (zero) terms
         lanes[..chunk.len()].copy_from_slice(chunk);
-        sum += F16SumOrder::hsum8(&lanes) as f64;
+        sum += hsum8(&lanes) as f64;
     }
     let inv = (1.0 / sum) as f32;
     for v in x.iter_mut() {
         *v *= inv;
-    }
-}
-
-/// The order in which ggml adds the products of an f16 x f16 dot product (KQ and KQV in
-/// attention). Each product is exact in f32, so the order of the additions is all that differs
-/// between implementations. A batch of several query rows goes through llamafile's tinyBLAS
-/// (one 8-lane accumulator); a single row through `ggml_vec_dot_f16` (four 8-lane accumulators).
-#[derive(Clone, Copy)]
-enum F16SumOrder {
-    TinyBlas,
-    VecDot,
-}
-
-impl F16SumOrder {
-    fn for_batch(n_rows: usize) -> F16SumOrder {
-        if n_rows >= 2 {
-            F16SumOrder::TinyBlas
-        } else {
-            F16SumOrder::VecDot
-        }
-    }
-
-    /// Element i of a dot product is added into lane i % lanes.
-    fn lanes(self) -> usize {
-        match self {
-            F16SumOrder::TinyBlas => 8,
-            F16SumOrder::VecDot => 32,
-        }
-    }
-
-    /// The final sum of the lanes, in ggml's order.
-    fn reduce(self, acc: &[f32]) -> f32 {
-        match self {
-            F16SumOrder::TinyBlas => F16SumOrder::hsum8(acc),
-            F16SumOrder::VecDot => {
-                // Accumulators 0+2 and 1+3, then 0+1 lane-wise; then halves; then pairs.
-                let mut s = [0.0f32; 8];
-                for (i, v) in s.iter_mut().enumerate() {
-                    *v = (acc[i] + acc[16 + i]) + (acc[8 + i] + acc[24 + i]);
-                }
-                let t: [f32; 4] = std::array::from_fn(|i| s[i] + s[i + 4]);
-                (t[0] + t[1]) + (t[2] + t[3])
-            }
-        }
-    }
-
-    /// An 8-lane register summed as ggml's AVX `hsum`: halves, then (0+2) + (1+3).
-    fn hsum8(a: &[f32]) -> f32 {
-        let t: [f32; 4] = std::array::from_fn(|i| a[i] + a[i + 4]);
-        (t[0] + t[2]) + (t[1] + t[3])
-    }
-}
-
-/// Dot product of two vectors of f16 values (widened to f32), summed in ggml's `order`.
-fn dot_f16_ggml(a: &[f32], b: &[f32], order: F16SumOrder) -> f32 {
-    match order {
-        F16SumOrder::TinyBlas => order.reduce(&lane_sums::<8>(a, b)),
-        F16SumOrder::VecDot => order.reduce(&lane_sums::<32>(a, b)),
-    }
-}
-
-/// The products a[i] * b[i] summed into lane i % L, each lane in order of i.
-fn lane_sums<const L: usize>(a: &[f32], b: &[f32]) -> [f32; L] {
-    let mut acc = [0.0f32; L];
-    let (ca, cb) = (a.chunks_exact(L), b.chunks_exact(L));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        // Fixed-size chunks let the compiler keep the lanes in vector registers.
-        let (x, y): (&[f32; L], &[f32; L]) = (x.try_into().unwrap(), y.try_into().unwrap());
-        for ((s, &x), &y) in acc.iter_mut().zip(x).zip(y) {
-            *s += x * y;
-        }
-    }
-    for ((s, &x), &y) in acc.iter_mut().zip(ra).zip(rb) {
-        *s += x * y;
-    }
-    acc
-}
-
-/// out = sum over positions p of probs[p] * v[p], with the probabilities rounded to f16 and the
-/// sum for each output element taken in ggml's `order` over positions. v: (positions, hd).
-fn weighted_sum_f16_ggml(probs: &[f32], v: &[f32], order: F16SumOrder, out: &mut [f32]) {
-    let (hd, lanes) = (out.len(), order.lanes());
-    let mut acc = vec![0.0f32; lanes * hd]; // (lanes, hd)
-    for (p, (&prob, v_p)) in probs.iter().zip(v.chunks_exact(hd)).enumerate() {
-        let lane = p % lanes;
-        axpy_f32(
-            f16::from_f32(prob).to_f32(),
-            v_p,
-            &mut acc[lane * hd..(lane + 1) * hd],
-        );
-    }
-    let mut column = [0.0f32; 32];
-    for (d, o) in out.iter_mut().enumerate() {
-        for (l, c) in column[..lanes].iter_mut().enumerate() {
-            *c = acc[l * hd + d];
-        }
-        *o = order.reduce(&column[..lanes]);
     }
 }
 

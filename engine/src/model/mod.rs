@@ -14,9 +14,28 @@ pub(crate) use llama::{forward, forward_hidden};
 
 use crate::chat_template::ChatTemplate;
 use crate::gguf::Gguf;
+use crate::kv_cache::KvCache;
 use crate::tokenizer::Tokenizer;
 use crate::{EngineError, Result};
 use weights::ModelWeights;
+
+/// Bytes a model will hold in memory at a given context size; see [`Model::memory_plan`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// Mapped weights that forward passes read (they become resident as they are touched).
+    pub weights: usize,
+    /// The f16 kv cache for `n_ctx` tokens.
+    pub kv: usize,
+    /// Activations and buffers of one prefill chunk.
+    pub scratch: usize,
+    pub n_ctx: usize,
+}
+
+impl MemoryPlan {
+    pub fn total(&self) -> usize {
+        self.weights + self.kv + self.scratch
+    }
+}
 
 pub struct Model {
     pub hparams: HParams,
@@ -106,7 +125,103 @@ impl Model {
         layers + w.output.size + w.token_embd.size / w.token_embd.rows
     }
 
+    /// What running this model with a context of `n_ctx` tokens will hold in memory: the
+    /// mapped weights every forward pass touches, the kv cache (allocated whole when a session
+    /// starts) and the scratch of one prefill chunk.
+    pub fn memory_plan(&self, n_ctx: usize) -> MemoryPlan {
+        let hp = &self.hparams;
+        let w = &self.weights;
+        let n_ctx = n_ctx.min(hp.n_ctx_train);
+        let tied = w.output.offset == w.token_embd.offset;
+        // Untied, the embedding is read one row per token; tied, the lm head reads all of it.
+        let embd = if tied {
+            0
+        } else {
+            w.token_embd.size / w.token_embd.rows * n_ctx.min(w.token_embd.rows)
+        };
+        let weights = self.weight_bytes_per_token() - w.token_embd.size / w.token_embd.rows + embd;
+        let kv = KvCache::planned_bytes(hp.n_layer, hp.kv_dim(), n_ctx);
+        // One prefill chunk's activations in f32: the residual stream and its norm, q, k, v,
+        // attention output, gate and up, the logits, and per thread one kv head's keys and
+        // values widened to f32 plus its scores.
+        let chunk = 512.min(n_ctx); // the session's prefill chunk
+        let q_dim = hp.n_head * hp.head_dim;
+        let per_token = 2 * hp.n_embd + 2 * q_dim + 2 * hp.kv_dim() + 2 * hp.n_ff;
+        let threads = rayon::current_num_threads();
+        let attention = threads * n_ctx * (2 * hp.head_dim + 1);
+        let scratch = 4 * (chunk * per_token + hp.n_vocab + attention)
+            // the activations quantized for the matmuls, about a byte per value
+            + chunk * hp.n_ff.max(q_dim);
+        MemoryPlan {
+            weights,
+            kv,
+            scratch,
+            n_ctx,
+        }
+    }
+
+    /// Fails with [`EngineError::MemoryBudget`] when [`Model::memory_plan`] for `n_ctx` tokens
+    /// exceeds `budget_bytes`.
+    pub fn check_memory_budget(&self, n_ctx: usize, budget_bytes: usize) -> Result<MemoryPlan> {
+        let plan = self.memory_plan(n_ctx);
+        if plan.total() > budget_bytes {
+            let mb = |b: usize| b.div_ceil(1 << 20);
+            return Err(EngineError::MemoryBudget {
+                planned_mb: mb(plan.total()),
+                weights_mb: mb(plan.weights),
+                kv_mb: mb(plan.kv),
+                scratch_mb: mb(plan.scratch),
+                n_ctx: plan.n_ctx,
+                budget_mb: budget_bytes >> 20,
+            });
+        }
+        Ok(plan)
+    }
+
     pub fn file_bytes(&self) -> usize {
         self.file.file_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{tiny_model_bytes, TinySpec};
+
+    fn tiny() -> Arc<Model> {
+        let bytes = tiny_model_bytes(&TinySpec::default()).unwrap();
+        Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_memory_plan_counts_weights_kv_cache_and_scratch() {
+        let model = tiny();
+        let hp = &model.hparams;
+        let plan = model.memory_plan(128);
+        assert_eq!(plan.n_ctx, 128);
+        assert_eq!(plan.kv, 2 * hp.n_layer * 128 * hp.kv_dim() * 2);
+        // Tied embedding: the lm head reads every byte of it.
+        let embd = &model.weights.token_embd;
+        assert_eq!(
+            plan.weights,
+            model.weight_bytes_per_token() - embd.size / embd.rows
+        );
+        assert!(plan.scratch > 0);
+        assert_eq!(plan.total(), plan.weights + plan.kv + plan.scratch);
+        // The context is capped at the model's training context, as a session caps it.
+        assert_eq!(model.memory_plan(1 << 20).n_ctx, hp.n_ctx_train);
+    }
+
+    #[test]
+    fn a_model_over_the_memory_budget_is_refused_with_the_numbers() {
+        let model = tiny();
+        let plan = model.check_memory_budget(256, 64 << 20).unwrap();
+        let err = model
+            .check_memory_budget(256, plan.total() - 1)
+            .unwrap_err();
+        assert!(matches!(err, EngineError::MemoryBudget { n_ctx: 256, .. }));
+        let msg = err.to_string();
+        assert!(msg.contains("memory budget"), "{msg}");
+        assert!(msg.contains("kv cache"), "{msg}");
     }
 }

@@ -20,3 +20,15 @@ pub(crate) fn each_token<W, A>(dot: impl Fn(&[W], &[A]) -> f32, w: &[W], a: &[A]
         *o = dot(w, &a[t * n..(t + 1) * n]);
     }
 }
+
+/// `out[r] = dot(row r of w, a)` for one token `a`; `w` holds `out.len()` rows of `a.len()`.
+pub(crate) fn each_row<W, A>(dot: impl Fn(&[W], &[A]) -> f32, w: &[W], a: &[A], out: &mut [f32]) {
+    let n = a.len();
+    if n == 0 {
+        out.fill(0.0);
+        return;
+    }
+    for (o, row) in out.iter_mut().zip(w.chunks_exact(n)) {
+        *o = dot(row, a);
+    }
+}

@@ -62,6 +62,11 @@ pub(crate) fn dot_scalar(w: &[BlockQ8_0], a: &[BlockQ8_1]) -> f32 {
 }
 
 /// Scalar reference for several tokens: one [`dot_scalar`] per token.
+/// Many rows against one token (decode): `out[r] = dot(row r, a)`.
+pub(crate) fn dot_rows_scalar(w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
+    super::each_row(dot_scalar, w, a, out)
+}
+
 pub(crate) fn dot_multi_scalar(w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
     super::each_token(dot_scalar, w, a, out);
 }
@@ -72,7 +77,8 @@ pub(crate) mod avx2 {
 
     use super::{BlockQ8_0, BlockQ8_1};
     use crate::x86::{
-        f16_to_f32, for_token_groups, hsum_ps, load_i8x32, mul_sum_i8_i8, mul_sum_u8_i8,
+        f16_to_f32, for_row_groups, for_token_groups, hsum_ps, load_i8x32, mul_sum_i8_i8,
+        mul_sum_u8_i8,
     };
 
     /// One row against one token. Per block: the exact integer dot, accumulated in one 8-lane
@@ -87,6 +93,36 @@ pub(crate) mod avx2 {
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
         }
         hsum_ps(acc)
+    }
+
+    /// Many rows against one token (decode), four rows at a time: `out[r] = dot(row r, a)`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dot_rows(w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
+        for_row_groups!(dot, rows_n, w, a, out);
+    }
+
+    /// [`dot`] for `R` rows at once against one token, sharing each activation block's load.
+    /// Per row: the same exact block integers in the same FMA chain as [`dot`], so the same
+    /// bits whatever `R`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn rows_n<const R: usize>(w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
+        let nb = a.len();
+        assert_eq!(w.len(), R * nb, "weight blocks for {R} rows");
+        let mut acc = [_mm256_setzero_ps(); R];
+        for (i, ab) in a.iter().enumerate() {
+            let y = load_i8x32(&ab.qs);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: r < R and i < nb, so r·nb + i < R·nb = w.len() (asserted above).
+                let wb = unsafe { w.get_unchecked(r * nb + i) };
+                let d = f16_to_f32(wb.d) * ab.d;
+                let p = mul_sum_i8_i8(load_i8x32(&wb.qs), y);
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), *acc);
+            }
+        }
+        for (o, acc) in out.iter_mut().zip(acc) {
+            *o = hsum_ps(acc);
+        }
     }
 
     /// One row against `out.len()` tokens (`a` holds them one after another).
@@ -129,6 +165,12 @@ pub(crate) mod neon {
     use super::{BlockQ8_0, BlockQ8_1};
     use crate::block::f16_to_f32;
     use crate::neon::{load_i8x32, sum_i8x32};
+
+    /// Many rows against one token (decode): one exact [`dot`] each.
+    #[target_feature(enable = "neon")]
+    pub(crate) fn dot_rows(w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
+        crate::formats::each_row(|w, a| dot(w, a), w, a, out)
+    }
 
     /// One row against `out.len()` tokens, one exact [`dot`] each (NEON gains little from
     /// sharing the unpacking, which is a couple of instructions per block).

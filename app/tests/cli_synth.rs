@@ -1,0 +1,97 @@
+//! `kostant synth` end to end at the tiny shape: the file it writes loads and runs under
+//! `kostant bench` (a valid GGUF, tokenizer and all), and a memory budget below the planned
+//! footprint is refused with the numbers.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kostant-synth-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn kostant(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kostant"))
+        .args(args)
+        .env_remove("KOSTANT_MODEL")
+        .env_remove("KOSTANT_MEMORY_BUDGET_MB")
+        .output()
+        .expect("kostant starts")
+}
+
+fn synth(dir: &Path, quant: &str) -> PathBuf {
+    let out = dir.join(format!("tiny-{quant}.gguf"));
+    let o = kostant(&[
+        "synth",
+        "--shape",
+        "tiny",
+        "--quant",
+        quant,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        o.status.success(),
+        "synth failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+#[test]
+fn a_synthetic_model_loads_and_runs_for_every_quant() {
+    let dir = temp_dir("run");
+    for quant in ["Q4_0", "Q4_1", "Q4_K"] {
+        let model = synth(&dir, quant);
+        let o = kostant(&[
+            "bench",
+            "--model",
+            model.to_str().unwrap(),
+            "--threads",
+            "1",
+            "--ctx",
+            "64",
+            "--prompt-tokens",
+            "8",
+            "--gen-tokens",
+            "4",
+            "--repetitions",
+            "1",
+            "--json",
+        ]);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "bench failed on {quant}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(report["quantization"], quant);
+        assert_eq!(report["n_ctx"], 64);
+        assert!(report["decode_tok_s"].as_f64().unwrap() > 0.0);
+        assert!(report["planned_mb"].as_f64().unwrap() > 0.0);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_model_over_the_memory_budget_is_refused() {
+    let dir = temp_dir("budget");
+    let model = synth(&dir, "Q4_0");
+    let o = kostant(&[
+        "bench",
+        "--model",
+        model.to_str().unwrap(),
+        "--ctx",
+        "4096",
+        "--memory-budget",
+        "1",
+    ]);
+    assert!(!o.status.success());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("memory budget is 1 MB"), "{stderr}");
+    assert!(stderr.contains("kv cache"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
