@@ -277,6 +277,37 @@ impl Store {
         Ok(conv)
     }
 
+    /// Replaces the last exchange (the last two messages) of `conversation` with a new user
+    /// message and reply, in one transaction: the app's regenerate and edit-and-resend. The old
+    /// rows are deleted (zeroed in place by `secure_delete`), not kept as versions.
+    pub fn replace_last_exchange(
+        &mut self,
+        conversation: i64,
+        user: &str,
+        reply: &str,
+    ) -> Result<(), HistoryError> {
+        let path = self.path.clone();
+        let e = |e| classify(&path, e);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(e)?;
+        let run = || -> Result<(), StepError> {
+            touch_conversation(&tx, conversation)?;
+            tx.execute(
+                "DELETE FROM messages WHERE id IN
+                   (SELECT id FROM messages WHERE conversation_id = ?1 ORDER BY id DESC LIMIT 2)",
+                [conversation],
+            )?;
+            insert_message(&tx, &self.cipher, conversation, Role::User, user)?;
+            insert_message(&tx, &self.cipher, conversation, Role::Assistant, reply)?;
+            Ok(())
+        };
+        run().map_err(|x| x.at(&path))?;
+        tx.commit().map_err(e)?;
+        Ok(())
+    }
+
     /// Every conversation, most recently updated first.
     /// Where the key that unlocks this history lives, for the user to see.
     pub fn key_location(&self) -> String {

@@ -1,0 +1,868 @@
+//! The Chat screen's logic: send, stream, stop, regenerate, edit-and-resend, copy, feature
+//! chips, the TTFT and tok/s readout, saving to the encrypted history.
+//!
+//! Replies come from a [`Responder`] on a worker thread. The responder is the seam where the
+//! guard plugs in: it reports [`ReplyEvent`]s, which besides tokens include `Withdrawn` (the
+//! guard took back what was shown; show its notice instead) and a final [`Verdict`]. Today's
+//! [`EngineResponder`] runs the model alone and only ever answers or stops.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use kostant_engine::{
+    CancelHandle, EngineError, Event, GenerateRequest, Message, Model, SamplingParams, Session,
+    StopReason,
+};
+
+use super::{AppError, Notify, SharedStore};
+use crate::history::Role;
+
+/// What the user asks the assistant to do; each has its own system prompt (and, later, its
+/// own adapter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Feature {
+    Chat,
+    Summarize,
+    Reply,
+    Rewrite,
+}
+
+/// How every feature speaks: the tone rules shared by all system prompts.
+const TONE: &str = "Be polite, not preachy: do what was asked directly, without lecturing, \
+moralizing or warnings nobody asked for. Keep it short and plain.";
+
+impl Feature {
+    pub const ALL: [Feature; 4] = [
+        Feature::Chat,
+        Feature::Summarize,
+        Feature::Reply,
+        Feature::Rewrite,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Feature::Chat => "Chat",
+            Feature::Summarize => "Summarize",
+            Feature::Reply => "Reply",
+            Feature::Rewrite => "Rewrite",
+        }
+    }
+
+    /// The system prompt for this feature, tone rules included.
+    pub fn system_prompt(self) -> String {
+        let task = match self {
+            Feature::Chat => {
+                "You are Kostant, a helpful assistant that runs privately on the user's device."
+            }
+            Feature::Summarize => {
+                "Summarize the text the user gives you in a few short sentences. Keep its facts, \
+                 names and numbers; add nothing that is not in it."
+            }
+            Feature::Reply => {
+                "Write a reply to the message the user pastes, as the user, ready to send. Match \
+                 the message's language and register."
+            }
+            Feature::Rewrite => {
+                "Rewrite the text the user gives you so that it reads clearly and correctly. Keep \
+                 its meaning and language, and return only the rewritten text."
+            }
+        };
+        format!("{task} {TONE}")
+    }
+
+    pub fn index(self) -> usize {
+        Feature::ALL.iter().position(|f| *f == self).unwrap_or(0)
+    }
+}
+
+/// Sampling and length settings for the next reply (the Settings screen edits them).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerationSettings {
+    pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub repeat_penalty: f32,
+    pub max_tokens: usize,
+    /// Context window in tokens; the memory budget on the Settings screen caps it.
+    pub n_ctx: usize,
+    /// Fixed seed, or a new one per reply.
+    pub seed: Option<u64>,
+}
+
+impl Default for GenerationSettings {
+    /// The CLI's defaults, with a phone-sized context.
+    fn default() -> Self {
+        GenerationSettings {
+            temperature: 0.7,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.1,
+            max_tokens: 512,
+            n_ctx: 2048,
+            seed: None,
+        }
+    }
+}
+
+impl GenerationSettings {
+    pub fn sampling(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: 64,
+            seed: self.seed.unwrap_or_else(time_seed),
+        }
+    }
+}
+
+/// One reply to produce: the system prompt and the conversation so far, ending with the user.
+#[derive(Clone, Debug)]
+pub struct ReplyRequest {
+    pub system: String,
+    pub turns: Vec<Message>,
+    pub settings: GenerationSettings,
+}
+
+/// How a reply ended, as the guard will decide it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Answered,
+    /// The guard refused; the reply text is the refusal. `category` names the harm category.
+    Refused {
+        category: String,
+    },
+    /// The user pressed Stop.
+    Stopped,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReplyStats {
+    pub prompt_tokens: usize,
+    pub generated_tokens: usize,
+    pub ttft_ms: f64,
+    pub decode_tok_s: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplyOutcome {
+    /// The reply as it should stand in the conversation.
+    pub text: String,
+    pub verdict: Verdict,
+    pub stats: Option<ReplyStats>,
+}
+
+/// What a [`Responder`] reports while producing one reply.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReplyEvent {
+    Token(String),
+    /// The guard withdrew the text shown so far: replace it with `notice`.
+    Withdrawn {
+        notice: String,
+    },
+    Done(ReplyOutcome),
+    Failed(String),
+}
+
+/// Produces replies, on the chat's worker thread. Every call ends by emitting exactly one
+/// `Done` or `Failed`. The guard arrives as another implementation wrapping the engine's.
+pub trait Responder: Send {
+    fn respond(
+        &mut self,
+        req: &ReplyRequest,
+        cancel: &CancelHandle,
+        emit: &mut dyn FnMut(ReplyEvent),
+    );
+}
+
+/// What the Settings screen shows of the loaded model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelSummary {
+    pub name: String,
+    pub quantization: String,
+    pub path: PathBuf,
+    pub file_bytes: u64,
+    /// f16 keys and values of every layer for one token.
+    pub kv_bytes_per_token: u64,
+    pub n_ctx_train: usize,
+}
+
+/// The model alone, no guard: answers, or stops when asked.
+pub struct EngineResponder {
+    model: Arc<Model>,
+    /// Taken while a generation runs, given back (with the reply cached) when it ends.
+    session: Option<Session>,
+}
+
+impl EngineResponder {
+    /// Starts the kernel thread pool (`threads`, 0 = all cores) and maps the model.
+    pub fn load(path: &Path, threads: usize) -> Result<(EngineResponder, ModelSummary), AppError> {
+        kostant_kernels::init_threads(threads).map_err(|e| AppError::Threads(e.to_string()))?;
+        let model = Model::load(path)?;
+        let hp = &model.hparams;
+        let summary = ModelSummary {
+            name: model.name(),
+            quantization: model.quantization().to_string(),
+            path: path.to_path_buf(),
+            file_bytes: model.file_bytes() as u64,
+            kv_bytes_per_token: (2 * hp.n_layer * hp.kv_dim() * 2) as u64,
+            n_ctx_train: hp.n_ctx_train,
+        };
+        Ok((
+            EngineResponder {
+                model,
+                session: None,
+            },
+            summary,
+        ))
+    }
+
+    fn run(
+        &mut self,
+        req: &ReplyRequest,
+        cancel: &CancelHandle,
+        emit: &mut dyn FnMut(ReplyEvent),
+    ) -> Result<(), EngineError> {
+        let session = match self.session.take() {
+            Some(s) if s.n_ctx() == req.settings.n_ctx.min(self.model.hparams.n_ctx_train) => s,
+            _ => Session::new(self.model.clone(), req.settings.n_ctx)?,
+        };
+        let prompt = match fit_prompt(&self.model, req, session.n_ctx()) {
+            Ok(p) => p,
+            Err(e) => {
+                self.session = Some(session);
+                return Err(e);
+            }
+        };
+        let budget = req
+            .settings
+            .max_tokens
+            .min(session.n_ctx().saturating_sub(prompt.len()))
+            .max(1);
+        let gen = GenerateRequest {
+            prompt,
+            max_tokens: budget,
+            sampling: req.settings.sampling(),
+        };
+        let mut running = kostant_engine::spawn(session, gen, cancel.clone());
+        let mut ended = false;
+        while let Some(ev) = running.events.blocking_recv() {
+            match ev {
+                Event::Token { text, .. } if !text.is_empty() => emit(ReplyEvent::Token(text)),
+                Event::Token { .. } => {}
+                Event::Done(g) => {
+                    ended = true;
+                    let s = &g.stats;
+                    emit(ReplyEvent::Done(ReplyOutcome {
+                        text: g.reply.clone(),
+                        verdict: match g.stop {
+                            StopReason::Cancelled => Verdict::Stopped,
+                            _ => Verdict::Answered,
+                        },
+                        stats: Some(ReplyStats {
+                            prompt_tokens: s.prompt_tokens,
+                            generated_tokens: s.generated_tokens,
+                            ttft_ms: s.ttft_ms,
+                            decode_tok_s: s.decode_tok_s,
+                        }),
+                    }))
+                }
+                Event::Error(e) => {
+                    ended = true;
+                    emit(ReplyEvent::Failed(e))
+                }
+            }
+        }
+        match running.join.join() {
+            Ok(session) => self.session = Some(session),
+            Err(_) => {
+                if !ended {
+                    emit(ReplyEvent::Failed("the generation thread panicked".into()));
+                }
+                return Ok(());
+            }
+        }
+        if !ended {
+            emit(ReplyEvent::Failed(
+                "generation ended without a result".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Responder for EngineResponder {
+    fn respond(
+        &mut self,
+        req: &ReplyRequest,
+        cancel: &CancelHandle,
+        emit: &mut dyn FnMut(ReplyEvent),
+    ) {
+        if let Err(e) = self.run(req, cancel, emit) {
+            emit(ReplyEvent::Failed(e.to_string()));
+        }
+    }
+}
+
+/// The conversation as prompt tokens, dropping the oldest exchanges while it does not fit the
+/// context with room for a short reply; the newest user message is never dropped.
+pub fn fit_prompt(
+    model: &Model,
+    req: &ReplyRequest,
+    n_ctx: usize,
+) -> Result<Vec<u32>, EngineError> {
+    let mut turns: &[Message] = &req.turns;
+    loop {
+        let mut messages = vec![Message::new(
+            kostant_engine::Role::System,
+            req.system.clone(),
+        )];
+        messages.extend(turns.iter().cloned());
+        let rendered = model
+            .chat_template
+            .render(&model.tokenizer, &messages, true)?;
+        let room = req.settings.max_tokens.min(64);
+        if rendered.tokens.len() + room <= n_ctx {
+            return Ok(rendered.tokens);
+        }
+        if turns.len() <= 1 {
+            return Err(EngineError::ContextOverflow {
+                prompt_tokens: rendered.tokens.len() + room,
+                context: n_ctx,
+            });
+        }
+        turns = &turns[2.min(turns.len() - 1)..];
+    }
+}
+
+/// Builds the responder on the worker thread (loading a model takes a moment; the window is
+/// up meanwhile).
+pub type ResponderFactory = Box<dyn FnOnce() -> LoadResult + Send>;
+
+/// What a [`ResponderFactory`] gives: the responder and what it runs, or why it could not load.
+pub type LoadResult = Result<(Box<dyn Responder>, ModelSummary), AppError>;
+
+/// The default factory: the real model at `path`, kernels on every core.
+pub fn engine_factory(path: PathBuf) -> ResponderFactory {
+    Box::new(move || {
+        let (r, s) = EngineResponder::load(&path, 0)?;
+        Ok((Box::new(r) as Box<dyn Responder>, s))
+    })
+}
+
+/// How a message on screen stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MessageStatus {
+    Done,
+    /// Tokens are still arriving.
+    Streaming,
+    Stopped,
+    /// The guard withdrew the reply; the text is its notice.
+    Withdrawn,
+    /// The guard refused; the text is the refusal.
+    Refused,
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub text: String,
+    pub status: MessageStatus,
+    /// Saved to the history as the last exchange (so regenerate can replace it there).
+    saved: bool,
+}
+
+impl ChatMessage {
+    fn new(role: Role, text: impl Into<String>, status: MessageStatus) -> ChatMessage {
+        ChatMessage {
+            role,
+            text: text.into(),
+            status,
+            saved: false,
+        }
+    }
+}
+
+/// The model as the chat sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelState {
+    Loading,
+    Ready(ModelSummary),
+    Failed(String),
+}
+
+enum WorkerMsg {
+    Ready(ModelSummary),
+    LoadFailed(String),
+    Reply(u64, ReplyEvent),
+}
+
+/// Whether a finished reply adds an exchange to the history or replaces the last one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Save {
+    Append,
+    ReplaceLast,
+}
+
+struct Running {
+    job: u64,
+    save: Save,
+    started: Instant,
+    first_token: Option<Instant>,
+    tokens: usize,
+}
+
+pub struct ChatController {
+    jobs: Option<mpsc::Sender<(u64, ReplyRequest)>>,
+    events: mpsc::Receiver<WorkerMsg>,
+    worker: Option<JoinHandle<()>>,
+    cancel: CancelHandle,
+    model: ModelState,
+    messages: Vec<ChatMessage>,
+    feature: Feature,
+    pub settings: GenerationSettings,
+    running: Option<Running>,
+    next_job: u64,
+    last_stats: Option<ReplyStats>,
+    store: Option<SharedStore>,
+    conversation: Option<i64>,
+    /// The last problem worth a line on screen (a failed save, a failed reply).
+    status: Option<String>,
+}
+
+impl ChatController {
+    /// Starts the worker thread, which first builds the responder with `factory`.
+    pub fn new(factory: ResponderFactory, store: Option<SharedStore>, notify: Notify) -> Self {
+        let (job_tx, job_rx) = mpsc::channel::<(u64, ReplyRequest)>();
+        let (ev_tx, ev_rx) = mpsc::channel();
+        let cancel = CancelHandle::new();
+        let flag = cancel.clone();
+        let worker = std::thread::Builder::new()
+            .name("kostant-chat".into())
+            .spawn(move || {
+                let send = |m: WorkerMsg| {
+                    // A closed channel means the controller is gone; nothing left to tell.
+                    let _ = ev_tx.send(m);
+                    notify();
+                };
+                let mut responder = match factory() {
+                    Ok((r, summary)) => {
+                        send(WorkerMsg::Ready(summary));
+                        r
+                    }
+                    Err(e) => return send(WorkerMsg::LoadFailed(e.to_string())),
+                };
+                for (job, req) in job_rx {
+                    responder.respond(&req, &flag, &mut |ev| send(WorkerMsg::Reply(job, ev)));
+                }
+            });
+        let (worker, model) = match worker {
+            Ok(w) => (Some(w), ModelState::Loading),
+            Err(e) => (
+                None,
+                ModelState::Failed(format!("cannot start a thread: {e}")),
+            ),
+        };
+        ChatController {
+            jobs: Some(job_tx),
+            events: ev_rx,
+            worker,
+            cancel,
+            model,
+            messages: Vec::new(),
+            feature: Feature::Chat,
+            settings: GenerationSettings::default(),
+            running: None,
+            next_job: 0,
+            last_stats: None,
+            store,
+            conversation: None,
+            status: None,
+        }
+    }
+
+    pub fn model(&self) -> &ModelState {
+        &self.model
+    }
+
+    pub fn messages(&self) -> &[ChatMessage] {
+        &self.messages
+    }
+
+    pub fn is_busy(&self) -> bool {
+        self.running.is_some()
+    }
+
+    pub fn feature(&self) -> Feature {
+        self.feature
+    }
+
+    /// Applies to the next reply: the system prompt is part of every prompt.
+    pub fn set_feature(&mut self, f: Feature) {
+        self.feature = f;
+    }
+
+    /// The conversation this chat saves into, if it was saved or opened from the history.
+    pub fn conversation(&self) -> Option<i64> {
+        self.conversation
+    }
+
+    pub fn status(&self) -> Option<&str> {
+        self.status.as_deref()
+    }
+
+    pub fn last_stats(&self) -> Option<&ReplyStats> {
+        self.last_stats.as_ref()
+    }
+
+    /// Sends a user message and starts the reply.
+    pub fn send(&mut self, text: &str) -> Result<(), AppError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(AppError::EmptyMessage);
+        }
+        self.ready()?;
+        self.messages
+            .push(ChatMessage::new(Role::User, text, MessageStatus::Done));
+        self.start(Save::Append)
+    }
+
+    /// Stops the reply being generated at the next token; what was generated stays.
+    pub fn stop(&mut self) {
+        if self.running.is_some() {
+            self.cancel.cancel();
+        }
+    }
+
+    /// Drops the last reply and generates it again (for the same user message).
+    pub fn regenerate(&mut self) -> Result<(), AppError> {
+        self.ready()?;
+        match self.messages.last() {
+            Some(m) if m.role == Role::Assistant => {}
+            _ => return Err(AppError::Nothing("reply to regenerate")),
+        }
+        let old = self.messages.pop();
+        let save = match old {
+            Some(m) if m.saved => Save::ReplaceLast,
+            _ => Save::Append,
+        };
+        self.start(save)
+    }
+
+    /// The text of the last user message, for the edit box.
+    pub fn last_user_text(&self) -> Option<&str> {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::User)
+            .map(|m| m.text.as_str())
+    }
+
+    /// Replaces the last user message (and drops its reply), then replies to the new text.
+    pub fn edit_last(&mut self, text: &str) -> Result<(), AppError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(AppError::EmptyMessage);
+        }
+        self.ready()?;
+        let Some(at) = self.messages.iter().rposition(|m| m.role == Role::User) else {
+            return Err(AppError::Nothing("message to edit"));
+        };
+        let was_saved = self.messages[at + 1..].iter().any(|m| m.saved);
+        self.messages.truncate(at);
+        self.messages
+            .push(ChatMessage::new(Role::User, text, MessageStatus::Done));
+        self.start(if was_saved {
+            Save::ReplaceLast
+        } else {
+            Save::Append
+        })
+    }
+
+    /// The text of message `index`, for the clipboard.
+    pub fn copy_text(&self, index: usize) -> Option<String> {
+        self.messages.get(index).map(|m| m.text.clone())
+    }
+
+    /// Starts an empty conversation (the next exchange creates a new history entry).
+    pub fn new_chat(&mut self) -> Result<(), AppError> {
+        if self.running.is_some() {
+            return Err(AppError::Busy);
+        }
+        self.messages.clear();
+        self.conversation = None;
+        self.last_stats = None;
+        self.status = None;
+        Ok(())
+    }
+
+    /// Shows a conversation from the history; the next exchange is appended to it.
+    pub fn open_conversation(
+        &mut self,
+        id: i64,
+        turns: Vec<(Role, String)>,
+    ) -> Result<(), AppError> {
+        if self.running.is_some() {
+            return Err(AppError::Busy);
+        }
+        self.messages = turns
+            .into_iter()
+            .filter(|(r, _)| *r != Role::System)
+            .map(|(role, text)| ChatMessage::new(role, text, MessageStatus::Done))
+            .collect();
+        if let Some(last) = self.messages.last_mut() {
+            last.saved = last.role == Role::Assistant;
+        }
+        self.conversation = Some(id);
+        self.last_stats = None;
+        self.status = None;
+        Ok(())
+    }
+
+    /// The history entry `id` is gone: later exchanges start a new one.
+    pub fn forget_conversation(&mut self, id: Option<i64>) {
+        if id.is_none() || self.conversation == id {
+            self.conversation = None;
+            for m in &mut self.messages {
+                m.saved = false;
+            }
+        }
+    }
+
+    /// Time to first token and decode speed: live while a reply streams, then the engine's.
+    pub fn readout(&self) -> String {
+        if let Some(r) = &self.running {
+            return match r.first_token {
+                None => format!("first token… {} ms", r.started.elapsed().as_millis()),
+                Some(first) => {
+                    let ttft = first.duration_since(r.started).as_secs_f64() * 1000.0;
+                    let secs = first.elapsed().as_secs_f64();
+                    let rate = if secs > 0.0 && r.tokens > 1 {
+                        (r.tokens - 1) as f64 / secs
+                    } else {
+                        0.0
+                    };
+                    format!("TTFT {ttft:.0} ms · {rate:.1} tok/s")
+                }
+            };
+        }
+        match &self.last_stats {
+            Some(s) => format!(
+                "TTFT {:.0} ms · {:.1} tok/s · {} tokens",
+                s.ttft_ms, s.decode_tok_s, s.generated_tokens
+            ),
+            None => String::new(),
+        }
+    }
+
+    /// Applies everything the worker has reported so far. Returns whether anything changed.
+    pub fn pump(&mut self) -> bool {
+        let mut changed = false;
+        while let Ok(m) = self.events.try_recv() {
+            self.apply(m);
+            changed = true;
+        }
+        changed
+    }
+
+    /// Blocks until the model has loaded (or failed to). For tests and the terminal.
+    pub fn wait_ready(&mut self) -> Result<&ModelSummary, AppError> {
+        while self.model == ModelState::Loading {
+            let m = self
+                .events
+                .recv()
+                .map_err(|_| AppError::WorkerGone("chat"))?;
+            self.apply(m);
+        }
+        match &self.model {
+            ModelState::Ready(s) => Ok(s),
+            ModelState::Failed(e) => Err(AppError::ModelNotReady(e.clone())),
+            ModelState::Loading => Err(AppError::ModelNotReady("still loading".into())),
+        }
+    }
+
+    /// Blocks until the running reply has ended, applying its events.
+    pub fn wait_idle(&mut self) -> Result<(), AppError> {
+        while self.running.is_some() {
+            let m = self
+                .events
+                .recv()
+                .map_err(|_| AppError::WorkerGone("chat"))?;
+            self.apply(m);
+        }
+        Ok(())
+    }
+
+    /// Blocks for the next report from the worker and applies it.
+    pub fn wait_event(&mut self) -> Result<(), AppError> {
+        let m = self
+            .events
+            .recv()
+            .map_err(|_| AppError::WorkerGone("chat"))?;
+        self.apply(m);
+        Ok(())
+    }
+
+    /// Cancels any reply and joins the worker (closing the window mid-reply ends here).
+    pub fn shutdown(&mut self) {
+        self.cancel.cancel();
+        self.jobs = None;
+        if let Some(w) = self.worker.take() {
+            // A panicked worker has nothing left to clean up; the app is closing anyway.
+            let _ = w.join();
+        }
+    }
+
+    fn ready(&self) -> Result<(), AppError> {
+        if self.running.is_some() {
+            return Err(AppError::Busy);
+        }
+        match &self.model {
+            ModelState::Ready(_) => Ok(()),
+            ModelState::Loading => Err(AppError::ModelNotReady("still loading".into())),
+            ModelState::Failed(e) => Err(AppError::ModelNotReady(e.clone())),
+        }
+    }
+
+    fn start(&mut self, save: Save) -> Result<(), AppError> {
+        let turns = self
+            .messages
+            .iter()
+            .filter(|m| m.role != Role::System && m.status != MessageStatus::Failed)
+            .map(|m| {
+                let role = match m.role {
+                    Role::User => kostant_engine::Role::User,
+                    _ => kostant_engine::Role::Assistant,
+                };
+                Message::new(role, m.text.clone())
+            })
+            .collect();
+        let req = ReplyRequest {
+            system: self.feature.system_prompt(),
+            turns,
+            settings: self.settings.clone(),
+        };
+        let job = self.next_job;
+        self.next_job += 1;
+        self.cancel.reset();
+        let sent = self.jobs.as_ref().map(|j| j.send((job, req)));
+        if !matches!(sent, Some(Ok(()))) {
+            self.status = Some("the chat worker has stopped".into());
+            return Err(AppError::WorkerGone("chat"));
+        }
+        self.messages.push(ChatMessage::new(
+            Role::Assistant,
+            "",
+            MessageStatus::Streaming,
+        ));
+        self.status = None;
+        self.running = Some(Running {
+            job,
+            save,
+            started: Instant::now(),
+            first_token: None,
+            tokens: 0,
+        });
+        Ok(())
+    }
+
+    fn apply(&mut self, m: WorkerMsg) {
+        let (job, ev) = match m {
+            WorkerMsg::Ready(s) => return self.model = ModelState::Ready(s),
+            WorkerMsg::LoadFailed(e) => return self.model = ModelState::Failed(e),
+            WorkerMsg::Reply(job, ev) => (job, ev),
+        };
+        let Some(run) = self.running.as_mut().filter(|r| r.job == job) else {
+            return;
+        };
+        let Some(reply) = self.messages.last_mut() else {
+            return;
+        };
+        match ev {
+            ReplyEvent::Token(t) => {
+                if reply.status == MessageStatus::Streaming {
+                    reply.text.push_str(&t);
+                    run.tokens += 1;
+                    run.first_token.get_or_insert_with(Instant::now);
+                }
+            }
+            ReplyEvent::Withdrawn { notice } => {
+                reply.text = notice;
+                reply.status = MessageStatus::Withdrawn;
+            }
+            ReplyEvent::Done(outcome) => {
+                match outcome.verdict {
+                    _ if reply.status == MessageStatus::Withdrawn => {}
+                    Verdict::Answered => reply.status = MessageStatus::Done,
+                    Verdict::Stopped => reply.status = MessageStatus::Stopped,
+                    Verdict::Refused { .. } => reply.status = MessageStatus::Refused,
+                }
+                if reply.status != MessageStatus::Withdrawn {
+                    reply.text = outcome.text;
+                }
+                self.last_stats = outcome.stats;
+                let save = run.save;
+                self.running = None;
+                self.save_last(save);
+            }
+            ReplyEvent::Failed(e) => {
+                reply.status = MessageStatus::Failed;
+                if reply.text.is_empty() {
+                    reply.text = format!("(no reply: {e})");
+                }
+                self.status = Some(e);
+                self.running = None;
+            }
+        }
+    }
+
+    /// Saves the exchange that just ended; a failed save is shown, not fatal.
+    fn save_last(&mut self, save: Save) {
+        let Some(store) = &self.store else { return };
+        let n = self.messages.len();
+        if n < 2 || self.messages[n - 1].text.trim().is_empty() {
+            return;
+        }
+        let (user, reply) = (&self.messages[n - 2].text, &self.messages[n - 1].text);
+        let result = match (save, self.conversation) {
+            (Save::ReplaceLast, Some(c)) => store
+                .borrow_mut()
+                .replace_last_exchange(c, user, reply)
+                .map(|()| c),
+            _ => store
+                .borrow_mut()
+                .append_exchange(self.conversation, user, reply),
+        };
+        match result {
+            Ok(id) => {
+                self.conversation = Some(id);
+                for m in &mut self.messages {
+                    m.saved = false;
+                }
+                self.messages[n - 1].saved = true;
+            }
+            Err(e) => self.status = Some(format!("not saved to the history: {e}")),
+        }
+    }
+}
+
+impl Drop for ChatController {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A fresh seed per reply when none is fixed: the clock's nanoseconds are plenty for sampling.
+fn time_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}

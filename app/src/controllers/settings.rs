@@ -1,0 +1,289 @@
+//! The Settings screen's logic: the model (name, quantization, size, sha256 checked against the
+//! asset manifest off the UI thread, memory in use), generation settings, the memory budget
+//! that caps the context, the history key's status, and licences.
+
+use std::path::Path;
+use std::sync::mpsc;
+
+use kostant_assets::{ModelEntry, ModelManifest};
+
+use super::chat::{GenerationSettings, ModelSummary};
+use super::Notify;
+
+/// The sha256 check of the model file against the manifest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verification {
+    NotStarted,
+    Checking,
+    Verified {
+        sha256: String,
+    },
+    Mismatch(String),
+    /// A model passed with --model that the manifest does not list: nothing to check against.
+    NotInManifest,
+}
+
+impl Verification {
+    pub fn text(&self) -> String {
+        match self {
+            Verification::NotStarted => "not checked yet".into(),
+            Verification::Checking => "checking sha256…".into(),
+            Verification::Verified { sha256 } => format!("sha256 verified · {sha256}"),
+            Verification::Mismatch(e) => format!("does NOT match the manifest: {e}"),
+            Verification::NotInManifest => "not in the manifest (nothing to verify against)".into(),
+        }
+    }
+}
+
+/// A licence line: what it covers and its licence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Licence {
+    pub what: String,
+    pub licence: String,
+}
+
+pub struct SettingsController {
+    model: Option<ModelSummary>,
+    entry: Option<ModelEntry>,
+    verification: Verification,
+    verify_rx: Option<mpsc::Receiver<Verification>>,
+    generation: GenerationSettings,
+    memory_budget_mb: u32,
+    history: Result<String, String>,
+}
+
+/// Budgets offered on the Settings screen, in MiB.
+pub const BUDGET_MIN_MB: u32 = 256;
+pub const BUDGET_MAX_MB: u32 = 4096;
+
+impl SettingsController {
+    /// `history` is the key's description when the history opened, or why it did not.
+    pub fn new(generation: GenerationSettings, history: Result<String, String>) -> Self {
+        SettingsController {
+            model: None,
+            entry: None,
+            verification: Verification::NotStarted,
+            verify_rx: None,
+            generation,
+            memory_budget_mb: 1024,
+            history,
+        }
+    }
+
+    /// The model has loaded: start checking its file against the manifest on a worker thread.
+    pub fn model_loaded(&mut self, model: ModelSummary, notify: Notify) {
+        let entry = manifest_entry(&model.path);
+        self.entry = entry.clone();
+        self.verification = match entry {
+            None => Verification::NotInManifest,
+            Some(entry) => {
+                let (tx, rx) = mpsc::channel();
+                let path = model.path.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("kostant-verify".into())
+                    .spawn(move || {
+                        let v = match kostant_assets::verify_model_file(&path, &entry) {
+                            Ok(()) => Verification::Verified {
+                                sha256: entry.sha256.clone(),
+                            },
+                            Err(e) => Verification::Mismatch(e.to_string()),
+                        };
+                        // The receiver is gone only when the app is closing.
+                        let _ = tx.send(v);
+                        notify();
+                    });
+                match spawned {
+                    Ok(_) => {
+                        self.verify_rx = Some(rx);
+                        Verification::Checking
+                    }
+                    Err(e) => Verification::Mismatch(format!("cannot start the check: {e}")),
+                }
+            }
+        };
+        self.model = Some(model);
+        self.clamp_context();
+    }
+
+    /// Takes the verification result if it has arrived. Returns whether anything changed.
+    pub fn pump(&mut self) -> bool {
+        let Some(rx) = &self.verify_rx else {
+            return false;
+        };
+        match rx.try_recv() {
+            Ok(v) => {
+                self.verification = v;
+                self.verify_rx = None;
+                true
+            }
+            Err(mpsc::TryRecvError::Empty) => false,
+            Err(mpsc::TryRecvError::Disconnected) => {
+                self.verification = Verification::Mismatch("the check stopped".into());
+                self.verify_rx = None;
+                true
+            }
+        }
+    }
+
+    /// Blocks until the sha256 check has finished (tests).
+    pub fn wait_verified(&mut self) -> &Verification {
+        if let Some(rx) = self.verify_rx.take() {
+            self.verification = rx
+                .recv()
+                .unwrap_or_else(|_| Verification::Mismatch("the check stopped".into()));
+        }
+        &self.verification
+    }
+
+    pub fn verification(&self) -> &Verification {
+        &self.verification
+    }
+
+    pub fn model(&self) -> Option<&ModelSummary> {
+        self.model.as_ref()
+    }
+
+    pub fn generation(&self) -> &GenerationSettings {
+        &self.generation
+    }
+
+    pub fn set_temperature(&mut self, t: f32) {
+        self.generation.temperature = if t.is_finite() {
+            t.clamp(0.0, 2.0)
+        } else {
+            0.0
+        };
+    }
+
+    pub fn set_max_tokens(&mut self, n: usize) {
+        self.generation.max_tokens = n.clamp(16, 4096);
+    }
+
+    pub fn set_top_p(&mut self, p: f32) {
+        self.generation.top_p = if p.is_finite() {
+            p.clamp(0.05, 1.0)
+        } else {
+            1.0
+        };
+    }
+
+    pub fn memory_budget_mb(&self) -> u32 {
+        self.memory_budget_mb
+    }
+
+    /// Sets the memory budget; the context window becomes the largest that fits it.
+    pub fn set_memory_budget_mb(&mut self, mb: u32) {
+        self.memory_budget_mb = mb.clamp(BUDGET_MIN_MB, BUDGET_MAX_MB);
+        self.clamp_context();
+    }
+
+    /// The context that fits the budget: what is left after the mapped weights, in f16 KV
+    /// cache, in steps of 256 tokens, at least 256 and at most the training context.
+    pub fn context_for_budget(&self) -> usize {
+        let Some(m) = &self.model else {
+            return self.generation.n_ctx;
+        };
+        let budget = u64::from(self.memory_budget_mb) * 1024 * 1024;
+        let left = budget.saturating_sub(m.file_bytes);
+        let tokens = (left / m.kv_bytes_per_token.max(1)) as usize;
+        (tokens / 256 * 256).clamp(256, m.n_ctx_train.max(256))
+    }
+
+    fn clamp_context(&mut self) {
+        self.generation.n_ctx = self.context_for_budget();
+    }
+
+    /// Resident memory of this process now, "123.4 MiB".
+    pub fn memory_in_use(&self) -> String {
+        match kostant_platform::memory::current_rss_bytes() {
+            Some(b) => format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
+            None => "unknown on this OS".into(),
+        }
+    }
+
+    pub fn history_status(&self) -> String {
+        match &self.history {
+            Ok(key) => format!("on, encrypted (ChaCha20-Poly1305) · {key}"),
+            Err(e) => format!("off: {e}"),
+        }
+    }
+
+    /// The model's licence (from the manifest), the datasets', the UI toolkit's.
+    pub fn licences(&self) -> Vec<Licence> {
+        let mut out = Vec::new();
+        match (&self.entry, &self.model) {
+            (Some(e), _) => out.push(Licence {
+                what: format!("Model: {}", e.upstream),
+                licence: e.license.clone(),
+            }),
+            (None, Some(m)) => out.push(Licence {
+                what: format!("Model: {} (not in the manifest)", m.name),
+                licence: "unknown: see the model's own card".into(),
+            }),
+            (None, None) => {}
+        }
+        out.push(Licence {
+            what: "Safety eval datasets".into(),
+            licence: "pending: they ship with the eval suite (issue 5)".into(),
+        });
+        out.push(Licence {
+            what: "UI toolkit: Slint".into(),
+            licence: "Slint Royalty-free 2.0 (attribution below)".into(),
+        });
+        out
+    }
+}
+
+/// The manifest entry for a model file, matched by file name.
+fn manifest_entry(path: &Path) -> Option<ModelEntry> {
+    let manifest = ModelManifest::builtin().ok()?;
+    let name = path.file_name()?.to_str()?;
+    manifest.models.into_iter().find(|m| m.file == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary() -> ModelSummary {
+        ModelSummary {
+            name: "m".into(),
+            quantization: "Q4_1".into(),
+            path: "/nonexistent/custom.gguf".into(),
+            file_bytes: 100 * 1024 * 1024,
+            // 1 MiB per token keeps the arithmetic readable.
+            kv_bytes_per_token: 1024 * 1024,
+            n_ctx_train: 8192,
+        }
+    }
+
+    #[test]
+    fn the_memory_budget_caps_the_context() {
+        let mut s = SettingsController::new(GenerationSettings::default(), Ok("k".into()));
+        s.model_loaded(summary(), super::super::no_notify());
+        assert_eq!(s.verification(), &Verification::NotInManifest);
+        s.set_memory_budget_mb(1124); // 1024 MiB left after the weights.
+        assert_eq!(s.generation().n_ctx, 1024);
+        s.set_memory_budget_mb(100_000); // clamped to the largest budget, then the training ctx
+        assert_eq!(s.memory_budget_mb(), BUDGET_MAX_MB);
+        assert_eq!(s.generation().n_ctx, 3840);
+        s.set_memory_budget_mb(0);
+        assert_eq!(s.generation().n_ctx, 256);
+    }
+
+    #[test]
+    fn settings_are_clamped_and_licences_listed() {
+        let mut s = SettingsController::new(GenerationSettings::default(), Err("no key".into()));
+        s.set_temperature(f32::NAN);
+        assert_eq!(s.generation().temperature, 0.0);
+        s.set_temperature(9.0);
+        assert_eq!(s.generation().temperature, 2.0);
+        s.set_max_tokens(1);
+        assert_eq!(s.generation().max_tokens, 16);
+        assert!(s.history_status().starts_with("off: no key"));
+        s.model_loaded(summary(), super::super::no_notify());
+        let l = s.licences();
+        assert!(l[0].what.contains("not in the manifest"), "{l:?}");
+        assert!(l.iter().any(|l| l.what.contains("Slint")));
+    }
+}

@@ -1,0 +1,364 @@
+//! The chat and history controllers without a UI and without a model: a scripted responder
+//! stands in for the engine (and, for the withdrawn/refused paths, for the guard), so every
+//! path of the seam is exercised here; the real model runs in app/tests/ui_*.rs.
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+use kostant_engine::CancelHandle;
+
+use super::chat::*;
+use super::history::HistoryController;
+use super::{no_notify, AppError, SharedStore};
+use crate::history::{Role, Store};
+
+/// What the scripted responder does for one reply.
+#[derive(Clone)]
+enum Script {
+    /// Emits these tokens, then answers with their concatenation.
+    Answer(Vec<&'static str>),
+    /// Emits one token, then waits for Stop and reports `Stopped`.
+    UntilStopped,
+    /// Emits tokens, then withdraws them (the guard's late stop).
+    Withdraw,
+    /// Refuses outright (the guard's early stop).
+    Refuse,
+    Fail,
+}
+
+struct Scripted {
+    scripts: Vec<Script>,
+    /// Every request seen, so tests can check the system prompt and the turns.
+    seen: Arc<Mutex<Vec<ReplyRequest>>>,
+}
+
+impl Responder for Scripted {
+    fn respond(
+        &mut self,
+        req: &ReplyRequest,
+        cancel: &CancelHandle,
+        emit: &mut dyn FnMut(ReplyEvent),
+    ) {
+        self.seen.lock().unwrap().push(req.clone());
+        let script = if self.scripts.is_empty() {
+            Script::Answer(vec!["ok"])
+        } else {
+            self.scripts.remove(0)
+        };
+        let done = |text: &str, verdict| {
+            ReplyEvent::Done(ReplyOutcome {
+                text: text.into(),
+                verdict,
+                stats: Some(ReplyStats {
+                    prompt_tokens: 10,
+                    generated_tokens: 2,
+                    ttft_ms: 12.0,
+                    decode_tok_s: 34.5,
+                }),
+            })
+        };
+        match script {
+            Script::Answer(tokens) => {
+                for t in &tokens {
+                    emit(ReplyEvent::Token(t.to_string()));
+                }
+                emit(done(&tokens.concat(), Verdict::Answered));
+            }
+            Script::UntilStopped => {
+                emit(ReplyEvent::Token("partial".into()));
+                // Bounded so a broken Stop fails the test instead of hanging it.
+                for _ in 0..20_000 {
+                    if cancel.is_cancelled() {
+                        return emit(done("partial", Verdict::Stopped));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                emit(ReplyEvent::Failed("never stopped".into()));
+            }
+            Script::Withdraw => {
+                emit(ReplyEvent::Token("Here is how to".into()));
+                emit(ReplyEvent::Withdrawn {
+                    notice: "This reply was withdrawn.".into(),
+                });
+                emit(done(
+                    "",
+                    Verdict::Refused {
+                        category: "weapons".into(),
+                    },
+                ));
+            }
+            Script::Refuse => emit(done(
+                "I can't help with that.",
+                Verdict::Refused {
+                    category: "weapons".into(),
+                },
+            )),
+            Script::Fail => emit(ReplyEvent::Failed("the model broke".into())),
+        }
+    }
+}
+
+fn factory(scripts: Vec<Script>) -> (ResponderFactory, Arc<Mutex<Vec<ReplyRequest>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let f: ResponderFactory = Box::new(move || {
+        let summary = ModelSummary {
+            name: "scripted".into(),
+            quantization: "none".into(),
+            path: PathBuf::from("scripted"),
+            file_bytes: 0,
+            kv_bytes_per_token: 1,
+            n_ctx_train: 4096,
+        };
+        Ok((
+            Box::new(Scripted { scripts, seen: s }) as Box<dyn Responder>,
+            summary,
+        ))
+    });
+    (f, seen)
+}
+
+/// A history store in a fresh temporary directory with its key apart.
+struct TempStore {
+    root: PathBuf,
+    store: SharedStore,
+}
+
+impl TempStore {
+    fn new(name: &str) -> TempStore {
+        let root = std::env::temp_dir().join(format!(
+            "kostant-app-ctl-{name}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("keys")).unwrap();
+        let keys = kostant_platform::keystore::FileKeyStore::new(root.join("keys"));
+        let store = Store::open(&root.join("data").join("history.sqlite3"), keys).unwrap();
+        TempStore {
+            root,
+            store: Rc::new(RefCell::new(store)),
+        }
+    }
+}
+
+impl Drop for TempStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn chat(
+    scripts: Vec<Script>,
+    store: Option<SharedStore>,
+) -> (ChatController, Arc<Mutex<Vec<ReplyRequest>>>) {
+    let (f, seen) = factory(scripts);
+    let mut c = ChatController::new(f, store, no_notify());
+    c.wait_ready().unwrap();
+    (c, seen)
+}
+
+#[test]
+fn a_reply_streams_into_the_last_message_and_is_saved() {
+    let t = TempStore::new("stream");
+    let (mut c, seen) = chat(
+        vec![Script::Answer(vec!["Par", "is", "."])],
+        Some(t.store.clone()),
+    );
+    c.send("  What is the capital of France?  ").unwrap();
+    assert!(c.is_busy());
+    assert_eq!(
+        c.messages().last().unwrap().status,
+        MessageStatus::Streaming
+    );
+    // The first event is one token: the reply grows before it is done.
+    c.wait_event().unwrap();
+    assert_eq!(c.messages()[1].text, "Par");
+    assert!(c.is_busy());
+    c.wait_idle().unwrap();
+    assert_eq!(c.messages()[1].text, "Paris.");
+    assert_eq!(c.messages()[1].status, MessageStatus::Done);
+    assert_eq!(c.readout(), "TTFT 12 ms · 34.5 tok/s · 2 tokens");
+    // The prompt carried the chat system prompt with its tone rules and the trimmed message.
+    let req = &seen.lock().unwrap()[0];
+    assert!(req.system.contains("polite, not preachy"), "{}", req.system);
+    assert_eq!(req.turns.len(), 1);
+    assert_eq!(req.turns[0].content, "What is the capital of France?");
+    // Saved: one conversation titled by the question, two messages.
+    let id = c.conversation().unwrap();
+    let store = t.store.borrow();
+    let msgs = store.messages(id).unwrap();
+    assert_eq!(msgs.len(), 2);
+    assert_eq!(msgs[1].text.as_ref().unwrap(), "Paris.");
+}
+
+#[test]
+fn stop_keeps_what_was_generated_and_marks_it_stopped() {
+    let (mut c, _) = chat(vec![Script::UntilStopped], None);
+    c.send("Tell me a long story").unwrap();
+    c.wait_event().unwrap();
+    assert_eq!(c.messages()[1].text, "partial");
+    assert!(
+        c.send("again").is_err(),
+        "a second send while busy is refused"
+    );
+    c.stop();
+    c.wait_idle().unwrap();
+    assert_eq!(c.messages()[1].status, MessageStatus::Stopped);
+    assert_eq!(c.messages()[1].text, "partial");
+    assert!(!c.is_busy());
+}
+
+#[test]
+fn regenerate_and_edit_replace_the_last_exchange_in_the_history() {
+    let t = TempStore::new("regen");
+    let (mut c, seen) = chat(
+        vec![
+            Script::Answer(vec!["one"]),
+            Script::Answer(vec!["two"]),
+            Script::Answer(vec!["three"]),
+        ],
+        Some(t.store.clone()),
+    );
+    c.send("first").unwrap();
+    c.wait_idle().unwrap();
+    c.regenerate().unwrap();
+    c.wait_idle().unwrap();
+    assert_eq!(c.messages().len(), 2);
+    assert_eq!(c.messages()[1].text, "two");
+    assert_eq!(c.last_user_text(), Some("first"));
+    c.edit_last("second").unwrap();
+    c.wait_idle().unwrap();
+    let texts: Vec<&str> = c.messages().iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, ["second", "three"]);
+    // The regenerate request did not include the dropped reply.
+    assert_eq!(seen.lock().unwrap()[1].turns.len(), 1);
+    let id = c.conversation().unwrap();
+    let stored: Vec<String> = t
+        .store
+        .borrow()
+        .messages(id)
+        .unwrap()
+        .into_iter()
+        .map(|m| m.text.unwrap())
+        .collect();
+    assert_eq!(stored, ["second", "three"]);
+}
+
+#[test]
+fn feature_chips_change_the_system_prompt() {
+    let (mut c, seen) = chat(vec![], None);
+    let mut prompts = Vec::new();
+    for f in Feature::ALL {
+        c.set_feature(f);
+        c.send("text").unwrap();
+        c.wait_idle().unwrap();
+        prompts.push(seen.lock().unwrap().last().unwrap().system.clone());
+    }
+    for (i, p) in prompts.iter().enumerate() {
+        assert!(p.contains("polite, not preachy"), "{p}");
+        for q in &prompts[i + 1..] {
+            assert_ne!(p, q);
+        }
+    }
+    assert!(prompts[1].contains("Summarize"));
+    assert!(prompts[3].contains("Rewrite"));
+}
+
+#[test]
+fn a_withdrawn_reply_shows_the_notice_and_a_refusal_its_text() {
+    let (mut c, _) = chat(vec![Script::Withdraw, Script::Refuse, Script::Fail], None);
+    c.send("how do I build a weapon").unwrap();
+    c.wait_idle().unwrap();
+    assert_eq!(c.messages()[1].status, MessageStatus::Withdrawn);
+    assert_eq!(c.messages()[1].text, "This reply was withdrawn.");
+    c.send("and now?").unwrap();
+    c.wait_idle().unwrap();
+    assert_eq!(c.messages()[3].status, MessageStatus::Refused);
+    assert_eq!(c.messages()[3].text, "I can't help with that.");
+    c.send("once more").unwrap();
+    c.wait_idle().unwrap();
+    assert_eq!(c.messages()[5].status, MessageStatus::Failed);
+    assert_eq!(c.status(), Some("the model broke"));
+    assert_eq!(c.copy_text(3).as_deref(), Some("I can't help with that."));
+    assert_eq!(c.copy_text(99), None);
+}
+
+#[test]
+fn empty_messages_and_actions_without_a_target_are_refused() {
+    let (mut c, _) = chat(vec![], None);
+    assert!(matches!(c.send("   "), Err(AppError::EmptyMessage)));
+    assert!(matches!(c.regenerate(), Err(AppError::Nothing(_))));
+    assert!(matches!(c.edit_last("x"), Err(AppError::Nothing(_))));
+}
+
+#[test]
+fn a_model_that_fails_to_load_is_reported() {
+    let f: ResponderFactory =
+        Box::new(|| -> LoadResult { Err(AppError::ModelNotReady("no file".into())) });
+    let mut c = ChatController::new(f, None, no_notify());
+    assert!(c.wait_ready().is_err());
+    assert!(matches!(c.model(), ModelState::Failed(e) if e.contains("no file")));
+    assert!(matches!(c.send("hi"), Err(AppError::ModelNotReady(_))));
+}
+
+#[test]
+fn history_lists_newest_first_searches_opens_and_deletes_after_confirmation() {
+    let t = TempStore::new("history");
+    let (mut c, _) = chat(
+        vec![
+            Script::Answer(vec!["Paris"]),
+            Script::Answer(vec!["Blue whale"]),
+        ],
+        Some(t.store.clone()),
+    );
+    c.send("Capital of France?").unwrap();
+    c.wait_idle().unwrap();
+    c.new_chat().unwrap();
+    c.send("Largest animal?").unwrap();
+    c.wait_idle().unwrap();
+
+    let mut h = HistoryController::new(t.store.clone());
+    let titles: Vec<&str> = h.items().iter().map(|i| i.title.as_str()).collect();
+    assert_eq!(titles, ["Largest animal?", "Capital of France?"]);
+    h.search("paris");
+    assert_eq!(h.items().len(), 1);
+    assert_eq!(h.items()[0].title, "Capital of France?");
+    h.search("");
+    assert_eq!(h.items().len(), 2);
+
+    // Open the older one and continue it: the new exchange lands in that conversation.
+    let old = h.items()[1].id;
+    let turns = h.open(old).unwrap();
+    assert_eq!(turns[0], (Role::User, "Capital of France?".to_string()));
+    c.open_conversation(old, turns).unwrap();
+    c.send("And of Italy?").unwrap();
+    c.wait_idle().unwrap();
+    assert_eq!(c.conversation(), Some(old));
+    h.refresh();
+    assert_eq!(h.items()[0].id, old, "continuing moves it to the top");
+    assert_eq!(h.items()[0].messages, 4);
+
+    h.delete(old).unwrap();
+    c.forget_conversation(Some(old));
+    assert_eq!(h.items().len(), 1);
+
+    // Delete-all needs its confirmation step.
+    assert!(h.confirm_delete_all().is_err());
+    assert_eq!(h.items().len(), 1);
+    h.request_delete_all();
+    assert!(h.confirming_delete_all());
+    h.cancel_delete_all();
+    assert!(h.confirm_delete_all().is_err());
+    h.request_delete_all();
+    assert_eq!(h.confirm_delete_all().unwrap(), 1);
+    assert!(h.items().is_empty());
+    // After the new data key, the chat saves again (one shared connection).
+    c.forget_conversation(None);
+    c.send("Still saving?").unwrap();
+    c.wait_idle().unwrap();
+    h.refresh();
+    assert_eq!(h.items().len(), 1);
+}

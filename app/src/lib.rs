@@ -1,0 +1,14 @@
+//! The Kostant app as a library (`kostant_app`): the Slint UI (`ui`), the controllers behind
+//! its screens (`controllers`, plain Rust, tested without a UI) and the encrypted chat history
+//! (`history`). The `kostant` binary adds the command line on top; the same library, built as
+//! a cdylib, is the Android app (`android_main`) and the iOS app's Rust core.
+#![deny(unsafe_code)]
+
+pub mod controllers;
+pub mod history;
+pub mod ui;
+
+#[cfg(target_os = "android")]
+mod android;
+#[cfg(target_os = "ios")]
+mod ios;

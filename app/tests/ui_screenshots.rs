@@ -1,0 +1,134 @@
+//! Pictures of every screen in both form factors (desktop 1100x760, phone 390x844) and both
+//! themes, drawn by Slint's software renderer inside the testing backend, on the real model.
+//! With `KOSTANT_WRITE_SCREENSHOTS=1` they are written to docs/screenshots/ (committed, linked
+//! from the README); otherwise to a temporary directory, so a test run leaves the tree alone.
+
+mod ui_support;
+
+use std::path::{Path, PathBuf};
+
+use kostant_app::ui::{attach, AppRoot, DesktopApp, PhoneApp};
+use slint::ComponentHandle;
+use ui_support::*;
+
+const PAGES: [(i32, &str); 4] = [(0, "chat"), (1, "history"), (2, "evals"), (3, "settings")];
+
+fn out_dir() -> PathBuf {
+    if std::env::var_os("KOSTANT_WRITE_SCREENSHOTS").is_some() {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/screenshots")
+    } else {
+        std::env::temp_dir().join(format!("kostant-screenshots-{}", std::process::id()))
+    }
+}
+
+/// Renders the window and writes it as a PNG; checks the picture is not blank.
+fn shoot<R: ComponentHandle>(ui: &R, dir: &Path, name: &str, size: (u32, u32)) {
+    let shot = ui
+        .window()
+        .take_snapshot()
+        .expect("the software renderer draws");
+    assert_eq!((shot.width(), shot.height()), size, "{name}");
+    let bytes = shot.as_bytes();
+    // A real screen has text and widgets: many distinct colours, not a flat fill.
+    let mut colours = std::collections::BTreeSet::new();
+    for px in bytes.chunks_exact(4).step_by(7) {
+        colours.insert([px[0], px[1], px[2]]);
+    }
+    assert!(
+        colours.len() > 20,
+        "{name} looks blank ({} colours)",
+        colours.len()
+    );
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join(format!("{name}.png"));
+    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let mut enc = png::Encoder::new(file, shot.width(), shot.height());
+    enc.set_color(png::ColorType::Rgba);
+    enc.set_depth(png::BitDepth::Eight);
+    enc.set_compression(png::Compression::High);
+    let mut w = enc.write_header().unwrap();
+    w.write_image_data(bytes).unwrap();
+}
+
+/// Chats once (greedy), waits for the model file's sha256 check, then shoots every page.
+fn tour<R: AppRoot>(
+    ui: &R,
+    app: &kostant_app::ui::App,
+    dir: &Path,
+    prefix: &str,
+    size: (u32, u32),
+    prompt: &str,
+) {
+    wait_ready(ui);
+    {
+        let mut chat = app.chat.borrow_mut();
+        chat.settings.temperature = 0.0;
+        chat.settings.max_tokens = 60;
+    }
+    type_into(ui, "Message", prompt);
+    press(ui, "Send");
+    let w = ui.as_weak();
+    run_until("the reply finishes", move || {
+        w.upgrade().is_some_and(|ui| !ui.chat_state().get_busy())
+    });
+    let w = ui.as_weak();
+    run_until("the model file is verified", move || {
+        w.upgrade()
+            .is_some_and(|ui| ui.settings_state().get_verified())
+    });
+    for dark in [false, true] {
+        ui.theme().set_dark(dark);
+        for (page, name) in PAGES {
+            ui.nav().set_page(page);
+            let theme = if dark { "-dark" } else { "" };
+            shoot(ui, dir, &format!("{prefix}-{name}{theme}"), size);
+        }
+    }
+    ui.theme().set_dark(false);
+    ui.nav().set_page(0);
+}
+
+#[test]
+fn every_screen_in_both_form_factors_and_themes() {
+    kostant_platform::netguard::deny_network().expect("seccomp is available on this machine");
+    init_backend();
+    let scratch = Scratch::new("ui-shots");
+    let dir = out_dir();
+
+    let desktop = DesktopApp::new().unwrap();
+    desktop
+        .window()
+        .set_size(slint::PhysicalSize::new(1100, 760));
+    desktop.show().unwrap();
+    let app = attach(&desktop, config(&scratch.data()));
+    tour(
+        &desktop,
+        &app,
+        &dir,
+        "desktop",
+        (1100, 760),
+        "What is the capital of France?",
+    );
+    app.shutdown();
+    drop((desktop, app));
+
+    let phone = PhoneApp::new().unwrap();
+    phone.window().set_size(slint::PhysicalSize::new(390, 844));
+    phone.show().unwrap();
+    let app = attach(&phone, config(&scratch.data()));
+    press(&phone, "Feature: Summarize");
+    assert!(find(&phone, "Feature: Summarize")
+        .accessible_checked()
+        .unwrap());
+    tour(
+        &phone,
+        &app,
+        &dir,
+        "phone",
+        (390, 844),
+        "Summarize: The Eiffel Tower was built for the 1889 World's Fair in Paris and was the tallest structure in the world for 41 years.",
+    );
+    app.shutdown();
+    // Both conversations are in the History the phone lists.
+    assert_eq!(app.history.as_ref().unwrap().borrow().items().len(), 2);
+}
