@@ -178,7 +178,9 @@ fn vocabulary(n_vocab: usize) -> Result<(Vec<String>, Vec<i32>, Vec<String>)> {
     Ok((tokens, types, merges))
 }
 
-/// Llama 3's per-frequency rope divisors, as llama.cpp's converter computes them.
+/// Llama 3's per-frequency rope divisors, as llama.cpp's converter computes them. Like the
+/// converter's files, ours carry them only as the `rope_freqs` tensor, with no
+/// `rope.scaling.type` key (llama.cpp refuses the value "llama3" there).
 fn llama3_rope_factors(head_dim: usize, theta: f32, scaling: (f32, f32, f32, f32)) -> Vec<f32> {
     let (factor, low, high, old_ctx) = scaling;
     let (low_wavelen, high_wavelen) = (old_ctx / low, old_ctx / high);
@@ -232,7 +234,6 @@ pub fn run(args: SynthArgs) -> Result<()> {
         .metadata("llama.attention.value_length", u32v(hd))
         .metadata("llama.rope.dimension_count", u32v(hd))
         .metadata("llama.rope.freq_base", Value::F32(d.rope_theta))
-        .metadata("llama.rope.scaling.type", Value::String("llama3".into()))
         .metadata("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5))
         .metadata("llama.vocab_size", u32v(d.n_vocab))
         .metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
