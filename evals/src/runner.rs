@@ -129,7 +129,11 @@ impl Runner {
             sampling: SamplingParams::greedy(),
         };
         let reply = kostant_safety::respond(&mut self.session, &mut self.guard, &req, prompt, cancel, |_| {})?;
-        if cancel.is_cancelled() && reply.stopped_by != Some(StoppedBy::Guard) {
+        if reply.stopped_by == Some(StoppedBy::Guard) {
+            // The pipeline stops a withdrawn reply through the same handle; that is not the
+            // user asking the run to stop.
+            cancel.reset();
+        } else if cancel.is_cancelled() {
             return Err(EvalError::Cancelled);
         }
         let guard_stopped = reply.stopped_by == Some(StoppedBy::Guard);

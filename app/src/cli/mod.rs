@@ -3,7 +3,9 @@
 pub mod bench;
 pub mod chat;
 pub mod doctor;
+pub mod eval;
 pub mod history;
+pub mod quantize;
 pub mod synth;
 
 use std::path::PathBuf;
@@ -34,6 +36,10 @@ pub enum Command {
     /// Write a GGUF with random weights and a real model's shape, for speed and memory
     /// benchmarks only: it is never used to answer anything.
     Synth(synth::SynthArgs),
+    /// Run the safety eval suites (or a prompt file) through the guarded pipeline and report.
+    Eval(eval::EvalArgs),
+    /// Requantize a GGUF into Q8_0, Q4_0 or Q4_1 (for the safety evals across quantizations).
+    Quantize(quantize::QuantizeArgs),
 }
 
 #[derive(Args, Debug, Clone)]

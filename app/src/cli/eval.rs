@@ -1,0 +1,570 @@
+//! `kostant eval`: the safety eval suites of `kostant-evals` from the terminal, offline, with a
+//! progress bar, resumable (each finished item is appended to the run directory's
+//! results.jsonl and skipped on the next start), writing report.{json,md,svg}; `--prompts` runs
+//! any prompt list through the same guarded pipeline; `--compare` runs the suites over
+//! requantizations of one model and puts the numbers side by side.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::json;
+
+use kostant_engine::{CancelHandle, Model};
+use kostant_evals::calibration::judges;
+use kostant_evals::perplexity::{perplexity, Perplexity};
+use kostant_evals::runner::{run_suite, Progress};
+use kostant_evals::{
+    compare_markdown, summarise, EvalError, Meta, ResultsFile, RunOptions, RunReport, Runner,
+    Skipped, SuiteName, SuiteSource,
+};
+
+use super::guard::{load_guard, GuardArgs};
+use super::{load_model, ModelArgs};
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub guard: GuardArgs,
+    /// Suites to run: all, or a comma-separated list of harmful, benign_edgy, benign_everyday,
+    /// provocation, jailbreak, perplexity.
+    #[arg(long, default_value = "all")]
+    pub suite: String,
+    /// The run directory (suite runs), or the output JSONL file (with --prompts). Default:
+    /// eval-runs/<model file name>.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// At most this many items per suite, a fixed sample spread over the suite (perplexity:
+    /// limit x 32 tokens).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Most tokens generated per reply.
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
+    /// Run the prompts of this JSONL file ({"id":…,"prompt":…} per line) instead of the suites.
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
+    /// Requantize --model into each of these formats (kostant quantize) and run the suites on
+    /// every one, with the deltas against the model as given.
+    #[arg(long)]
+    pub compare: Option<String>,
+    /// Where the suites are (default: assets/evals of this repository).
+    #[arg(long)]
+    pub suites_dir: Option<PathBuf>,
+    /// Jailbreak items: harmful items x templates, sampled deterministically.
+    #[arg(long, default_value_t = 200)]
+    pub jailbreak_sample: usize,
+    /// Tokens of assets/evals/perplexity.txt scored for perplexity.
+    #[arg(long, default_value_t = 2048)]
+    pub perplexity_tokens: usize,
+}
+
+fn suites_dir(args: &EvalArgs) -> Result<PathBuf> {
+    if let Some(d) = &args.suites_dir {
+        return Ok(d.clone());
+    }
+    if let Some(d) = kostant_evals::suite::default_dir() {
+        return Ok(d);
+    }
+    // Next to a cargo-built binary: <repo>/target/<profile>/kostant.
+    if let Ok(exe) = std::env::current_exe() {
+        for up in exe.ancestors().skip(1).take(4) {
+            let d = up.join("assets/evals");
+            if d.join("suites").is_dir() {
+                return Ok(d);
+            }
+        }
+    }
+    bail!("cannot find the eval suites (assets/evals); pass --suites-dir")
+}
+
+/// The command line as typed, for the report.
+fn command_line() -> String {
+    let mut args = std::env::args();
+    args.next();
+    std::iter::once("kostant".to_string())
+        .chain(args)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn run(args: EvalArgs) -> Result<()> {
+    if args.max_tokens == 0 {
+        bail!("--max-tokens must be at least 1");
+    }
+    if args.prompts.is_none() {
+        // An unknown suite is reported before the model is loaded.
+        SuiteName::parse_list(&args.suite)?;
+    }
+    let cancel = CancelHandle::new();
+    {
+        let c = Mutex::new(cancel.clone());
+        ctrlc::set_handler(move || {
+            if let Ok(c) = c.lock() {
+                if c.is_cancelled() {
+                    std::process::exit(130);
+                }
+                eprintln!(
+                    "\nstopping after this item (finished items are kept; run again to resume)"
+                );
+                c.cancel();
+            }
+        })
+        .context("cannot install the Ctrl-C handler")?;
+    }
+    if let Some(list) = &args.compare {
+        return run_compare(&args, list, &cancel);
+    }
+    let path = crate::model_path::resolve(args.model.model.as_deref())?;
+    let model = load_model(&args.model)?;
+    let guard = load_guard(&args.guard, &model, &path)?;
+    let opts = RunOptions {
+        max_tokens: args.max_tokens,
+        n_ctx: args.model.ctx.min(model.hparams.n_ctx_train.max(256)),
+        ..Default::default()
+    };
+    let mut runner = Runner::new(model.clone(), guard, opts)?;
+    if let Some(prompts) = &args.prompts {
+        let out = args
+            .out
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("--prompts needs --out FILE.jsonl"))?;
+        return run_prompts(&mut runner, prompts, &out, args.limit, &cancel);
+    }
+    let dir = match &args.out {
+        Some(d) => d.clone(),
+        None => PathBuf::from("eval-runs").join(path.file_stem().unwrap_or_default()),
+    };
+    let report = run_suites(&args, &mut runner, &path, &dir, &cancel)?;
+    eprintln!("{}", headline(&report));
+    eprintln!("report: {}", dir.join("report.md").display());
+    if report.meta.partial {
+        bail!("the run stopped before every suite finished; run the same command again to resume");
+    }
+    Ok(())
+}
+
+fn headline(r: &RunReport) -> String {
+    let s = &r.summary;
+    let mut parts = Vec::new();
+    if let Some(h) = &s.harmful {
+        parts.push(format!("harmful refused {}", h.overall.refused.display()));
+    }
+    if let Some(b) = &s.benign_edgy {
+        parts.push(format!("edgy over-refused {}", b.overall.refused.display()));
+    }
+    if let Some(b) = &s.benign_everyday {
+        parts.push(format!(
+            "everyday over-refused {}",
+            b.overall.refused.display()
+        ));
+    }
+    if let Some(j) = &s.jailbreak {
+        parts.push(format!("jailbreaks succeeded {}", j.success.display()));
+    }
+    if let Some(p) = &s.provocation {
+        parts.push(format!("toxic under provocation {}", p.toxic.display()));
+    }
+    if let Some(p) = &s.perplexity {
+        parts.push(format!("perplexity {:.3}", p.perplexity));
+    }
+    parts.join("; ")
+}
+
+/// A one-line progress bar on stderr (redrawn on a terminal, a line per 25 items otherwise).
+struct Bar {
+    tty: bool,
+    start: Instant,
+    last_line: usize,
+}
+
+impl Bar {
+    fn new() -> Bar {
+        Bar {
+            tty: std::io::stderr().is_terminal(),
+            start: Instant::now(),
+            last_line: usize::MAX,
+        }
+    }
+
+    fn show(&mut self, what: &str, done: usize, total: usize) {
+        let width = 30;
+        let filled = if total == 0 {
+            width
+        } else {
+            done * width / total
+        };
+        let bar = format!("{}{}", "#".repeat(filled), "-".repeat(width - filled));
+        let line = format!(
+            "{what:>15} [{bar}] {done}/{total} {:.0} s",
+            self.start.elapsed().as_secs_f64()
+        );
+        let mut e = std::io::stderr().lock();
+        if self.tty {
+            let _ = write!(e, "\r{line}\x1b[K");
+            if done == total {
+                let _ = writeln!(e);
+            }
+        } else if done == total || done / 25 != self.last_line {
+            self.last_line = done / 25;
+            let _ = writeln!(e, "{line}");
+        }
+        let _ = e.flush();
+    }
+}
+
+/// The identity of a run directory: resuming with another model or settings would mix results.
+fn check_run_identity(dir: &Path, ident: &serde_json::Value) -> Result<()> {
+    let p = dir.join("run.json");
+    match std::fs::read_to_string(&p) {
+        Ok(text) => {
+            let old: serde_json::Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is damaged", p.display()))?;
+            if &old != ident {
+                bail!(
+                    "{} holds a run of another model or settings ({old}); use another --out or delete it",
+                    dir.display()
+                );
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::write(&p, serde_json::to_string_pretty(ident)?)
+                .with_context(|| format!("cannot write {}", p.display()))?;
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", p.display())),
+    }
+    Ok(())
+}
+
+fn run_suites(
+    args: &EvalArgs,
+    runner: &mut Runner,
+    model_path: &Path,
+    dir: &Path,
+    cancel: &CancelHandle,
+) -> Result<RunReport> {
+    let suites = SuiteName::parse_list(&args.suite)?;
+    let mut src = SuiteSource::new(suites_dir(args)?);
+    src.jailbreak_sample = args.jailbreak_sample;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let model = runner.model().clone();
+    check_run_identity(
+        dir,
+        &json!({
+            "model": model.name(),
+            "model_file": model_path.file_name().map(|f| f.to_string_lossy().to_string()),
+            "model_bytes": model.file_bytes(),
+            "max_tokens": args.max_tokens,
+            "n_ctx": runner.options().n_ctx,
+            "jailbreak_sample": args.jailbreak_sample,
+        }),
+    )?;
+    let start = Instant::now();
+    let results_path = dir.join("results.jsonl");
+    let loaded = ResultsFile::load(&results_path)?;
+    if !loaded.bad_lines.is_empty() {
+        eprintln!(
+            "{}: lines {:?} could not be read (cut short?); their items run again",
+            results_path.display(),
+            loaded.bad_lines
+        );
+    }
+    if !loaded.results.is_empty() {
+        eprintln!(
+            "resuming: {} items already done in {}",
+            loaded.results.len(),
+            results_path.display()
+        );
+    }
+    let mut done = loaded.results;
+    let mut out = ResultsFile::append(&results_path)?;
+    let mut skipped: Vec<Skipped> = Vec::new();
+    let mut partial = false;
+    let mut notes = vec![
+        "judges run on this device: rules over the reply text plus the guard's verdict (kostant-evals judge.rs)".to_string(),
+        "provocation dialogues are sent as one user message (their turns joined by newlines)".to_string(),
+    ];
+    let mut ran: Vec<String> = Vec::new();
+    let mut ppl: Option<Perplexity> = None;
+    let mut bar = Bar::new();
+    for suite in suites {
+        ran.push(suite.id().to_string());
+        if suite == SuiteName::Perplexity {
+            let tokens = args.limit.map_or(args.perplexity_tokens, |l| {
+                (l * 32).min(args.perplexity_tokens)
+            });
+            // Named by its token budget, so a resumed run reuses only the same measurement.
+            let p = dir.join(format!("perplexity-{tokens}.json"));
+            if let Some(old) = std::fs::read_to_string(&p)
+                .ok()
+                .and_then(|t| serde_json::from_str::<Perplexity>(&t).ok())
+            {
+                ppl = Some(old);
+                continue;
+            }
+            let mut session = runner.new_session()?;
+            let text = src.perplexity_text()?;
+            match perplexity(&mut session, &text, 512, tokens, cancel, &mut |d, t| {
+                bar.show("perplexity", d, t)
+            }) {
+                Ok(v) => {
+                    std::fs::write(&p, serde_json::to_string_pretty(&v)?)?;
+                    ppl = Some(v);
+                }
+                Err(EvalError::Cancelled) => {
+                    partial = true;
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            }
+            continue;
+        }
+        let (mut items, bad) = match src.load(suite) {
+            Ok(v) => v,
+            Err(e) => {
+                // A suite that cannot be read is named in the report; the others still run.
+                eprintln!("suite {}: {e}; skipped", suite.id());
+                skipped.push(Skipped {
+                    file: suite.id().to_string(),
+                    line: 0,
+                    reason: e.to_string(),
+                });
+                partial = true;
+                continue;
+            }
+        };
+        for b in &bad {
+            eprintln!("skipped {b}");
+        }
+        skipped.extend(bad);
+        if let Some(l) = args.limit {
+            items = kostant_evals::suite::sample(suite, items, l);
+        }
+        let mut answer = |it: &kostant_evals::Item, c: &CancelHandle| runner.run_item(suite, it, c);
+        let r = run_suite(
+            &mut answer,
+            suite,
+            &items,
+            &mut out,
+            &mut done,
+            cancel,
+            &mut |p: Progress<'_>| bar.show(p.suite.id(), p.done, p.total),
+        );
+        match r {
+            Ok(()) => {}
+            Err(EvalError::Cancelled) => {
+                partial = true;
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // Only the suites asked for this time are summarised (the file may hold more).
+    done.retain(|r| ran.iter().any(|s| s == r.suite.id()));
+    if let Some(l) = args.limit {
+        notes.push(format!("at most {l} items per suite: a fixed hashed sample (kostant_evals::suite::sample), not the whole suite"));
+    }
+    notes.push(format!(
+        "the guard reads with {} (the chat model's file only when they are the same file)",
+        args.guard
+            .guard_model
+            .as_ref()
+            .map_or("the default model".to_string(), |p| p.display().to_string())
+    ));
+    let report = RunReport {
+        meta: Meta {
+            model: model.name(),
+            model_file: model_path.display().to_string(),
+            quantization: model.quantization().to_string(),
+            suites: ran,
+            max_tokens: args.max_tokens,
+            n_ctx: runner.options().n_ctx,
+            limit: args.limit,
+            command: command_line(),
+            wall_s: start.elapsed().as_secs_f64(),
+            peak_rss_mb: super::peak_rss_mb(),
+            partial,
+            notes,
+        },
+        summary: summarise(&done, ppl, skipped),
+        judges: judges()?,
+    };
+    report.write(dir, "report")?;
+    Ok(report)
+}
+
+/// `--prompts FILE --out FILE`: every good line answered and judged; a bad line is reported
+/// with its number and the run goes on. Ids already in the output are skipped (resume).
+fn run_prompts(
+    runner: &mut Runner,
+    input: &Path,
+    out: &Path,
+    limit: Option<usize>,
+    cancel: &CancelHandle,
+) -> Result<()> {
+    let file =
+        std::fs::File::open(input).with_context(|| format!("cannot open {}", input.display()))?;
+    let mut done = std::collections::HashSet::new();
+    if let Ok(text) = std::fs::read_to_string(out) {
+        for line in text.lines() {
+            if let Some(id) = serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v.get("id").cloned())
+            {
+                done.insert(id.to_string());
+            }
+        }
+    }
+    let needs_newline = std::fs::read(out)
+        .map(|b| b.last().is_some_and(|&c| c != b'\n'))
+        .unwrap_or(false);
+    let mut w = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(out)
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    if needs_newline {
+        writeln!(w)?;
+    }
+    let lines: Vec<String> = std::io::BufReader::new(file)
+        .lines()
+        .collect::<std::io::Result<_>>()
+        .with_context(|| format!("cannot read {}", input.display()))?;
+    let total = lines.iter().filter(|l| !l.trim().is_empty()).count();
+    let total = limit.map_or(total, |l| l.min(total));
+    let (mut n, mut bad, mut ran) = (0usize, 0usize, 0usize);
+    let mut bar = Bar::new();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        if n == total {
+            break;
+        }
+        n += 1;
+        let v: serde_json::Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!(
+                    "\n{} line {}: not JSON ({e}); skipped",
+                    input.display(),
+                    i + 1
+                );
+                bad += 1;
+                continue;
+            }
+        };
+        let id = v.get("id").cloned().unwrap_or(serde_json::Value::Null);
+        let prompt = v
+            .get("prompt")
+            .and_then(|p| p.as_str())
+            .filter(|p| !p.trim().is_empty());
+        let Some(prompt) = prompt.filter(|_| !id.is_null()) else {
+            eprintln!(
+                "\n{} line {}: needs an \"id\" and a non-empty string \"prompt\"; skipped",
+                input.display(),
+                i + 1
+            );
+            bad += 1;
+            continue;
+        };
+        if done.contains(&id.to_string()) {
+            continue;
+        }
+        bar.show("prompts", n - 1, total);
+        let a = match runner.answer(&id.to_string(), prompt, cancel) {
+            Ok(a) => a,
+            Err(EvalError::Cancelled) => {
+                bail!("stopped; {ran} prompts answered, run again to resume")
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut o = serde_json::to_value(&a)?;
+        if let Some(m) = o.as_object_mut() {
+            m.insert("id".into(), id.clone());
+            m.insert("prompt".into(), prompt.into());
+            m.insert("toxic".into(), a.toxicity.toxic.into());
+        }
+        writeln!(w, "{}", serde_json::to_string(&o)?)?;
+        w.flush()?;
+        ran += 1;
+    }
+    bar.show("prompts", total, total);
+    eprintln!(
+        "{ran} prompts answered into {}; {bad} bad lines skipped",
+        out.display()
+    );
+    Ok(())
+}
+
+/// `--compare Q8_0,Q4_0 --model BASE`: the base model and each requantization, side by side.
+fn run_compare(args: &EvalArgs, list: &str, cancel: &CancelHandle) -> Result<()> {
+    let base = crate::model_path::resolve(args.model.model.as_deref())?;
+    let types: Vec<_> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(super::quantize::parse_type)
+        .collect::<Result<_>>()?;
+    let root = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("eval-runs").join(format!(
+            "compare-{}",
+            base.file_stem().unwrap_or_default().to_string_lossy()
+        ))
+    });
+    std::fs::create_dir_all(&root)?;
+    let base_model = load_model(&args.model)?;
+    let mut models: Vec<(String, PathBuf)> =
+        vec![(format!("base {}", base_model.quantization()), base.clone())];
+    for ty in types {
+        let p = root.join(format!("{}.gguf", ty.name()));
+        if !p.is_file() {
+            eprintln!("requantizing {} to {} ...", base.display(), ty.name());
+            super::quantize::requantize(&base, &p, ty)?;
+            super::quantize::verify(&p)?;
+        }
+        models.push((ty.name().to_string(), p));
+    }
+    drop(base_model);
+    let mut reports = Vec::new();
+    for (label, path) in &models {
+        eprintln!("== {label}: {}", path.display());
+        let model: Arc<Model> =
+            Model::load(path).with_context(|| format!("cannot load {}", path.display()))?;
+        // The guard keeps reading with its own model, as a build that requantizes only the chat
+        // model would ship it.
+        let guard = load_guard(&args.guard, &model, path)?;
+        let opts = RunOptions {
+            max_tokens: args.max_tokens,
+            n_ctx: args.model.ctx.min(model.hparams.n_ctx_train.max(256)),
+            ..Default::default()
+        };
+        let mut runner = Runner::new(model, guard, opts)?;
+        let dir = root.join(label.replace(' ', "-"));
+        let r = run_suites(args, &mut runner, path, &dir, cancel)?;
+        eprintln!("{}", headline(&r));
+        let stop = r.meta.partial;
+        reports.push((label.clone(), r));
+        if stop {
+            break;
+        }
+    }
+    let refs: Vec<(String, &RunReport)> = reports.iter().map(|(l, r)| (l.clone(), r)).collect();
+    let md = format!(
+        "# Safety evals across quantizations\n\ncommand: `{}`\n\n{}",
+        command_line(),
+        compare_markdown(&refs)
+    );
+    let p = root.join("compare.md");
+    std::fs::write(&p, md).with_context(|| format!("cannot write {}", p.display()))?;
+    eprintln!("comparison: {}", p.display());
+    if reports.iter().any(|(_, r)| r.meta.partial) || reports.len() < models.len() {
+        bail!("the comparison stopped early; run the same command again to resume");
+    }
+    Ok(())
+}
