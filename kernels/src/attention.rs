@@ -10,6 +10,7 @@
 
 use half::f16;
 
+#[cfg(target_arch = "x86_64")]
 use crate::dispatch::{kernels, KernelPath};
 
 /// The order in which ggml adds the products of an f16 x f16 dot product (KQ and KQV in
@@ -77,15 +78,14 @@ pub fn dot_f16_rows(
     scores: &mut [f32],
 ) {
     check_rows(cache, stride, offset, q.len(), scores.len());
-    match kernels().path {
-        #[cfg(target_arch = "x86_64")]
+    #[cfg(target_arch = "x86_64")]
+    if kernels().path == KernelPath::Avx2Fma {
         // SAFETY: the AVX2 table is only selected after detecting avx2+fma+f16c; every row's
         // slice was checked to lie inside `cache` above.
-        KernelPath::Avx2Fma => unsafe {
-            avx2::dot_rows(q, cache, stride, offset, scale, order, scores)
-        },
-        _ => dot_rows_scalar(q, cache, stride, offset, scale, order, scores),
+        unsafe { avx2::dot_rows(q, cache, stride, offset, scale, order, scores) };
+        return;
     }
+    dot_rows_scalar(q, cache, stride, offset, scale, order, scores);
 }
 
 /// `out = sum over p of f16(probs[p]) * cache[p * stride + offset ..][..out.len()]`, each output
@@ -105,14 +105,13 @@ pub fn weighted_sum_f16_rows(
     check_rows(cache, stride, offset, out.len(), probs.len());
     let acc = &mut scratch[..order.lanes() * out.len()];
     acc.fill(0.0);
-    match kernels().path {
-        #[cfg(target_arch = "x86_64")]
+    #[cfg(target_arch = "x86_64")]
+    if kernels().path == KernelPath::Avx2Fma {
         // SAFETY: as in `dot_f16_rows`.
-        KernelPath::Avx2Fma => unsafe {
-            avx2::weighted_sum_rows(probs, cache, stride, offset, order, acc, out)
-        },
-        _ => weighted_sum_rows_scalar(probs, cache, stride, offset, order, acc, out),
+        unsafe { avx2::weighted_sum_rows(probs, cache, stride, offset, order, acc, out) };
+        return;
     }
+    weighted_sum_rows_scalar(probs, cache, stride, offset, order, acc, out);
 }
 
 fn check_rows(cache: &[f16], stride: usize, offset: usize, width: usize, rows: usize) {
