@@ -16,7 +16,7 @@ use crate::{Category, Result, SafetyError};
 
 /// Windows after the first start this many tokens before the previous one ends, so a phrase
 /// cut by a window boundary is still read whole in one of them.
-const WINDOW_OVERLAP: usize = 32;
+const WINDOW_OVERLAP: usize = 16;
 
 /// The guard's judgement of one text.
 #[derive(Clone, Debug, Serialize)]
@@ -118,6 +118,10 @@ impl Guard {
         let mut worst: Option<Scores> = None;
         let mut tokens = 0;
         for view in &views {
+            // Whitespace alone says nothing; the head was never shown it, so do not ask it.
+            if view.trim().is_empty() {
+                continue;
+            }
             let ids = self.reader.model().tokenizer.encode(view, false)?;
             if ids.is_empty() {
                 continue;

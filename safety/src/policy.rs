@@ -66,15 +66,15 @@ pub fn withdrawn_notice(category: Category) -> String {
     )
 }
 
-/// Tone rules for the chat model's system prompt: the same policy, said to the model.
-pub const TONE_RULES: &str = "Be warm, calm and concise. Answer the question that was asked. \
-If the user is rude or insulting, stay polite and respectful, do not insult them back, and \
-still help if you can. Decline only requests that could seriously harm someone, in one short \
-sentence without lecturing, and offer a safer alternative.";
+/// Tone rules for the chat model's system prompt: the same policy, said to the model. Kept
+/// short: a 135M model follows one plain sentence better than a paragraph (a longer version
+/// made the default model drift off the question).
+pub const TONE_RULES: &str =
+    "Stay polite and calm even if the user is rude, and do not insult them back.";
 
 /// The system prompt used when the caller gives none.
 pub fn default_system_prompt() -> String {
-    format!("You are Kostant, a helpful assistant that runs privately on the user's phone. {TONE_RULES}")
+    format!("You are a helpful AI assistant. {TONE_RULES}")
 }
 
 #[cfg(test)]

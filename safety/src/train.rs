@@ -99,12 +99,16 @@ pub fn read_templates(path: &Path) -> Result<Vec<String>> {
 }
 
 /// The feature spec new heads are trained with.
+/// Replies are read with the same preamble as messages: the head is trained on messages, and
+/// a reply that gives harmful instructions reads much like a request for them.
 pub fn default_spec() -> FeatureSpec {
     FeatureSpec {
-        taps: vec![9, 15],
+        taps: vec![12],
         input_preamble: "Message from the user:\n".into(),
-        output_preamble: "Reply from the assistant:\n".into(),
-        window: 256,
+        output_preamble: "Message from the user:\n".into(),
+        // About the length of the prompts the head learns from: a long text is judged in
+        // pieces it can read, not as one blurred average.
+        window: 64,
     }
 }
 
@@ -117,6 +121,9 @@ pub struct TrainOptions {
     pub augment_share: f64,
     /// Highest share of dev safe texts the chosen threshold may flag.
     pub max_dev_false_positive: f64,
+    /// Where computed features are kept between runs (keyed by model, spec and data), so
+    /// trying another head shape does not re-read every text.
+    pub cache: Option<PathBuf>,
 }
 
 impl TrainOptions {
@@ -125,7 +132,7 @@ impl TrainOptions {
             data_dir,
             spec: default_spec(),
             config: TrainConfig {
-                hidden: 0,
+                hidden: 64,
                 epochs: 40,
                 learning_rate: 1e-3,
                 weight_decay: 1e-2,
@@ -133,8 +140,9 @@ impl TrainOptions {
                 safe_weight: 1.5,
                 seed: 7,
             },
-            augment_share: 0.3,
-            max_dev_false_positive: 0.03,
+            augment_share: 0.0,
+            max_dev_false_positive: 0.05,
+            cache: None,
         }
     }
 }
@@ -173,7 +181,79 @@ pub fn choose_threshold(probs: &[(f32, bool)], max_fp: f64) -> f32 {
         .unwrap_or(1.0)
 }
 
-/// Features of every text in `items` read in `role`, optionally also wrapped in a template.
+/// FNV-1a, 64 bits: names a feature cache file after what it was computed from.
+fn fnv64(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for p in parts {
+        for &b in *p {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+/// [`featurize`], through the cache directory when there is one: rows of f32 features, one per
+/// item, in order.
+fn featurize_cached(
+    reader: &mut Reader,
+    items: &[(String, Option<Category>)],
+    role: Role,
+    cache: Option<&Path>,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<Example>> {
+    let Some(dir) = cache else {
+        return featurize(reader, items, role, progress);
+    };
+    let spec = serde_json::to_vec(reader.spec()).map_err(|e| SafetyError::Head(e.to_string()))?;
+    let texts: Vec<u8> = items
+        .iter()
+        .flat_map(|(t, _)| t.bytes().chain([0]))
+        .collect();
+    let name = reader.model().name();
+    let role_tag: &[u8] = if role == Role::Input {
+        b"input"
+    } else {
+        b"output"
+    };
+    let key = fnv64(&[name.as_bytes(), &spec, &texts, role_tag]);
+    let path = dir.join(format!("features-{key:016x}.f32"));
+    let dim = reader.spec().dim(reader.model().hparams.n_embd);
+    if let Ok(bytes) = std::fs::read(&path) {
+        if bytes.len() == items.len() * dim * 4 {
+            let floats: Vec<f32> = bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            return Ok(floats
+                .chunks_exact(dim)
+                .zip(items)
+                .map(|(f, (_, c))| Example {
+                    features: f.to_vec(),
+                    category: *c,
+                })
+                .collect());
+        }
+    }
+    let examples = featurize(reader, items, role, progress)?;
+    if examples.len() == items.len() {
+        let io = |source| SafetyError::Io {
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let bytes: Vec<u8> = examples
+            .iter()
+            .flat_map(|e| e.features.iter().flat_map(|v| v.to_le_bytes()))
+            .collect();
+        std::fs::write(&path, bytes).map_err(io)?;
+    }
+    Ok(examples)
+}
+
+/// Features of every text in `items` read in `role`.
 fn featurize(
     reader: &mut Reader,
     items: &[(String, Option<Category>)],
@@ -246,20 +326,18 @@ pub fn train_head(
     let dev_items = labelled(&dev);
 
     let mut reader = Reader::new(model.clone(), opts.spec.clone())?;
-    let mut examples = Vec::new();
-    for role in [Role::Input, Role::Output] {
-        let name = if role == Role::Input {
-            "train (as messages)"
-        } else {
-            "train (as replies)"
-        };
-        examples.extend(featurize(&mut reader, &train_items, role, &mut |i, n| {
-            progress(name, i, n)
-        })?);
-    }
-    let dev_examples = featurize(&mut reader, &dev_items, Role::Input, &mut |i, n| {
-        progress("dev", i, n)
-    })?;
+    let cache = opts.cache.as_deref();
+    let examples = featurize_cached(
+        &mut reader,
+        &train_items,
+        Role::Input,
+        cache,
+        &mut |i, n| progress("train", i, n),
+    )?;
+    let dev_examples =
+        featurize_cached(&mut reader, &dev_items, Role::Input, cache, &mut |i, n| {
+            progress("dev", i, n)
+        })?;
 
     let info = HeadInfo {
         spec: opts.spec.clone(),
@@ -293,7 +371,8 @@ pub fn train_head(
         "train_counts": count(&train),
         "dev_counts": count(&dev),
         "augmented_examples": train_items.len() - train.len(),
-        "roles": ["input", "output"],
+        "roles": ["input"],
+        "spec": &opts.spec,
         "config": {
             "hidden": opts.config.hidden,
             "epochs": opts.config.epochs,
