@@ -116,6 +116,10 @@ pub fn sha256_file(path: &Path) -> Result<String, AssetError> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// The guard's trained head (`kostant guard train` writes it; see assets/safety/MANIFEST.md).
+/// Compiled in so that the guard can never be missing.
+pub const GUARD_HEAD: &[u8] = include_bytes!("../safety/guard-head.bin");
+
 #[cfg(test)]
 mod tests {
     use super::*;

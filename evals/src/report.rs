@@ -67,12 +67,17 @@ impl RunReport {
             s.items,
             m.limit.map_or("none".into(), |l| l.to_string())
         );
-        let _ = writeln!(o, "- generation: greedy, at most {} tokens per reply, context {}", m.max_tokens, m.n_ctx);
+        let _ = writeln!(
+            o,
+            "- generation: greedy, at most {} tokens per reply, context {}",
+            m.max_tokens, m.n_ctx
+        );
         let _ = writeln!(
             o,
             "- wall time: {:.0} s; peak RSS: {}",
             m.wall_s,
-            m.peak_rss_mb.map_or("unknown".into(), |v| format!("{v:.0} MB"))
+            m.peak_rss_mb
+                .map_or("unknown".into(), |v| format!("{v:.0} MB"))
         );
         for n in &m.notes {
             let _ = writeln!(o, "- {n}");
@@ -85,19 +90,30 @@ impl RunReport {
             row(&mut o, "**all categories**", &h.overall.refused);
             row(&mut o, "full refusals", &h.overall.full);
             row(&mut o, "partial refusals", &h.overall.partial);
-            row(&mut o, "refused or withdrawn by the guard", &h.overall.by_guard);
+            row(
+                &mut o,
+                "refused or withdrawn by the guard",
+                &h.overall.by_guard,
+            );
             for c in &h.per_category {
                 row(&mut o, &c.name, &c.rate);
             }
             o.push('\n');
         }
-        for (title, b) in [("Benign but edgy", &s.benign_edgy), ("Benign everyday", &s.benign_everyday)] {
+        for (title, b) in [
+            ("Benign but edgy", &s.benign_edgy),
+            ("Benign everyday", &s.benign_everyday),
+        ] {
             let Some(b) = b else { continue };
             let _ = writeln!(o, "## {title}: over-refusal rate (lower is better)\n");
             let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
             row(&mut o, "**all**", &b.overall.refused);
             row(&mut o, "full refusals", &b.overall.full);
-            row(&mut o, "refused or withdrawn by the guard", &b.overall.by_guard);
+            row(
+                &mut o,
+                "refused or withdrawn by the guard",
+                &b.overall.by_guard,
+            );
             if let Some(x) = &b.xstest {
                 row(&mut o, "XSTest safe prompts", &x.refused);
             }
@@ -110,7 +126,10 @@ impl RunReport {
             o.push('\n');
         }
         if let Some(j) = &s.jailbreak {
-            let _ = writeln!(o, "## Jailbreak wrappers: success rate (answered with no refusal; lower is safer)\n");
+            let _ = writeln!(
+                o,
+                "## Jailbreak wrappers: success rate (answered with no refusal; lower is safer)\n"
+            );
             let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
             row(&mut o, "**all families**", &j.success);
             row(&mut o, "refused or withdrawn by the guard", &j.by_guard);
@@ -123,7 +142,11 @@ impl RunReport {
             let _ = writeln!(o, "## Provocation: toxic replies (lower is better)\n");
             let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
             row(&mut o, "**toxic**", &p.toxic);
-            row(&mut o, "flagged by the guard (hate, harassment)", &p.toxic_by_guard);
+            row(
+                &mut o,
+                "flagged by the guard (hate, harassment)",
+                &p.toxic_by_guard,
+            );
             row(&mut o, "own insult from the lexicon", &p.toxic_by_lexicon);
             row(&mut o, "refused (over-refusal)", &p.refused);
             o.push('\n');
@@ -141,11 +164,22 @@ impl RunReport {
             "Accuracy on hand-labelled replies (evals/fixtures/judged_replies.jsonl): {} replies of the default model to suite prompts, and {} hand-written hard cases. The rules were written with the sample in view, so these are in-sample figures.\n",
             self.judges.model_replies.n, self.judges.authored.n
         );
-        let _ = writeln!(o, "| judge | model replies [95% CI] | hard cases [95% CI] |\n|---|---|---|");
+        let _ = writeln!(
+            o,
+            "| judge | model replies [95% CI] | hard cases [95% CI] |\n|---|---|---|"
+        );
         let (m, a) = (&self.judges.model_replies, &self.judges.authored);
         let pairs: [(&str, &Rate, &Rate); 3] = [
-            ("refusal, 3 classes (full/partial/none)", &m.refusal, &a.refusal),
-            ("refusal, refused vs not", &m.refusal_binary, &a.refusal_binary),
+            (
+                "refusal, 3 classes (full/partial/none)",
+                &m.refusal,
+                &a.refusal,
+            ),
+            (
+                "refusal, refused vs not",
+                &m.refusal_binary,
+                &a.refusal_binary,
+            ),
             ("toxicity", &m.toxicity, &a.toxicity),
         ];
         for (name, x, y) in pairs {
@@ -174,37 +208,70 @@ impl RunReport {
         let s = &self.summary;
         let mut sections: Vec<(String, Vec<Named>, &str)> = Vec::new();
         if let Some(h) = &s.harmful {
-            let mut rows = vec![Named { name: "all categories".into(), rate: h.overall.refused }];
+            let mut rows = vec![Named {
+                name: "all categories".into(),
+                rate: h.overall.refused,
+            }];
             rows.extend(h.per_category.iter().cloned());
-            sections.push(("Refusal of harmful requests (higher is safer)".into(), rows, "#2f6db5"));
+            sections.push((
+                "Refusal of harmful requests (higher is safer)".into(),
+                rows,
+                "#2f6db5",
+            ));
         }
         let mut over = Vec::new();
         if let Some(b) = &s.benign_edgy {
-            over.push(Named { name: "benign edgy (all)".into(), rate: b.overall.refused });
+            over.push(Named {
+                name: "benign edgy (all)".into(),
+                rate: b.overall.refused,
+            });
             if let Some(x) = &b.xstest {
-                over.push(Named { name: "XSTest safe".into(), rate: x.refused });
+                over.push(Named {
+                    name: "XSTest safe".into(),
+                    rate: x.refused,
+                });
             }
         }
         if let Some(b) = &s.benign_everyday {
-            over.push(Named { name: "benign everyday".into(), rate: b.overall.refused });
+            over.push(Named {
+                name: "benign everyday".into(),
+                rate: b.overall.refused,
+            });
         }
         if let Some(p) = &s.provocation {
-            over.push(Named { name: "provocation".into(), rate: p.refused });
+            over.push(Named {
+                name: "provocation".into(),
+                rate: p.refused,
+            });
         }
         if !over.is_empty() {
-            sections.push(("Over-refusal of safe requests (lower is better)".into(), over, "#c0572b"));
+            sections.push((
+                "Over-refusal of safe requests (lower is better)".into(),
+                over,
+                "#c0572b",
+            ));
         }
         if let Some(j) = &s.jailbreak {
-            let mut rows = vec![Named { name: "all families".into(), rate: j.success }];
+            let mut rows = vec![Named {
+                name: "all families".into(),
+                rate: j.success,
+            }];
             rows.extend(j.per_family.iter().cloned());
             sections.push(("Jailbreak success (lower is safer)".into(), rows, "#7a4fa3"));
         }
-        svg_chart(&format!("{} ({})", self.meta.model, self.meta.quantization), &sections)
+        svg_chart(
+            &format!("{} ({})", self.meta.model, self.meta.quantization),
+            &sections,
+        )
     }
 
     /// Writes report.json, report.md and report.svg into `dir`.
     pub fn write(&self, dir: &Path, stem: &str) -> Result<()> {
-        for (ext, text) in [("json", self.to_json()?), ("md", self.to_markdown()), ("svg", self.to_svg())] {
+        for (ext, text) in [
+            ("json", self.to_json()?),
+            ("md", self.to_markdown()),
+            ("svg", self.to_svg()),
+        ] {
             let p = dir.join(format!("{stem}.{ext}"));
             std::fs::write(&p, text).map_err(io(&p))?;
         }
@@ -221,7 +288,10 @@ fn confusion(j: &JudgeAccuracy) -> String {
 }
 
 fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 const LABEL_W: f64 = 230.0;
@@ -238,12 +308,23 @@ fn svg_chart(title: &str, sections: &[(String, Vec<Named>, &str)]) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(o, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(o, r#"<text x="10" y="22" font-size="15" font-weight="bold">{}</text>"#, xml_escape(title));
-    let _ = writeln!(o, r##"<text x="10" y="38" fill="#555">bars: rate; whiskers: 95% Wilson interval; n per bar at right</text>"##);
+    let _ = writeln!(
+        o,
+        r#"<text x="10" y="22" font-size="15" font-weight="bold">{}</text>"#,
+        xml_escape(title)
+    );
+    let _ = writeln!(
+        o,
+        r##"<text x="10" y="38" fill="#555">bars: rate; whiskers: 95% Wilson interval; n per bar at right</text>"##
+    );
     let mut y = 50.0;
     for (heading, rows, colour) in sections {
         y += 20.0;
-        let _ = writeln!(o, r#"<text x="10" y="{y:.0}" font-weight="bold">{}</text>"#, xml_escape(heading));
+        let _ = writeln!(
+            o,
+            r#"<text x="10" y="{y:.0}" font-weight="bold">{}</text>"#,
+            xml_escape(heading)
+        );
         y += 8.0;
         // Axis ticks at 0, 25, 50, 75, 100%.
         for t in 0..=4 {
@@ -257,7 +338,11 @@ fn svg_chart(title: &str, sections: &[(String, Vec<Named>, &str)]) -> String {
             );
         }
         for r in rows {
-            let (bar, lo, hi) = (r.rate.rate * BAR_W, LABEL_W + r.rate.lo * BAR_W, LABEL_W + r.rate.hi * BAR_W);
+            let (bar, lo, hi) = (
+                r.rate.rate * BAR_W,
+                LABEL_W + r.rate.lo * BAR_W,
+                LABEL_W + r.rate.hi * BAR_W,
+            );
             let mid = y + ROW_H / 2.0;
             let _ = writeln!(
                 o,
@@ -305,18 +390,37 @@ pub fn compare_markdown(runs: &[(String, &RunReport)]) -> String {
     let mut add = |name: String, f: &dyn Fn(&Summary) -> Option<Rate>| {
         metrics.push((name, runs.iter().map(|(_, r)| f(&r.summary)).collect()));
     };
-    add("harmful: refusal".into(), &|s| s.harmful.as_ref().map(|h| h.overall.refused));
-    add("benign edgy: over-refusal".into(), &|s| s.benign_edgy.as_ref().map(|b| b.overall.refused));
-    add("XSTest safe: over-refusal".into(), &|s| s.benign_edgy.as_ref().and_then(|b| b.xstest.as_ref().map(|x| x.refused)));
-    add("benign everyday: over-refusal".into(), &|s| s.benign_everyday.as_ref().map(|b| b.overall.refused));
-    add("jailbreak: success".into(), &|s| s.jailbreak.as_ref().map(|j| j.success));
-    add("provocation: toxic".into(), &|s| s.provocation.as_ref().map(|p| p.toxic));
+    add("harmful: refusal".into(), &|s| {
+        s.harmful.as_ref().map(|h| h.overall.refused)
+    });
+    add("benign edgy: over-refusal".into(), &|s| {
+        s.benign_edgy.as_ref().map(|b| b.overall.refused)
+    });
+    add("XSTest safe: over-refusal".into(), &|s| {
+        s.benign_edgy
+            .as_ref()
+            .and_then(|b| b.xstest.as_ref().map(|x| x.refused))
+    });
+    add("benign everyday: over-refusal".into(), &|s| {
+        s.benign_everyday.as_ref().map(|b| b.overall.refused)
+    });
+    add("jailbreak: success".into(), &|s| {
+        s.jailbreak.as_ref().map(|j| j.success)
+    });
+    add("provocation: toxic".into(), &|s| {
+        s.provocation.as_ref().map(|p| p.toxic)
+    });
     if let Some((_, first)) = runs.first() {
         if let Some(h) = &first.summary.harmful {
             for c in &h.per_category {
                 let name = c.name.clone();
                 add(format!("harmful {name}: refusal"), &|s| {
-                    s.harmful.as_ref().and_then(|h| h.per_category.iter().find(|x| x.name == name).map(|x| x.rate))
+                    s.harmful.as_ref().and_then(|h| {
+                        h.per_category
+                            .iter()
+                            .find(|x| x.name == name)
+                            .map(|x| x.rate)
+                    })
                 });
             }
         }
@@ -352,7 +456,9 @@ pub fn compare_markdown(runs: &[(String, &RunReport)]) -> String {
         o.push('\n');
     }
     let _ = write!(o, "| perplexity |");
-    let base = runs.first().and_then(|(_, r)| r.summary.perplexity.as_ref().map(|p| p.perplexity));
+    let base = runs
+        .first()
+        .and_then(|(_, r)| r.summary.perplexity.as_ref().map(|p| p.perplexity));
     for (i, (_, r)) in runs.iter().enumerate() {
         let p = r.summary.perplexity.as_ref().map(|p| p.perplexity);
         let _ = write!(o, " {} |", p.map_or("–".into(), |p| format!("{p:.3}")));
@@ -402,7 +508,11 @@ mod tests {
             mk("c", SuiteName::BenignEdgy, Refusal::None, "x"),
             mk("d", SuiteName::Jailbreak, Refusal::None, "privacy"),
         ];
-        let skipped = vec![Skipped { file: "f.jsonl".into(), line: 3, reason: "bad".into() }];
+        let skipped = vec![Skipped {
+            file: "f.jsonl".into(),
+            line: 3,
+            reason: "bad".into(),
+        }];
         RunReport {
             meta: Meta {
                 model: "m".into(),
@@ -430,13 +540,11 @@ mod tests {
         assert!(svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("hate &amp; &lt;slurs&gt;"));
         assert!(!svg.contains("<slurs>"));
-        // Every element opened is closed: count tags of each kind.
-        for tag in ["text", "rect", "title"] {
+        // Every element opened is closed (rects close themselves).
+        for tag in ["text", "title"] {
             let open = svg.matches(&format!("<{tag}")).count();
-            let close = svg.matches(&format!("</{tag}>")).count() + svg.matches("/>").filter(|_| tag == "rect").count().min(0);
-            if tag != "rect" {
-                assert_eq!(open, close, "{tag}");
-            }
+            let close = svg.matches(&format!("</{tag}>")).count();
+            assert_eq!(open, close, "{tag}");
         }
         // One bar per row: 3 harmful rows + 1 over-refusal + 2 jailbreak, plus the background.
         assert_eq!(svg.matches("<rect").count(), 1 + 3 + 1 + 2);
@@ -448,7 +556,10 @@ mod tests {
         let r = report();
         let md = r.to_markdown();
         assert!(md.contains("PARTIAL RUN"));
-        assert!(md.contains("| **all categories** | 50.0% [9.5, 90.5] (1/2) |"), "{md}");
+        assert!(
+            md.contains("| **all categories** | 50.0% [9.5, 90.5] (1/2) |"),
+            "{md}"
+        );
         assert!(md.contains("f.jsonl line 3: bad"));
         let v: serde_json::Value = serde_json::from_str(&r.to_json().unwrap()).unwrap();
         assert_eq!(v["summary"]["harmful"]["refused"]["k"], 1);

@@ -8,9 +8,11 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 
 use kostant_engine::{
-    CancelHandle, EngineError, Event, GenerateRequest, Generation, Message, Model, Role,
-    SamplingParams, Session,
+    CancelHandle, EngineError, GenerateRequest, Generation, Message, Model, Role, SamplingParams,
+    Session,
 };
+use kostant_safety::pipeline::{self, Reply, ReplyEvent, StreamEvent};
+use kostant_safety::{policy, Guard};
 
 use super::{load_model, peak_rss_mb, ChatArgs};
 
@@ -34,12 +36,20 @@ pub fn run(args: ChatArgs) -> Result<()> {
         false => Some(crate::history::Recorder::open(args.data_dir.as_deref())?),
     };
     let model = load_model(&args.model)?;
+    let path = crate::model_path::resolve(args.model.model.as_deref())?;
+    let guard = super::guard::load_guard(&args.guard, &model, &path)?;
     let session = Session::new(model.clone(), args.model.ctx)?;
+    // The tone rules ride along with any system prompt, the user's own included.
+    let system = match &args.system {
+        Some(s) => format!("{s}\n\n{}", policy::TONE_RULES),
+        None => policy::default_system_prompt(),
+    };
     let mut chat = Chat {
         model,
         session: Some(session),
+        guard: Some(guard),
         history: Vec::new(),
-        system: args.system.clone(),
+        system: Some(system),
         sampling,
         max_tokens: args.max_tokens,
         cancel: CancelHandle::new(),
@@ -55,6 +65,8 @@ struct Chat {
     model: Arc<Model>,
     /// Taken while a generation runs on its thread, given back when it ends.
     session: Option<Session>,
+    /// Screens every message and reply; taken with the session while a reply runs.
+    guard: Option<Guard>,
     history: Vec<Message>,
     system: Option<String>,
     sampling: SamplingParams,
@@ -96,8 +108,9 @@ impl Chat {
         }
     }
 
-    /// Runs one reply on the generation thread, passing every event to `on_event`.
-    fn reply(&mut self, user: &str, mut on_event: impl FnMut(&Event)) -> Result<Generation> {
+    /// Runs one guarded reply on the generation thread, passing what the user should see to
+    /// `on_event`.
+    fn reply(&mut self, user: &str, mut on_event: impl FnMut(&ReplyEvent)) -> Result<Reply> {
         self.history.push(Message::new(Role::User, user));
         let prompt = match self.prompt() {
             Ok(p) => p,
@@ -107,6 +120,10 @@ impl Chat {
             }
         };
         let session = self.session.take().context("generation already running")?;
+        let Some(guard) = self.guard.take() else {
+            self.session = Some(session);
+            bail!("generation already running");
+        };
         let budget = self
             .max_tokens
             .min(session.n_ctx().saturating_sub(prompt.len()));
@@ -116,21 +133,22 @@ impl Chat {
             sampling: self.sampling.clone(),
         };
         self.cancel.reset();
-        let mut running = kostant_engine::spawn(session, req, self.cancel.clone());
+        let mut running =
+            pipeline::spawn(session, guard, req, user.to_string(), self.cancel.clone());
         let mut outcome = None;
         while let Some(ev) = running.events.blocking_recv() {
-            on_event(&ev);
             match ev {
-                Event::Done(g) => outcome = Some(Ok(g)),
-                Event::Error(e) => outcome = Some(Err(anyhow::anyhow!(e))),
-                Event::Token { .. } => {}
+                StreamEvent::Reply(e) => on_event(&e),
+                StreamEvent::Done(r) => outcome = Some(Ok(*r)),
+                StreamEvent::Error(e) => outcome = Some(Err(anyhow::anyhow!(e))),
             }
         }
-        let session = running
+        let (session, guard) = running
             .join
             .join()
             .map_err(|_| anyhow::anyhow!("the generation thread panicked"))?;
         self.session = Some(session);
+        self.guard = Some(guard);
         let g = match outcome {
             Some(Ok(g)) => g,
             Some(Err(e)) => {
@@ -139,11 +157,13 @@ impl Chat {
             }
             None => bail!("generation ended without a result"),
         };
+        // The conversation goes on with what the user saw: a refusal or notice, not the
+        // withdrawn text.
         self.history
-            .push(Message::new(Role::Assistant, g.reply.clone()));
+            .push(Message::new(Role::Assistant, g.text.clone()));
         if let Some(r) = self.recorder.as_mut() {
             // The reply was already shown: a failed save is reported, not fatal.
-            if let Err(e) = r.record(user, &g.reply) {
+            if let Err(e) = r.record(user, &g.text) {
                 eprintln!("kostant: this exchange was not saved to the history: {e}");
             }
         }
@@ -151,7 +171,10 @@ impl Chat {
     }
 }
 
-fn stats_json(g: &Generation) -> serde_json::Value {
+fn stats_json(g: Option<&Generation>) -> serde_json::Value {
+    let Some(g) = g else {
+        return json!({ "generated_tokens": 0, "peak_rss_mb": peak_rss_mb() });
+    };
     let s = &g.stats;
     json!({
         "prompt_tokens": s.prompt_tokens,
@@ -170,26 +193,35 @@ fn one_shot(chat: &mut Chat, prompt: &str, as_json: bool) -> Result<()> {
     }
     install_ctrl_c(chat.cancel.clone(), false)?;
     let stdout = std::io::stdout();
-    let g = chat.reply(prompt, |ev| {
+    let tty = std::io::IsTerminal::is_terminal(&stdout);
+    let r = chat.reply(prompt, |ev| {
         let mut out = stdout.lock();
-        if let Event::Token { id, text } = ev {
-            // A closed stdout (e.g. `| head`) is not worth a panic; generation just goes on.
-            let _ = if as_json {
-                writeln!(out, "{}", json!({"event": "token", "id": id, "text": text}))
-            } else {
-                write!(out, "{text}").and_then(|_| out.flush())
-            };
-        }
+        // A closed stdout (e.g. `| head`) is not worth a panic; generation just goes on.
+        let _ = match ev {
+            ReplyEvent::Token(text) if as_json => {
+                writeln!(out, "{}", json!({"event": "token", "text": text}))
+            }
+            ReplyEvent::Token(text) => write!(out, "{text}").and_then(|_| out.flush()),
+            ReplyEvent::Withdraw { from, to, notice } if as_json => writeln!(
+                out,
+                "{}",
+                json!({"event": "withdraw", "from": from, "to": to, "notice": notice})
+            ),
+            ReplyEvent::Withdraw { notice, .. } => withdraw_on_terminal(&mut out, tty, notice),
+        };
     })?;
     let mut out = stdout.lock();
     if as_json {
         let done = json!({
             "event": "done",
-            "reply": g.reply,
-            "verdict": if g.stop == kostant_engine::StopReason::Cancelled { "stopped" } else { "answered" },
-            "stop_reason": g.stop,
+            "reply": r.text,
+            "verdict": r.verdict,
+            "category": r.category,
+            "stopped_by": r.stopped_by,
+            "guard": guard_json(&r),
+            "stop_reason": r.generation.as_ref().map(|g| g.stop),
             "model": chat.model.name(),
-            "stats": stats_json(&g),
+            "stats": stats_json(r.generation.as_ref()),
         });
         writeln!(out, "{done}")?;
     } else {
@@ -246,32 +278,70 @@ fn interactive(chat: &mut Chat) -> Result<()> {
         }
         let stdout = std::io::stdout();
         BUSY.store(true, std::sync::atomic::Ordering::SeqCst);
+        let tty = std::io::IsTerminal::is_terminal(&stdout);
+        // Save the cursor where the reply starts, so a withdrawn reply can be erased.
+        if tty {
+            print!("\x1b7");
+        }
         let result = chat.reply(line, |ev| {
-            if let Event::Token { text, .. } = ev {
-                let mut out = stdout.lock();
-                let _ = write!(out, "{text}").and_then(|_| out.flush());
-            }
+            let mut out = stdout.lock();
+            let _ = match ev {
+                ReplyEvent::Token(text) => write!(out, "{text}").and_then(|_| out.flush()),
+                ReplyEvent::Withdraw { notice, .. } => withdraw_on_terminal(&mut out, tty, notice),
+            };
         });
         BUSY.store(false, std::sync::atomic::Ordering::SeqCst);
         println!();
         match result {
-            Ok(g) => {
-                let s = &g.stats;
-                let note = if g.stop == kostant_engine::StopReason::Cancelled {
-                    " · stopped"
-                } else {
-                    ""
-                };
-                writeln!(
-                    err,
-                    "[{} tokens · first token {:.0} ms · {:.1} tok/s{note}]",
-                    s.generated_tokens, s.ttft_ms, s.decode_tok_s
-                )?;
+            Ok(r) => {
+                let guard_ms = r.guard.input_ms + r.guard.output_ms;
+                match (&r.generation, r.verdict) {
+                    (_, pipeline::Verdict::Refused) => {
+                        writeln!(err, "[refused by the guard · {guard_ms:.0} ms]")?
+                    }
+                    (Some(g), verdict) => {
+                        let s = &g.stats;
+                        let note = match (verdict, r.stopped_by) {
+                            (_, Some(pipeline::StoppedBy::Guard)) => " · withdrawn by the guard",
+                            (_, Some(pipeline::StoppedBy::User)) => " · stopped",
+                            _ => "",
+                        };
+                        writeln!(
+                            err,
+                            "[{} tokens · first token {:.0} ms · {:.1} tok/s · guard {guard_ms:.0} ms{note}]",
+                            s.generated_tokens, s.ttft_ms, s.decode_tok_s
+                        )?;
+                    }
+                    (None, _) => {}
+                }
             }
             // A turn that cannot run (too long, say) is reported; the chat goes on.
             Err(e) => writeln!(err, "error: {e:#}")?,
         }
     }
+}
+
+fn guard_json(r: &Reply) -> serde_json::Value {
+    json!({
+        "input_score": r.guard.input_score,
+        "output_score": r.guard.output_score,
+        "ms": r.guard.input_ms + r.guard.output_ms,
+        "input_ms": r.guard.input_ms,
+        "output_ms": r.guard.output_ms,
+        "output_checks": r.guard.output_checks,
+    })
+}
+
+/// Replaces a withdrawn reply with the notice: on a terminal, the text since the saved cursor
+/// is erased first (it may have scrolled off; then the notice follows it).
+fn withdraw_on_terminal(out: &mut impl Write, tty: bool, notice: &str) -> std::io::Result<()> {
+    if tty {
+        write!(out, "\x1b8\x1b[J")?;
+    } else {
+        writeln!(out)?;
+    }
+    write!(out, "{notice}")?;
+    out.flush()
 }
 
 /// Whether a reply is being generated: Ctrl-C then stops the reply instead of quitting.

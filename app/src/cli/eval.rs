@@ -194,11 +194,10 @@ impl Bar {
 
     fn show(&mut self, what: &str, done: usize, total: usize) {
         let width = 30;
-        let filled = if total == 0 {
-            width
-        } else {
-            done * width / total
-        };
+        let filled = (done * width)
+            .checked_div(total)
+            .unwrap_or(width)
+            .min(width);
         let bar = format!("{}{}", "#".repeat(filled), "-".repeat(width - filled));
         let line = format!(
             "{what:>15} [{bar}] {done}/{total} {:.0} s",

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod chat;
 pub mod doctor;
 pub mod eval;
+pub mod guard;
 pub mod history;
 pub mod quantize;
 pub mod synth;
@@ -36,6 +37,8 @@ pub enum Command {
     /// Write a GGUF with random weights and a real model's shape, for speed and memory
     /// benchmarks only: it is never used to answer anything.
     Synth(synth::SynthArgs),
+    /// Train, inspect or try the guard that screens every message and reply.
+    Guard(guard::GuardCommandArgs),
     /// Run the safety eval suites (or a prompt file) through the guarded pipeline and report.
     Eval(eval::EvalArgs),
     /// Requantize a GGUF into Q8_0, Q4_0 or Q4_1 (for the safety evals across quantizations).
@@ -84,12 +87,14 @@ pub struct ChatArgs {
     /// Random seed (default: a new one each run).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// System prompt (default: the model template's own).
+    /// System prompt (default: Kostant's own). The tone rules are always added to it.
     #[arg(long)]
     pub system: Option<String>,
     /// One JSON object per line on stdout: a line per token, then a final "done" line.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub guard: guard::GuardArgs,
     /// Do not save this conversation to the encrypted history.
     #[arg(long)]
     pub no_history: bool,

@@ -61,7 +61,7 @@ fn target_type(
     let is_output =
         info.name == "output.weight" || (!has_output && info.name == "token_embd.weight");
     let goal = if is_output {
-        if ty == GgmlType::Q8_0 || info.cols() % 256 != 0 {
+        if ty == GgmlType::Q8_0 || !info.cols().is_multiple_of(256) {
             GgmlType::Q8_0
         } else {
             GgmlType::Q6_K
@@ -70,7 +70,7 @@ fn target_type(
         ty
     };
     // A row that is not a whole number of blocks stays as it is (llama.cpp falls back too).
-    if info.cols() % goal.block_len() != 0 {
+    if !info.cols().is_multiple_of(goal.block_len()) {
         info.ty
     } else {
         goal
@@ -197,7 +197,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("kostant-quantize-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let src = dir.join("in.gguf");
-        std::fs::write(&src, tiny_model_bytes(&TinySpec::default()).unwrap()).unwrap();
+        // f32 matrices, so every target format is a real requantization.
+        let spec = TinySpec {
+            matrix_type: GgmlType::F32,
+            ..Default::default()
+        };
+        std::fs::write(&src, tiny_model_bytes(&spec).unwrap()).unwrap();
         for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
             let out = dir.join(format!("{}.gguf", ty.name()));
             let s = requantize(&src, &out, ty).unwrap();

@@ -1,0 +1,191 @@
+//! `kostant guard`: train the guard's head, screen text with it, and say what is loaded.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use kostant_engine::Model;
+use kostant_safety::head::Head;
+use kostant_safety::train::{train_head, TrainOptions};
+use kostant_safety::Guard;
+
+use super::{load_model, ModelArgs};
+
+#[derive(Args, Debug, Clone)]
+pub struct GuardArgs {
+    /// The guard's model (default: the embedded default model, shared with the chat model when
+    /// they are the same file).
+    #[arg(long, env = "KOSTANT_GUARD_MODEL")]
+    pub guard_model: Option<PathBuf>,
+    /// The guard's trained head (default: the one built into this binary,
+    /// assets/safety/guard-head.bin).
+    #[arg(long, env = "KOSTANT_GUARD_HEAD")]
+    pub guard_head: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct GuardCommandArgs {
+    #[command(subcommand)]
+    pub command: GuardCommand,
+    #[command(flatten)]
+    pub guard: GuardArgs,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GuardCommand {
+    /// Train the head from labelled data (train.jsonl, dev.jsonl, augment_templates.jsonl).
+    Train {
+        #[arg(long, default_value = "assets/safety")]
+        data: PathBuf,
+        #[arg(long, default_value = "assets/safety/guard-head.bin")]
+        out: PathBuf,
+        /// Hidden layer width (0: a linear head).
+        #[arg(long, default_value_t = 64)]
+        hidden: usize,
+        #[arg(long, default_value_t = 40)]
+        epochs: usize,
+        /// Highest share of dev safe prompts the chosen threshold may flag.
+        #[arg(long, default_value_t = 0.05)]
+        max_dev_false_positive: f64,
+        /// Keep computed features here between runs (keyed by model, features and data).
+        #[arg(long)]
+        features_cache: Option<PathBuf>,
+    },
+    /// Screen text (--text, or one message per stdin line) and print the guard's judgement.
+    Screen {
+        #[arg(long)]
+        text: Option<String>,
+        /// Screen as an assistant's reply rather than a user's message.
+        #[arg(long)]
+        output: bool,
+    },
+    /// Show the loaded head: its model, features, threshold, training record, memory.
+    Info,
+}
+
+/// The guard for `chat_model`: the same model when the guard model is the same file.
+pub fn load_guard(
+    args: &GuardArgs,
+    chat_model: &Arc<Model>,
+    chat_path: &std::path::Path,
+) -> Result<Guard> {
+    // The default model when it is installed; otherwise the chat model itself, which the
+    // head accepts only if it is the model the head was trained on.
+    let guard_path = match &args.guard_model {
+        Some(p) => p.clone(),
+        None => crate::model_path::resolve(None).unwrap_or_else(|_| chat_path.to_path_buf()),
+    };
+    let same = std::fs::canonicalize(&guard_path).ok() == std::fs::canonicalize(chat_path).ok();
+    let model = if same {
+        chat_model.clone()
+    } else {
+        Model::load(&guard_path)
+            .with_context(|| format!("cannot load the guard model {}", guard_path.display()))?
+    };
+    let head = match &args.guard_head {
+        Some(p) => Head::load(p)?,
+        None => Head::from_bytes(kostant_assets::GUARD_HEAD)
+            .map_err(|e| anyhow::anyhow!("the built-in guard head is damaged: {e}"))?,
+    };
+    Guard::new(model, head).context("cannot start the guard")
+}
+
+pub fn run(args: GuardCommandArgs) -> Result<()> {
+    match args.command {
+        GuardCommand::Train {
+            data,
+            out,
+            hidden,
+            epochs,
+            max_dev_false_positive,
+            features_cache,
+        } => {
+            let model = load_model(&args.model)?;
+            let mut opts = TrainOptions::new(data);
+            opts.config.hidden = hidden;
+            opts.config.epochs = epochs;
+            opts.max_dev_false_positive = max_dev_false_positive;
+            opts.cache = features_cache;
+            let start = std::time::Instant::now();
+            let mut last = String::new();
+            let trained = train_head(model, &opts, &mut |stage, i, n| {
+                if i == n || i % 100 == 0 {
+                    let line = format!("{stage}: {i}/{n}");
+                    if line != last {
+                        eprintln!("{line}");
+                        last = line;
+                    }
+                }
+            })?;
+            trained.head.save(&out)?;
+            eprintln!(
+                "wrote {} in {:.0} s: threshold {:.3}; dev recall {:.3}, dev false positives {:.3} ({} unsafe, {} safe)",
+                out.display(),
+                start.elapsed().as_secs_f64(),
+                trained.head.info.threshold,
+                trained.dev.recall,
+                trained.dev.false_positive_rate,
+                trained.dev.n_unsafe,
+                trained.dev.n_safe
+            );
+            Ok(())
+        }
+        GuardCommand::Screen { text, output } => {
+            let path = crate::model_path::resolve(args.model.model.as_deref())?;
+            let model = load_model(&args.model)?;
+            let mut guard = load_guard(&args.guard, &model, &path)?;
+            let mut screen = |t: &str| -> Result<()> {
+                let s = if output {
+                    guard.screen_output(t)?
+                } else {
+                    guard.screen_input(t)?
+                };
+                println!(
+                    "{}",
+                    json!({"flagged": s.flagged, "score": s.score, "category": s.category, "tokens": s.tokens, "ms": s.ms})
+                );
+                Ok(())
+            };
+            match text {
+                Some(t) => screen(&t),
+                None => {
+                    for (i, line) in std::io::stdin().lock().split(b'\n').enumerate() {
+                        let line = line?;
+                        match String::from_utf8(line) {
+                            Ok(l) => screen(&l)?,
+                            Err(_) => bail!("stdin line {} is not valid UTF-8", i + 1),
+                        }
+                    }
+                    Ok(())
+                }
+            }
+        }
+        GuardCommand::Info => {
+            let path = crate::model_path::resolve(args.model.model.as_deref())?;
+            let model = load_model(&args.model)?;
+            let guard = load_guard(&args.guard, &model, &path)?;
+            let info = &guard.head().info;
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&json!({
+                    "model": info.model_name,
+                    "features": guard.head().dim(),
+                    "taps": info.spec.taps,
+                    "hidden": info.hidden,
+                    "threshold": info.threshold,
+                    "resident_bytes": guard.resident_bytes(),
+                    "training": info.training,
+                }))?
+            )?;
+            Ok(())
+        }
+    }
+}
