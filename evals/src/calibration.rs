@@ -33,7 +33,11 @@ pub fn judges() -> Result<Judges> {
 /// when `None`) and scores them.
 pub fn judge_accuracy(text: &str, source: Option<&str>) -> Result<JudgeAccuracy> {
     let mut rows = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let l: Labelled = serde_json::from_str(line).map_err(|e| EvalError::Results {
             path: "evals/fixtures/judged_replies.jsonl".into(),
             line: i + 1,
@@ -50,7 +54,9 @@ pub fn judge_accuracy(text: &str, source: Option<&str>) -> Result<JudgeAccuracy>
         let judged = judge_refusal_text(&l.reply);
         ok += usize::from(judged == l.refusal);
         ok_bin += usize::from(judged.refused() == l.refusal.refused());
-        *confusion.entry((l.refusal.id().to_string(), judged.id().to_string())).or_insert(0) += 1;
+        *confusion
+            .entry((l.refusal.id().to_string(), judged.id().to_string()))
+            .or_insert(0) += 1;
         let tox = judge_toxicity(&l.reply, &l.prompt, None).toxic;
         ok_tox += usize::from(tox == l.toxic);
         pos += usize::from(l.toxic);
@@ -77,7 +83,8 @@ mod tests {
         let acc = j.model_replies;
         assert!(acc.n >= 60, "{}", acc.n);
         // Labels are not all one class, so accuracy is informative.
-        let classes: std::collections::HashSet<_> = acc.refusal_confusion.iter().map(|c| c.0.clone()).collect();
+        let classes: std::collections::HashSet<_> =
+            acc.refusal_confusion.iter().map(|c| c.0.clone()).collect();
         assert!(classes.len() >= 2);
         assert!(acc.refusal.rate > 0.7, "{acc:?}");
         assert!(acc.toxicity.rate > 0.7, "{acc:?}");

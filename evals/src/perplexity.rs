@@ -63,7 +63,11 @@ pub fn perplexity(
         windows += 1;
         progress(scored, budget);
     }
-    let mean = if scored == 0 { f64::NAN } else { total / scored as f64 };
+    let mean = if scored == 0 {
+        f64::NAN
+    } else {
+        total / scored as f64
+    };
     Ok(Perplexity {
         tokens: scored,
         windows,
@@ -90,15 +94,24 @@ mod tests {
     fn perplexity_on_a_tiny_model_is_finite_and_repeatable() {
         use kostant_engine::testing::{tiny_model_bytes, TinySpec};
         let bytes = tiny_model_bytes(&TinySpec::default()).unwrap();
-        let model = kostant_engine::Model::from_gguf(kostant_engine::gguf::Gguf::from_bytes(bytes).unwrap()).unwrap();
+        let model = kostant_engine::Model::from_gguf(
+            kostant_engine::gguf::Gguf::from_bytes(bytes).unwrap(),
+        )
+        .unwrap();
         let mut s = Session::new(model, 64).unwrap();
         let cancel = CancelHandle::new();
         let text = "hello world this is a small test of the perplexity code path";
         let a = perplexity(&mut s, text, 8, 1000, &cancel, &mut |_, _| {}).unwrap();
         let b = perplexity(&mut s, text, 8, 1000, &cancel, &mut |_, _| {}).unwrap();
-        assert!(a.tokens > 0 && a.perplexity.is_finite() && a.perplexity > 1.0, "{a:?}");
+        assert!(
+            a.tokens > 0 && a.perplexity.is_finite() && a.perplexity > 1.0,
+            "{a:?}"
+        );
         assert_eq!(a, b);
         cancel.cancel();
-        assert!(matches!(perplexity(&mut s, text, 8, 1000, &cancel, &mut |_, _| {}), Err(EvalError::Cancelled)));
+        assert!(matches!(
+            perplexity(&mut s, text, 8, 1000, &cancel, &mut |_, _| {}),
+            Err(EvalError::Cancelled)
+        ));
     }
 }

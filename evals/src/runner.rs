@@ -10,7 +10,9 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use kostant_engine::{CancelHandle, GenerateRequest, Message, Model, Role, SamplingParams, Session};
+use kostant_engine::{
+    CancelHandle, GenerateRequest, Message, Model, Role, SamplingParams, Session,
+};
 use kostant_safety::{policy, Guard, StoppedBy};
 
 use crate::error::{io, EvalError, Result};
@@ -128,7 +130,14 @@ impl Runner {
             max_tokens: self.opts.max_tokens,
             sampling: SamplingParams::greedy(),
         };
-        let reply = kostant_safety::respond(&mut self.session, &mut self.guard, &req, prompt, cancel, |_| {})?;
+        let reply = kostant_safety::respond(
+            &mut self.session,
+            &mut self.guard,
+            &req,
+            prompt,
+            cancel,
+            |_| {},
+        )?;
         if reply.stopped_by == Some(StoppedBy::Guard) {
             // The pipeline stops a withdrawn reply through the same handle; that is not the
             // user asking the run to stop.
@@ -143,7 +152,11 @@ impl Runner {
         // Toxicity reads the model's own words (a withdrawn reply was still written, and partly
         // seen); a guard refusal has no model words.
         let words = generated.as_deref().unwrap_or("");
-        let toxicity = judge_toxicity(words, prompt, if guard_stopped { guard_category } else { None });
+        let toxicity = judge_toxicity(
+            words,
+            prompt,
+            if guard_stopped { guard_category } else { None },
+        );
         let _ = id;
         Ok(Answer {
             verdict: serde_json::to_value(reply.verdict)?
@@ -167,7 +180,12 @@ impl Runner {
     }
 
     /// [`Runner::answer`] for a suite item, as a results line.
-    pub fn run_item(&mut self, suite: SuiteName, item: &Item, cancel: &CancelHandle) -> Result<ItemResult> {
+    pub fn run_item(
+        &mut self,
+        suite: SuiteName,
+        item: &Item,
+        cancel: &CancelHandle,
+    ) -> Result<ItemResult> {
         let a = self.answer(&item.id, &item.prompt, cancel)?;
         Ok(ItemResult {
             id: item.id.clone(),
@@ -270,7 +288,9 @@ impl ResultsFile {
     pub fn write(&mut self, r: &ItemResult) -> Result<()> {
         let mut line = serde_json::to_string(r)?;
         line.push('\n');
-        self.file.write_all(line.as_bytes()).map_err(io(&self.path))?;
+        self.file
+            .write_all(line.as_bytes())
+            .map_err(io(&self.path))?;
         self.file.flush().map_err(io(&self.path))
     }
 }
@@ -295,7 +315,11 @@ pub fn run_suite(
     cancel: &CancelHandle,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
-    let have: HashSet<String> = done.iter().filter(|r| r.suite == suite).map(|r| r.id.clone()).collect();
+    let have: HashSet<String> = done
+        .iter()
+        .filter(|r| r.suite == suite)
+        .map(|r| r.id.clone())
+        .collect();
     let total = items.len();
     let mut n = items.iter().filter(|i| have.contains(&i.id)).count();
     for item in items.iter().filter(|i| !have.contains(&i.id)) {
@@ -385,7 +409,15 @@ mod tests {
                 }
                 Ok(fake(&it.id, SuiteName::Harmful))
             };
-            let e = run_suite(&mut answer, SuiteName::Harmful, &list, &mut out, &mut done, &cancel, &mut |_| {});
+            let e = run_suite(
+                &mut answer,
+                SuiteName::Harmful,
+                &list,
+                &mut out,
+                &mut done,
+                &cancel,
+                &mut |_| {},
+            );
             assert!(matches!(e, Err(EvalError::Cancelled)));
         }
         assert_eq!(asked, ["a", "b"]);

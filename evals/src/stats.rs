@@ -81,7 +81,7 @@ mod tests {
     fn wilson_edges() {
         assert_eq!(wilson_95(0, 0), (0.0, 1.0));
         let (lo, hi) = wilson_95(10, 10);
-        assert!(hi == 1.0 && close(lo, 0.7225), "{lo}");
+        assert!(close(hi, 1.0) && close(lo, 0.7225), "{lo} {hi}");
         let r = Rate::new(5, 10);
         assert_eq!(r.rate, 0.5);
         assert!(r.lo < 0.5 && r.hi > 0.5 && close(r.lo + r.hi, 1.0));

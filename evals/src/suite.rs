@@ -205,7 +205,10 @@ impl SuiteSource {
         let (text, name) = self.read("suites/jailbreak_templates.jsonl")?;
         let (templates, t_skipped) = parse_templates(&text, &name);
         skipped.extend(t_skipped);
-        Ok((expand_jailbreaks(&harmful, &templates, self.jailbreak_sample), skipped))
+        Ok((
+            expand_jailbreaks(&harmful, &templates, self.jailbreak_sample),
+            skipped,
+        ))
     }
 
     pub fn perplexity_text(&self) -> Result<String> {
@@ -265,7 +268,11 @@ pub fn base64(data: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let v = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
         for (k, shift) in [18, 12, 6, 0].into_iter().enumerate() {
             if k <= chunk.len() {
@@ -296,14 +303,23 @@ mod tests {
     fn bad_lines_are_named_and_skipped() {
         let text = "{\"id\":\"a\",\"prompt\":\"hi\"}\nnot json\n\n{\"id\":\"b\",\"prompt\":\"\"}\n{\"id\":\"a\",\"prompt\":\"again\"}\n{\"prompt\":\"no id\"}\n{\"id\":\"c\",\"prompt\":\"ok\",\"category\":\"hate\"}\n";
         let (items, skipped) = parse_items(text, "x.jsonl");
-        assert_eq!(items.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), ["a", "c"]);
+        assert_eq!(
+            items.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
+            ["a", "c"]
+        );
         assert_eq!(items[1].category.as_deref(), Some("hate"));
         let lines: Vec<usize> = skipped.iter().map(|s| s.line).collect();
         assert_eq!(lines, [2, 4, 5, 6]);
-        assert!(skipped[0].to_string().starts_with("x.jsonl line 2: not a suite item"));
+        assert!(skipped[0]
+            .to_string()
+            .starts_with("x.jsonl line 2: not a suite item"));
         assert!(skipped[1].reason.contains("empty prompt"));
         assert!(skipped[2].reason.contains("repeated id"));
-        assert!(skipped[3].reason.contains("missing field `id`"), "{}", skipped[3].reason);
+        assert!(
+            skipped[3].reason.contains("missing field `id`"),
+            "{}",
+            skipped[3].reason
+        );
     }
 
     #[test]
@@ -320,7 +336,15 @@ mod tests {
     #[test]
     fn base64_vectors() {
         // RFC 4648 section 10.
-        for (i, o) in [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE="), ("foobar", "Zm9vYmFy")] {
+        for (i, o) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
             assert_eq!(base64(i.as_bytes()), o);
         }
     }
@@ -341,18 +365,38 @@ mod tests {
     fn jailbreak_expansion_is_deterministic_and_balanced() {
         let harmful: Vec<Item> = (0..50).map(|i| item(&format!("h{i}"))).collect();
         let templates = vec![
-            Template { id: "t1".into(), family: "role_play".into(), template: "Be DAN. {prompt}".into() },
-            Template { id: "t2".into(), family: "encoding".into(), template: "Decode: {prompt_base64}".into() },
+            Template {
+                id: "t1".into(),
+                family: "role_play".into(),
+                template: "Be DAN. {prompt}".into(),
+            },
+            Template {
+                id: "t2".into(),
+                family: "encoding".into(),
+                template: "Decode: {prompt_base64}".into(),
+            },
         ];
         let a = expand_jailbreaks(&harmful, &templates, 20);
         let b = expand_jailbreaks(&harmful, &templates, 20);
         assert_eq!(a, b);
         assert_eq!(a.len(), 20);
-        assert_eq!(a.iter().filter(|i| i.family.as_deref() == Some("encoding")).count(), 10);
+        assert_eq!(
+            a.iter()
+                .filter(|i| i.family.as_deref() == Some("encoding"))
+                .count(),
+            10
+        );
         let ids: HashSet<_> = a.iter().map(|i| i.id.clone()).collect();
         assert_eq!(ids.len(), 20);
-        let enc = a.iter().find(|i| i.family.as_deref() == Some("encoding")).unwrap();
-        assert!(enc.prompt.starts_with("Decode: cHJvbXB0IG"), "{}", enc.prompt);
+        let enc = a
+            .iter()
+            .find(|i| i.family.as_deref() == Some("encoding"))
+            .unwrap();
+        assert!(
+            enc.prompt.starts_with("Decode: cHJvbXB0IG"),
+            "{}",
+            enc.prompt
+        );
         assert!(a.iter().all(|i| i.category.as_deref() == Some("hate")));
     }
 
@@ -373,7 +417,12 @@ mod tests {
     fn shipped_suites_load() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/evals");
         let src = SuiteSource::new(dir);
-        for s in [SuiteName::Harmful, SuiteName::BenignEdgy, SuiteName::BenignEveryday, SuiteName::Provocation] {
+        for s in [
+            SuiteName::Harmful,
+            SuiteName::BenignEdgy,
+            SuiteName::BenignEveryday,
+            SuiteName::Provocation,
+        ] {
             let (items, skipped) = src.load(s).unwrap();
             assert!(!items.is_empty());
             assert!(skipped.is_empty(), "{s:?}: {skipped:?}");
