@@ -122,7 +122,8 @@ fn the_manifest_starts_the_native_library() {
         .into_iter()
         .find(|m| m["android:name"] == "android.app.lib_name")
         .expect("no android.app.lib_name");
-    assert_eq!(lib["android:value"], "kostant");
+    // The cdylib of the app crate: libkostant_app.so.
+    assert_eq!(lib["android:value"], "kostant_app");
 }
 
 #[test]
