@@ -98,7 +98,7 @@ impl Guard {
     /// Memory the guard holds of its own: its KV cache and the head's weights (the model's
     /// weights are mapped, and shared when the chat model is the same file).
     pub fn resident_bytes(&self) -> usize {
-        self.reader.kv_bytes() + self.head.dim() * 4 * (2 + self.head.info.hidden.max(16))
+        self.reader.kv_bytes() + self.head.weight_bytes()
     }
 
     /// Screens a user's message: all of it, however long, plus any payload hidden in it.

@@ -72,6 +72,12 @@ impl Head {
         self.mean.len()
     }
 
+    /// Bytes of the head's arrays (standardization and layers).
+    pub fn weight_bytes(&self) -> usize {
+        let layers: usize = self.layers.iter().map(|(w, b)| w.len() + b.len()).sum();
+        4 * (self.mean.len() + self.inv_std.len() + layers)
+    }
+
     pub fn scores(&self, features: &[f32]) -> Result<Scores> {
         if features.len() != self.dim() {
             return Err(SafetyError::Head(format!(

@@ -2,9 +2,6 @@
 //! while it streams, and withdraw it the moment it is flagged. The terminal chat, the app and
 //! the eval suite all answer through here, so what they measure is what users get.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
 use kostant_engine::{CancelHandle, GenerateRequest, Generation, Session, StopReason};
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -103,7 +100,6 @@ pub fn respond(
     let mut shown = String::new();
     let mut flagged: Option<Category> = None;
     let mut screen_error = None;
-    let guard_stop = AtomicBool::new(false);
     let generation = kostant_engine::generate(session, req, cancel, |_, text| {
         if flagged.is_some() || screen_error.is_some() {
             return;
@@ -111,7 +107,6 @@ pub fn respond(
         match screen.push(text) {
             Ok(Some(s)) => {
                 flagged = Some(s.category.unwrap_or(Category::NonViolentCrimes));
-                guard_stop.store(true, Ordering::SeqCst);
                 cancel.cancel();
                 return;
             }
@@ -119,7 +114,6 @@ pub fn respond(
             Err(e) => {
                 // A guard that cannot read the reply must not let it through unscreened.
                 screen_error = Some(e);
-                guard_stop.store(true, Ordering::SeqCst);
                 cancel.cancel();
                 return;
             }
@@ -156,8 +150,7 @@ pub fn respond(
             guard: report,
         });
     }
-    let user_stopped =
-        generation.stop == StopReason::Cancelled && !guard_stop.load(Ordering::SeqCst);
+    let user_stopped = generation.stop == StopReason::Cancelled;
     Ok(Reply {
         verdict: if user_stopped {
             Verdict::Stopped
@@ -199,12 +192,12 @@ pub fn spawn(
 ) -> RunningReply {
     let (tx, rx) = mpsc::unbounded_channel();
     let flag = cancel.clone();
-    let listening = Arc::new(AtomicBool::new(true));
+    // Once the receiver is gone, stop sending (and stop the reply).
+    let mut listening = true;
     let join = std::thread::spawn(move || {
         let result = respond(&mut session, &mut guard, &req, &user_text, &flag, |ev| {
-            if listening.load(Ordering::SeqCst) && tx.send(StreamEvent::Reply(ev.clone())).is_err()
-            {
-                listening.store(false, Ordering::SeqCst);
+            if listening && tx.send(StreamEvent::Reply(ev.clone())).is_err() {
+                listening = false;
                 flag.cancel();
             }
         });
