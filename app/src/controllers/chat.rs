@@ -1,21 +1,22 @@
 //! The Chat screen's logic: send, stream, stop, regenerate, edit-and-resend, copy, feature
 //! chips, the TTFT and tok/s readout, saving to the encrypted history.
 //!
-//! Replies come from a [`Responder`] on a worker thread. The responder is the seam where the
-//! guard plugs in: it reports [`ReplyEvent`]s, which besides tokens include `Withdrawn` (the
-//! guard took back what was shown; show its notice instead) and a final [`Verdict`]. Today's
-//! [`EngineResponder`] runs the model alone and only ever answers or stops.
+//! Replies come from a [`Responder`] on a worker thread, as [`ReplyEvent`]s: tokens,
+//! `Withdrawn` (the guard took back what was shown; its notice replaces it) and a final
+//! [`Verdict`] with the guard's category. The app's responder is [`GuardedResponder`]: the
+//! model behind the always-resident guard, through the same pipeline as the terminal chat.
+//! Tests script the seam instead (controllers/tests.rs).
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use kostant_engine::{
-    CancelHandle, EngineError, Event, GenerateRequest, Message, Model, SamplingParams, Session,
-    StopReason,
+    CancelHandle, EngineError, GenerateRequest, Message, Model, SamplingParams, Session,
 };
+use kostant_safety::head::Head;
+use kostant_safety::{pipeline, policy, Category, Guard, StoppedBy};
 
 use super::{AppError, Notify, SharedStore};
 use crate::history::Role;
@@ -29,10 +30,6 @@ pub enum Feature {
     Reply,
     Rewrite,
 }
-
-/// How every feature speaks: the tone rules shared by all system prompts.
-const TONE: &str = "Be polite, not preachy: do what was asked directly, without lecturing, \
-moralizing or warnings nobody asked for. Keep it short and plain.";
 
 impl Feature {
     pub const ALL: [Feature; 4] = [
@@ -51,12 +48,11 @@ impl Feature {
         }
     }
 
-    /// The system prompt for this feature, tone rules included.
+    /// The system prompt for this feature, with the policy's tone rules (Chat's is the
+    /// terminal chat's own, so both answer alike).
     pub fn system_prompt(self) -> String {
         let task = match self {
-            Feature::Chat => {
-                "You are Kostant, a helpful assistant that runs privately on the user's device."
-            }
+            Feature::Chat => return policy::default_system_prompt(),
             Feature::Summarize => {
                 "Summarize the text the user gives you in a few short sentences. Keep its facts, \
                  names and numbers; add nothing that is not in it."
@@ -70,7 +66,7 @@ impl Feature {
                  its meaning and language, and return only the rewritten text."
             }
         };
-        format!("{task} {TONE}")
+        format!("{task} {}", policy::TONE_RULES)
     }
 
     pub fn index(self) -> usize {
@@ -131,16 +127,42 @@ pub struct ReplyRequest {
     pub settings: GenerationSettings,
 }
 
-/// How a reply ended, as the guard will decide it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How a reply ended, as the guard decided it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Answered,
-    /// The guard refused; the reply text is the refusal. `category` names the harm category.
+    /// The guard flagged the message; the reply text is the policy's refusal for `category`.
     Refused {
-        category: String,
+        category: Category,
     },
-    /// The user pressed Stop.
-    Stopped,
+    /// Cut short: by the user (Stop), or by the guard mid-reply (its text withdrawn, `category`
+    /// named).
+    Stopped {
+        by: StoppedBy,
+        category: Option<Category>,
+    },
+}
+
+impl Verdict {
+    /// The short line shown above or under a reply: "Refused · Indiscriminate weapons",
+    /// "Withdrawn · Hate", "Stopped"; empty for an answer.
+    pub fn caption(self) -> String {
+        match self {
+            Verdict::Answered => String::new(),
+            Verdict::Refused { category } => format!("Refused · {}", category.title()),
+            Verdict::Stopped {
+                by: StoppedBy::Guard,
+                category,
+            } => match category {
+                Some(c) => format!("Withdrawn · {}", c.title()),
+                None => "Withdrawn".into(),
+            },
+            Verdict::Stopped {
+                by: StoppedBy::User,
+                ..
+            } => "Stopped".into(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -163,8 +185,11 @@ pub struct ReplyOutcome {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ReplyEvent {
     Token(String),
-    /// The guard withdrew the text shown so far: replace it with `notice`.
+    /// The guard withdrew bytes `from..to` of the text shown so far: `notice` takes their
+    /// place (the pipeline's `Withdraw`).
     Withdrawn {
+        from: usize,
+        to: usize,
         notice: String,
     },
     Done(ReplyOutcome),
@@ -172,7 +197,7 @@ pub enum ReplyEvent {
 }
 
 /// Produces replies, on the chat's worker thread. Every call ends by emitting exactly one
-/// `Done` or `Failed`. The guard arrives as another implementation wrapping the engine's.
+/// `Done` or `Failed`.
 pub trait Responder: Send {
     fn respond(
         &mut self,
@@ -194,30 +219,33 @@ pub struct ModelSummary {
     pub n_ctx_train: usize,
 }
 
-/// The model alone, no guard: answers, or stops when asked.
-pub struct EngineResponder {
+/// The model and the guard, resident for the app's life: every message and reply goes
+/// through [`kostant_safety::pipeline::respond`], as the terminal chat's do, so the app shows
+/// what the CLI shows (the policy's refusal, or the withdrawal notice in place of a reply the
+/// guard stopped).
+pub struct GuardedResponder {
     model: Arc<Model>,
-    /// Taken while a generation runs, given back (with the reply cached) when it ends.
+    guard: Guard,
+    /// Kept between replies so the next one reuses the cached prefix.
     session: Option<Session>,
 }
 
-impl EngineResponder {
-    /// Starts the kernel thread pool (`threads`, 0 = all cores) and maps the model.
-    pub fn load(path: &Path, threads: usize) -> Result<(EngineResponder, ModelSummary), AppError> {
+impl GuardedResponder {
+    /// Starts the kernel thread pool (`threads`, 0 = all cores), maps the model and starts the
+    /// guard on it with the head built into the app (`kostant_assets::GUARD_HEAD`). A guard
+    /// that cannot start is a load failure: the app never answers unscreened.
+    pub fn load(path: &Path, threads: usize) -> Result<(GuardedResponder, ModelSummary), AppError> {
         kostant_kernels::init_threads(threads).map_err(|e| AppError::Threads(e.to_string()))?;
-        let model = Model::load(path)?;
-        let hp = &model.hparams;
-        let summary = ModelSummary {
-            name: model.name(),
-            quantization: model.quantization().to_string(),
-            path: path.to_path_buf(),
-            file_bytes: model.file_bytes() as u64,
-            kv_bytes_per_token: (2 * hp.n_layer * hp.kv_dim() * 2) as u64,
-            n_ctx_train: hp.n_ctx_train,
-        };
+        let model = shared_model(path)?;
+        let head = Head::from_bytes(kostant_assets::GUARD_HEAD).map_err(|e| {
+            AppError::ModelNotReady(format!("the built-in guard head is damaged: {e}"))
+        })?;
+        let guard = Guard::new(model.clone(), head)?;
+        let summary = ModelSummary::of(&model, path);
         Ok((
-            EngineResponder {
+            GuardedResponder {
                 model,
+                guard,
                 session: None,
             },
             summary,
@@ -229,16 +257,27 @@ impl EngineResponder {
         req: &ReplyRequest,
         cancel: &CancelHandle,
         emit: &mut dyn FnMut(ReplyEvent),
-    ) -> Result<(), EngineError> {
-        let session = match self.session.take() {
+    ) -> Result<(), AppError> {
+        let user = match req.turns.last() {
+            Some(m) if m.role == kostant_engine::Role::User => m.content.clone(),
+            _ => return Err(AppError::Nothing("user message to reply to")),
+        };
+        let mut session = match self.session.take() {
             Some(s) if s.n_ctx() == req.settings.n_ctx.min(self.model.hparams.n_ctx_train) => s,
             _ => Session::new(self.model.clone(), req.settings.n_ctx)?,
         };
-        let prompt = match fit_prompt(&self.model, req, session.n_ctx()) {
-            Ok(p) => p,
+        let fitted = fit_prompt(
+            &self.model,
+            Some(&req.system),
+            &req.turns,
+            req.settings.max_tokens,
+            session.n_ctx(),
+        );
+        let prompt = match fitted {
+            Ok((p, _dropped)) => p,
             Err(e) => {
                 self.session = Some(session);
-                return Err(e);
+                return Err(e.into());
             }
         };
         let budget = req
@@ -251,54 +290,56 @@ impl EngineResponder {
             max_tokens: budget,
             sampling: req.settings.sampling(),
         };
-        let mut running = kostant_engine::spawn(session, gen, cancel.clone());
-        let mut ended = false;
-        while let Some(ev) = running.events.blocking_recv() {
-            match ev {
-                Event::Token { text, .. } if !text.is_empty() => emit(ReplyEvent::Token(text)),
-                Event::Token { .. } => {}
-                Event::Done(g) => {
-                    ended = true;
-                    let s = &g.stats;
-                    emit(ReplyEvent::Done(ReplyOutcome {
-                        text: g.reply.clone(),
-                        verdict: match g.stop {
-                            StopReason::Cancelled => Verdict::Stopped,
-                            _ => Verdict::Answered,
-                        },
-                        stats: Some(ReplyStats {
-                            prompt_tokens: s.prompt_tokens,
-                            generated_tokens: s.generated_tokens,
-                            ttft_ms: s.ttft_ms,
-                            decode_tok_s: s.decode_tok_s,
-                        }),
-                    }))
-                }
-                Event::Error(e) => {
-                    ended = true;
-                    emit(ReplyEvent::Failed(e))
-                }
-            }
-        }
-        match running.join.join() {
-            Ok(session) => self.session = Some(session),
-            Err(_) => {
-                if !ended {
-                    emit(ReplyEvent::Failed("the generation thread panicked".into()));
-                }
-                return Ok(());
-            }
-        }
-        if !ended {
-            emit(ReplyEvent::Failed(
-                "generation ended without a result".into(),
-            ));
-        }
+        let result =
+            pipeline::respond(
+                &mut session,
+                &mut self.guard,
+                &gen,
+                &user,
+                cancel,
+                |ev| match ev {
+                    pipeline::ReplyEvent::Token(t) if !t.is_empty() => {
+                        emit(ReplyEvent::Token(t.clone()))
+                    }
+                    pipeline::ReplyEvent::Token(_) => {}
+                    pipeline::ReplyEvent::Withdraw { from, to, notice } => {
+                        emit(ReplyEvent::Withdrawn {
+                            from: *from,
+                            to: *to,
+                            notice: notice.clone(),
+                        })
+                    }
+                },
+            );
+        self.session = Some(session);
+        let reply = result?;
+        let verdict = match (reply.verdict, reply.category) {
+            (pipeline::Verdict::Refused, category) => Verdict::Refused {
+                // Invariant of the pipeline: a refusal names its category.
+                category: category.unwrap_or(Category::NonViolentCrimes),
+            },
+            (pipeline::Verdict::Stopped, category) => Verdict::Stopped {
+                by: reply.stopped_by.unwrap_or(StoppedBy::User),
+                category,
+            },
+            (pipeline::Verdict::Answered, _) => Verdict::Answered,
+        };
+        let stats = reply.generation.as_ref().map(|g| ReplyStats {
+            prompt_tokens: g.stats.prompt_tokens,
+            generated_tokens: g.stats.generated_tokens,
+            ttft_ms: g.stats.ttft_ms,
+            decode_tok_s: g.stats.decode_tok_s,
+        });
+        emit(ReplyEvent::Done(ReplyOutcome {
+            text: reply.text,
+            verdict,
+            stats,
+        }));
         Ok(())
     }
 }
 
-impl Responder for EngineResponder {
+impl Responder for GuardedResponder {
     fn respond(
         &mut self,
         req: &ReplyRequest,
@@ -311,34 +352,74 @@ impl Responder for EngineResponder {
     }
 }
 
-/// The conversation as prompt tokens, dropping the oldest exchanges while it does not fit the
-/// context with room for a short reply; the newest user message is never dropped.
+impl ModelSummary {
+    fn of(model: &Model, path: &Path) -> ModelSummary {
+        let hp = &model.hparams;
+        ModelSummary {
+            name: model.name(),
+            quantization: model.quantization().to_string(),
+            path: path.to_path_buf(),
+            file_bytes: model.file_bytes() as u64,
+            kv_bytes_per_token: (2 * hp.n_layer * hp.kv_dim() * 2) as u64,
+            n_ctx_train: hp.n_ctx_train,
+        }
+    }
+}
+
+/// The model at `path`, mapped once however many parts of the app ask (the chat and its
+/// guard, the eval runner): later calls get the same `Arc` while any holder keeps it alive.
+pub fn shared_model(path: &Path) -> Result<Arc<Model>, AppError> {
+    static LOADED: Mutex<Vec<(PathBuf, Weak<Model>)>> = Mutex::new(Vec::new());
+    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    // A poisoned lock only means another loader panicked; the list itself is still sound.
+    let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    loaded.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(m) = loaded
+        .iter()
+        .find(|(p, _)| *p == key)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        return Ok(m);
+    }
+    let model = Model::load(path)?;
+    loaded.push((key, Arc::downgrade(&model)));
+    Ok(model)
+}
+
+/// The conversation (`system`, then `turns` ending with the newest user message) as prompt
+/// tokens, dropping the oldest exchanges while it does not fit `n_ctx` with room for a short
+/// reply (`max_tokens`, at most 64); the newest message is never dropped. Returns the tokens
+/// and how many of the oldest turns were left out.
 pub fn fit_prompt(
     model: &Model,
-    req: &ReplyRequest,
+    system: Option<&str>,
+    turns: &[Message],
+    max_tokens: usize,
     n_ctx: usize,
-) -> Result<Vec<u32>, EngineError> {
-    let mut turns: &[Message] = &req.turns;
+) -> Result<(Vec<u32>, usize), EngineError> {
+    let mut dropped = 0;
     loop {
-        let mut messages = vec![Message::new(
-            kostant_engine::Role::System,
-            req.system.clone(),
-        )];
-        messages.extend(turns.iter().cloned());
+        let kept = &turns[dropped..];
+        let mut messages = Vec::with_capacity(kept.len() + 1);
+        if let Some(s) = system {
+            messages.push(Message::new(kostant_engine::Role::System, s));
+        }
+        messages.extend(kept.iter().cloned());
         let rendered = model
             .chat_template
             .render(&model.tokenizer, &messages, true)?;
-        let room = req.settings.max_tokens.min(64);
+        let room = max_tokens.min(64);
         if rendered.tokens.len() + room <= n_ctx {
-            return Ok(rendered.tokens);
+            return Ok((rendered.tokens, dropped));
         }
-        if turns.len() <= 1 {
+        if kept.len() <= 1 {
             return Err(EngineError::ContextOverflow {
                 prompt_tokens: rendered.tokens.len() + room,
                 context: n_ctx,
             });
         }
-        turns = &turns[2.min(turns.len() - 1)..];
+        // Forget the oldest exchange (a user turn and its reply), never the newest message.
+        dropped += 2.min(kept.len() - 1);
     }
 }
 
@@ -349,10 +430,10 @@ pub type ResponderFactory = Box<dyn FnOnce() -> LoadResult + Send>;
 /// What a [`ResponderFactory`] gives: the responder and what it runs, or why it could not load.
 pub type LoadResult = Result<(Box<dyn Responder>, ModelSummary), AppError>;
 
-/// The default factory: the real model at `path`, kernels on every core.
-pub fn engine_factory(path: PathBuf) -> ResponderFactory {
+/// The default factory: the real model at `path` behind the guard, kernels on every core.
+pub fn guarded_factory(path: PathBuf) -> ResponderFactory {
     Box::new(move || {
-        let (r, s) = EngineResponder::load(&path, 0)?;
+        let (r, s) = GuardedResponder::load(&path, 0)?;
         Ok((Box::new(r) as Box<dyn Responder>, s))
     })
 }
@@ -376,6 +457,9 @@ pub struct ChatMessage {
     pub role: Role,
     pub text: String,
     pub status: MessageStatus,
+    /// How the reply ended (replies that finished in this session; `None` while streaming,
+    /// for the user's messages and for replies reopened from the history).
+    pub verdict: Option<Verdict>,
     /// Saved to the history as the last exchange (so regenerate can replace it there).
     saved: bool,
 }
@@ -386,6 +470,7 @@ impl ChatMessage {
             role,
             text: text.into(),
             status,
+            verdict: None,
             saved: false,
         }
     }
@@ -794,20 +879,27 @@ impl ChatController {
                     run.first_token.get_or_insert_with(Instant::now);
                 }
             }
-            ReplyEvent::Withdrawn { notice } => {
-                reply.text = notice;
+            ReplyEvent::Withdrawn { from, to, notice } => {
+                replace_range(&mut reply.text, from, to, &notice);
                 reply.status = MessageStatus::Withdrawn;
             }
             ReplyEvent::Done(outcome) => {
                 match outcome.verdict {
                     _ if reply.status == MessageStatus::Withdrawn => {}
                     Verdict::Answered => reply.status = MessageStatus::Done,
-                    Verdict::Stopped => reply.status = MessageStatus::Stopped,
+                    Verdict::Stopped {
+                        by: StoppedBy::Guard,
+                        ..
+                    } => reply.status = MessageStatus::Withdrawn,
+                    Verdict::Stopped { .. } => reply.status = MessageStatus::Stopped,
                     Verdict::Refused { .. } => reply.status = MessageStatus::Refused,
                 }
-                if reply.status != MessageStatus::Withdrawn {
+                // The outcome's text is what the user should end up seeing (the refusal, the
+                // notice, the reply); a responder that only withdrew keeps the patched text.
+                if !outcome.text.is_empty() || reply.status != MessageStatus::Withdrawn {
                     reply.text = outcome.text;
                 }
+                reply.verdict = Some(outcome.verdict);
                 self.last_stats = outcome.stats;
                 let save = run.save;
                 self.running = None;
@@ -858,6 +950,20 @@ impl Drop for ChatController {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Replaces bytes `from..to` of `text` with `with`, the range clamped to the text and
+/// widened to character boundaries (a withdrawal never splits a character).
+fn replace_range(text: &mut String, from: usize, to: usize, with: &str) {
+    let mut to = to.min(text.len());
+    while !text.is_char_boundary(to) {
+        to += 1;
+    }
+    let mut from = from.min(to);
+    while !text.is_char_boundary(from) {
+        from -= 1;
+    }
+    text.replace_range(from..to, with);
 }
 
 /// A fresh seed per reply when none is fixed: the clock's nanoseconds are plenty for sampling.

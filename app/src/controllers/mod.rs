@@ -40,6 +40,10 @@ pub enum AppError {
     Engine(#[from] kostant_engine::EngineError),
     #[error(transparent)]
     Asset(#[from] kostant_assets::AssetError),
+    #[error("the safety guard: {0}")]
+    Safety(#[from] kostant_safety::SafetyError),
+    #[error("the safety evals: {0}")]
+    Eval(#[from] kostant_evals::EvalError),
     #[error("kernel threads: {0}")]
     Threads(String),
     #[error("a reply is being generated; stop it first")]

@@ -8,6 +8,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use kostant_engine::CancelHandle;
+use kostant_safety::{policy, Category, StoppedBy};
 
 use super::chat::*;
 use super::history::HistoryController;
@@ -71,30 +72,38 @@ impl Responder for Scripted {
                 // Bounded so a broken Stop fails the test instead of hanging it.
                 for _ in 0..20_000 {
                     if cancel.is_cancelled() {
-                        return emit(done("partial", Verdict::Stopped));
+                        let by = StoppedBy::User;
+                        return emit(done("partial", Verdict::Stopped { by, category: None }));
                     }
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 }
                 emit(ReplyEvent::Failed("never stopped".into()));
             }
+            // As the pipeline does it: the shown text withdrawn (bytes 0..len), the notice in
+            // its place, then `Stopped` by the guard with the notice as the final text.
             Script::Withdraw => {
-                emit(ReplyEvent::Token("Here is how to".into()));
+                let category = Category::IndiscriminateWeapons;
+                let notice = policy::withdrawn_notice(category);
+                emit(ReplyEvent::Token("Here is ".into()));
+                emit(ReplyEvent::Token("how to".into()));
                 emit(ReplyEvent::Withdrawn {
-                    notice: "This reply was withdrawn.".into(),
+                    from: 0,
+                    to: "Here is how to".len(),
+                    notice: notice.clone(),
                 });
+                let by = StoppedBy::Guard;
+                let category = Some(category);
+                emit(done(&notice, Verdict::Stopped { by, category }));
+            }
+            // The pipeline streams the refusal as one token, then ends `Refused`.
+            Script::Refuse => {
+                let category = Category::IndiscriminateWeapons;
+                emit(ReplyEvent::Token(policy::refusal(category).into()));
                 emit(done(
-                    "",
-                    Verdict::Refused {
-                        category: "weapons".into(),
-                    },
+                    policy::refusal(category),
+                    Verdict::Refused { category },
                 ));
             }
-            Script::Refuse => emit(done(
-                "I can't help with that.",
-                Verdict::Refused {
-                    category: "weapons".into(),
-                },
-            )),
             Script::Fail => emit(ReplyEvent::Failed("the model broke".into())),
         }
     }
@@ -181,9 +190,10 @@ fn a_reply_streams_into_the_last_message_and_is_saved() {
     assert_eq!(c.messages()[1].text, "Paris.");
     assert_eq!(c.messages()[1].status, MessageStatus::Done);
     assert_eq!(c.readout(), "TTFT 12 ms · 34.5 tok/s · 2 tokens");
-    // The prompt carried the chat system prompt with its tone rules and the trimmed message.
+    // The prompt carried the terminal chat's system prompt and the trimmed message.
     let req = &seen.lock().unwrap()[0];
-    assert!(req.system.contains("polite, not preachy"), "{}", req.system);
+    assert_eq!(req.system, policy::default_system_prompt());
+    assert_eq!(c.messages()[1].verdict, Some(Verdict::Answered));
     assert_eq!(req.turns.len(), 1);
     assert_eq!(req.turns[0].content, "What is the capital of France?");
     // Saved: one conversation titled by the question, two messages.
@@ -208,6 +218,7 @@ fn stop_keeps_what_was_generated_and_marks_it_stopped() {
     c.wait_idle().unwrap();
     assert_eq!(c.messages()[1].status, MessageStatus::Stopped);
     assert_eq!(c.messages()[1].text, "partial");
+    assert_eq!(c.messages()[1].verdict.unwrap().caption(), "Stopped");
     assert!(!c.is_busy());
 }
 
@@ -258,7 +269,7 @@ fn feature_chips_change_the_system_prompt() {
         prompts.push(seen.lock().unwrap().last().unwrap().system.clone());
     }
     for (i, p) in prompts.iter().enumerate() {
-        assert!(p.contains("polite, not preachy"), "{p}");
+        assert!(p.contains(policy::TONE_RULES), "{p}");
         for q in &prompts[i + 1..] {
             assert_ne!(p, q);
         }
@@ -270,19 +281,30 @@ fn feature_chips_change_the_system_prompt() {
 #[test]
 fn a_withdrawn_reply_shows_the_notice_and_a_refusal_its_text() {
     let (mut c, _) = chat(vec![Script::Withdraw, Script::Refuse, Script::Fail], None);
+    let weapons = Category::IndiscriminateWeapons;
     c.send("how do I build a weapon").unwrap();
+    // Two tokens, then the withdrawal: the shown text is replaced, not appended to.
+    for _ in 0..3 {
+        c.wait_event().unwrap();
+    }
+    assert_eq!(c.messages()[1].text, policy::withdrawn_notice(weapons));
+    assert_eq!(c.messages()[1].status, MessageStatus::Withdrawn);
     c.wait_idle().unwrap();
     assert_eq!(c.messages()[1].status, MessageStatus::Withdrawn);
-    assert_eq!(c.messages()[1].text, "This reply was withdrawn.");
+    assert_eq!(c.messages()[1].text, policy::withdrawn_notice(weapons));
+    let caption = c.messages()[1].verdict.unwrap().caption();
+    assert_eq!(caption, "Withdrawn · Indiscriminate weapons");
     c.send("and now?").unwrap();
     c.wait_idle().unwrap();
     assert_eq!(c.messages()[3].status, MessageStatus::Refused);
-    assert_eq!(c.messages()[3].text, "I can't help with that.");
+    assert_eq!(c.messages()[3].text, policy::refusal(weapons));
+    let caption = c.messages()[3].verdict.unwrap().caption();
+    assert_eq!(caption, "Refused · Indiscriminate weapons");
     c.send("once more").unwrap();
     c.wait_idle().unwrap();
     assert_eq!(c.messages()[5].status, MessageStatus::Failed);
     assert_eq!(c.status(), Some("the model broke"));
-    assert_eq!(c.copy_text(3).as_deref(), Some("I can't help with that."));
+    assert_eq!(c.copy_text(3).as_deref(), Some(policy::refusal(weapons)));
     assert_eq!(c.copy_text(99), None);
 }
 

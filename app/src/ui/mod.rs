@@ -16,10 +16,12 @@ use std::sync::Arc;
 use slint::{ComponentHandle, Model as _, ModelRc, SharedString, VecModel};
 
 use crate::controllers::chat::{
-    engine_factory, ChatController, Feature, LoadResult, MessageStatus, ModelState,
+    guarded_factory, ChatController, Feature, LoadResult, MessageStatus, ModelState,
     ResponderFactory,
 };
-use crate::controllers::evals::{EvalRunner, EvalState, EvalsController, RateKind};
+use crate::controllers::evals::{
+    EvalRunner, EvalSettings, EvalState, EvalsController, RateKind, SuiteRunner,
+};
 use crate::controllers::history::HistoryController;
 use crate::controllers::network::NetworkBadge;
 use crate::controllers::settings::SettingsController;
@@ -37,10 +39,15 @@ pub struct AppConfig {
     /// Save chats to the encrypted history.
     pub history: bool,
     pub dark: bool,
-    /// How replies are produced; `None` runs the model (`engine_factory`).
+    /// How replies are produced; `None` runs the model behind the guard (`guarded_factory`).
     pub responder: Option<ResponderFactory>,
-    /// The safety eval runner; `None` shows the evals as pending (issue 5).
+    /// The safety eval runner; `None` runs the suites of `kostant-evals` on the model
+    /// ([`SuiteRunner`]), keeping its runs under the data directory's `evals/`.
     pub evals: Option<Box<dyn EvalRunner>>,
+    /// Where the eval suites are (`None`: assets/evals found from the working directory).
+    pub suites_dir: Option<PathBuf>,
+    /// The quick run's size and the reply budget of eval runs.
+    pub eval_settings: EvalSettings,
 }
 
 impl AppConfig {
@@ -52,6 +59,8 @@ impl AppConfig {
             dark: false,
             responder: None,
             evals: None,
+            suites_dir: None,
+            eval_settings: EvalSettings::default(),
         }
     }
 }
@@ -160,9 +169,27 @@ pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
             None => (None, Err("no data directory (set KOSTANT_DATA_DIR)".into())),
         }
     };
+    let evals: Result<Box<dyn EvalRunner>, String> = match (cfg.evals.take(), &cfg.model) {
+        (Some(r), _) => Ok(r),
+        (None, Err(why)) => Err(format!("no model: {why}")),
+        (None, Ok(path)) => match cfg
+            .suites_dir
+            .take()
+            .or_else(kostant_evals::suite::default_dir)
+        {
+            Some(suites) => {
+                let work = match &data_dir {
+                    Some(d) => d.join("evals"),
+                    None => std::env::temp_dir().join("kostant-evals"),
+                };
+                Ok(Box::new(SuiteRunner::new(path.clone(), suites, work)))
+            }
+            None => Err("the eval suites (assets/evals) are not installed with this build".into()),
+        },
+    };
     let factory: ResponderFactory = match (cfg.responder.take(), cfg.model) {
         (Some(f), _) => f,
-        (None, Ok(path)) => engine_factory(path),
+        (None, Ok(path)) => guarded_factory(path),
         (None, Err(why)) => Box::new(move || -> LoadResult { Err(AppError::ModelNotReady(why)) }),
     };
     let chat = ChatController::new(factory, store.clone(), notify.clone());
@@ -171,7 +198,11 @@ pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
         chat: RefCell::new(chat),
         history: store.map(|s| RefCell::new(HistoryController::new(s))),
         settings: RefCell::new(settings),
-        evals: RefCell::new(EvalsController::new(cfg.evals.take(), notify.clone())),
+        evals: RefCell::new(EvalsController::new(
+            evals,
+            cfg.eval_settings,
+            notify.clone(),
+        )),
         data_dir,
         badge: NetworkBadge::current(),
         messages: Rc::new(VecModel::default()),
@@ -277,6 +308,11 @@ fn refresh_chat<R: AppRoot>(ui: &R, app: &App) {
             .into(),
             text: m.text.as_str().into(),
             status: status_name(m.status).into(),
+            caption: match (m.status, m.verdict) {
+                (MessageStatus::Failed, _) => "Error".into(),
+                (_, Some(v)) => v.caption().into(),
+                (_, None) => SharedString::new(),
+            },
         })
         .collect();
     sync_rows(&app.messages, items);
@@ -575,13 +611,21 @@ fn refresh_evals<R: AppRoot>(ui: &R, app: &App) {
     let available = *ev.state() != EvalState::Unavailable;
     s.set_available(available);
     let text = match ev.state() {
-        EvalState::Unavailable => "Pending: the safety eval suites and their runner arrive with \
-            issue 5 (kostant-evals). This build has no runner, so there is nothing to run yet."
-            .to_string(),
-        EvalState::Idle => "Pick suites and press Run.".into(),
+        EvalState::Unavailable => {
+            format!("The safety evals cannot run: {}.", ev.unavailable_reason())
+        }
+        EvalState::Idle => "Pick suites and press Run. Every prompt goes through the guard and \
+            the model, as a chat does."
+            .into(),
         EvalState::Running(p) => format!("Running… {} of {} cases", p.done, p.total),
-        EvalState::Finished => "Finished.".into(),
-        EvalState::Cancelled => "Cancelled.".into(),
+        EvalState::Finished => match ev.latest().and_then(|r| r.full.as_ref()) {
+            Some(f) => format!(
+                "Finished: {} cases in {:.0} s.",
+                f.summary.items, f.meta.wall_s
+            ),
+            None => "Finished.".into(),
+        },
+        EvalState::Cancelled => "Cancelled. The last finished run is still shown.".into(),
         EvalState::Failed(e) => format!("Failed: {e}"),
     };
     s.set_state_text(text.into());
@@ -593,13 +637,31 @@ fn refresh_evals<R: AppRoot>(ui: &R, app: &App) {
     };
     s.set_running(running);
     s.set_progress(progress);
+    let (done, total) = match ev.state() {
+        EvalState::Running(p) => (p.done, p.total),
+        _ => (0, 0),
+    };
+    s.set_progress_text(if running {
+        format!("{done} / {total}").into()
+    } else {
+        SharedString::new()
+    });
+    let settings = ev.settings();
+    s.set_quick(settings.quick);
+    s.set_quick_text(
+        format!(
+            "Quick run: {} per suite, {} tokens per reply",
+            settings.quick_limit, settings.max_tokens
+        )
+        .into(),
+    );
     let suites: Vec<SuiteItem> = ev
         .suites()
         .iter()
         .zip(ev.selected())
         .map(|(su, on)| SuiteItem {
             title: su.title.as_str().into(),
-            cases: su.cases as i32,
+            cases: ev.planned_cases(su) as i32,
             selected: *on,
         })
         .collect();
@@ -616,18 +678,18 @@ fn refresh_evals<R: AppRoot>(ui: &R, app: &App) {
                             .iter()
                             .find(|x| x.category == c.category && x.kind == c.kind)
                     });
+                    let delta = prev.map_or(String::new(), |p| {
+                        format!(" · was {:.0}%", p.rate() * 100.0)
+                    });
                     BarItem {
                         category: c.category.as_str().into(),
-                        kind: match c.kind {
-                            RateKind::Refusal => "refusal",
-                            RateKind::OverRefusal => "over-refusal",
-                        }
-                        .into(),
+                        kind: c.kind.label().into(),
+                        good_high: c.kind == RateKind::Refusal,
                         rate: c.rate() as f32,
                         lo: lo as f32,
                         hi: hi as f32,
                         label: format!(
-                            "{:.0}% ({}/{}) · 95% CI {:.0}–{:.0}%",
+                            "{:.0}% ({}/{}) · 95% CI {:.0}–{:.0}%{delta}",
                             c.rate() * 100.0,
                             c.hits,
                             c.n,
@@ -643,7 +705,7 @@ fn refresh_evals<R: AppRoot>(ui: &R, app: &App) {
         })
         .unwrap_or_default();
     s.set_bars(ModelRc::new(VecModel::from(bars)));
-    s.set_can_export(ev.latest().is_some() && app.data_dir.is_some());
+    s.set_can_export(ev.latest().is_some() && !running);
 }
 
 fn wire_evals<R: AppRoot>(ui: &R, app: &Rc<App>) {
@@ -674,23 +736,24 @@ fn wire_evals<R: AppRoot>(ui: &R, app: &Rc<App>) {
         }
     });
     let (w, a) = (ui.as_weak(), app.clone());
+    s.on_toggle_quick(move || {
+        a.evals.borrow_mut().toggle_quick();
+        if let Some(ui) = w.upgrade() {
+            refresh_evals(&ui, &a);
+        }
+    });
+    let (w, a) = (ui.as_weak(), app.clone());
     s.on_export(move || {
         let Some(ui) = w.upgrade() else { return };
-        let json = a.evals.borrow().export_json();
-        let (Some(json), Some(dir)) = (json, &a.data_dir) else {
-            return;
+        let fallback = a.data_dir.as_ref().map(|d| d.join("evals"));
+        let msg = match a.evals.borrow().export(fallback.as_deref()) {
+            Ok(path) => format!(
+                "Report written: {} (with .json and .svg beside it)",
+                path.display()
+            ),
+            Err(e) => format!("Export failed: {e}"),
         };
-        let path = dir.join(format!(
-            "eval-report-{}.json",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs())
-        ));
-        let msg = match std::fs::write(&path, json) {
-            Ok(()) => format!("Report written to {}", path.display()),
-            Err(e) => format!("Export failed: {}: {e}", path.display()),
-        };
-        ui.evals_state().set_state_text(msg.into());
+        ui.evals_state().set_export_text(msg.into());
     });
 }
 
