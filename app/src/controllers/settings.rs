@@ -224,7 +224,7 @@ impl SettingsController {
         }
         out.push(Licence {
             what: "Safety eval datasets".into(),
-            licence: "pending: they ship with the eval suite (issue 5)".into(),
+            licence: "CC-BY-4.0, MIT and Apache-2.0 by source (assets/evals/MANIFEST.md)".into(),
         });
         out.push(Licence {
             what: "UI toolkit: Slint".into(),
