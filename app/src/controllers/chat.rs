@@ -214,8 +214,10 @@ pub struct ModelSummary {
     pub quantization: String,
     pub path: PathBuf,
     pub file_bytes: u64,
-    /// f16 keys and values of every layer for one token.
-    pub kv_bytes_per_token: u64,
+    /// The engine's planned footprint (`Model::memory_plan`: weights read, kv cache, scratch;
+    /// what `kostant --memory-budget` checks) for contexts of 256, 512, … tokens up to the
+    /// training context: the Settings screen picks the largest that fits the budget.
+    pub memory_plans: Vec<(usize, u64)>,
     pub n_ctx_train: usize,
 }
 
@@ -360,7 +362,12 @@ impl ModelSummary {
             quantization: model.quantization().to_string(),
             path: path.to_path_buf(),
             file_bytes: model.file_bytes() as u64,
-            kv_bytes_per_token: (2 * hp.n_layer * hp.kv_dim() * 2) as u64,
+            memory_plans: (1..=hp.n_ctx_train.clamp(256, 1 << 17) / 256)
+                .map(|i| {
+                    let n = 256 * i;
+                    (n, model.memory_plan(n).total() as u64)
+                })
+                .collect(),
             n_ctx_train: hp.n_ctx_train,
         }
     }

@@ -177,16 +177,19 @@ impl SettingsController {
         self.clamp_context();
     }
 
-    /// The context that fits the budget: what is left after the mapped weights, in f16 KV
-    /// cache, in steps of 256 tokens, at least 256 and at most the training context.
+    /// The largest context, in steps of 256 tokens, whose planned footprint (the engine's
+    /// `memory_plan`, as the CLI's `--memory-budget` checks it) fits the budget; at least 256.
     pub fn context_for_budget(&self) -> usize {
         let Some(m) = &self.model else {
             return self.generation.n_ctx;
         };
         let budget = u64::from(self.memory_budget_mb) * 1024 * 1024;
-        let left = budget.saturating_sub(m.file_bytes);
-        let tokens = (left / m.kv_bytes_per_token.max(1)) as usize;
-        (tokens / 256 * 256).clamp(256, m.n_ctx_train.max(256))
+        m.memory_plans
+            .iter()
+            .filter(|(_, bytes)| *bytes <= budget)
+            .map(|(n, _)| *n)
+            .max()
+            .unwrap_or(256)
     }
 
     fn clamp_context(&mut self) {
@@ -251,8 +254,10 @@ mod tests {
             quantization: "Q4_1".into(),
             path: "/nonexistent/custom.gguf".into(),
             file_bytes: 100 * 1024 * 1024,
-            // 1 MiB per token keeps the arithmetic readable.
-            kv_bytes_per_token: 1024 * 1024,
+            // 100 MiB plus 1 MiB per token keeps the arithmetic readable.
+            memory_plans: (1..=32)
+                .map(|i| (256 * i, (100 + 256 * i as u64) * 1024 * 1024))
+                .collect(),
             n_ctx_train: 8192,
         }
     }
@@ -262,7 +267,7 @@ mod tests {
         let mut s = SettingsController::new(GenerationSettings::default(), Ok("k".into()));
         s.model_loaded(summary(), super::super::no_notify());
         assert_eq!(s.verification(), &Verification::NotInManifest);
-        s.set_memory_budget_mb(1124); // 1024 MiB left after the weights.
+        s.set_memory_budget_mb(1124); // 1024 MiB left for the tokens.
         assert_eq!(s.generation().n_ctx, 1024);
         s.set_memory_budget_mb(100_000); // clamped to the largest budget, then the training ctx
         assert_eq!(s.memory_budget_mb(), BUDGET_MAX_MB);

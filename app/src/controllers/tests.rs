@@ -118,7 +118,7 @@ fn factory(scripts: Vec<Script>) -> (ResponderFactory, Arc<Mutex<Vec<ReplyReques
             quantization: "none".into(),
             path: PathBuf::from("scripted"),
             file_bytes: 0,
-            kv_bytes_per_token: 1,
+            memory_plans: vec![(256, 1), (4096, 2)],
             n_ctx_train: 4096,
         };
         Ok((

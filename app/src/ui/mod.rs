@@ -238,6 +238,8 @@ fn pump<R: AppRoot>(ui: &R, app: &App, notify: &Notify) {
             app.settings
                 .borrow_mut()
                 .model_loaded(summary.clone(), notify.clone());
+            // The budget has picked the context: the chat uses what Settings shows.
+            app.chat.borrow_mut().settings = app.settings.borrow().generation().clone();
         }
         *app.shown_model.borrow_mut() = model;
         refresh_settings(ui, app);
