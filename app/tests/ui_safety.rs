@@ -2,14 +2,16 @@
 //! policy's refusal with its verdict line; the Safety evals screen runs a tiny sample of two
 //! suites through the guarded pipeline, shows the rates with their intervals, compares with
 //! the previous run, exports the report, and cancels a long run; closing the app mid-run and
-//! mid-reply returns. One test (one model load) per process, as in ui_chat.rs.
+//! mid-reply returns; a reply the guard flags while it streams is replaced by the notice. One test (one model load) per process, as in ui_chat.rs.
 
 mod ui_support;
 
 use std::rc::Rc;
 
+use kostant_app::controllers::chat::{GuardedResponder, LoadResult, Responder};
 use kostant_app::controllers::evals::{EvalSettings, EvalState};
 use kostant_app::ui::{attach, AppRoot, DesktopApp};
+use kostant_engine::testing::real_model_path;
 use kostant_safety::{policy, Category};
 use slint::{ComponentHandle, Model};
 use ui_support::*;
@@ -164,4 +166,39 @@ fn the_guard_refuses_in_the_chat_and_the_eval_screen_runs_compares_exports_and_c
     assert!(ui.chat_state().get_busy() && ui.evals_state().get_running());
     app.shutdown();
     drop((ui, app));
+
+    // A withdrawal: with the guard's output threshold at 0 its first check of the reply flags
+    // it, and the notice replaces what was shown.
+    let ui = DesktopApp::new().unwrap();
+    ui.show().unwrap();
+    let mut cfg = config(&scratch.data());
+    cfg.history = false;
+    cfg.responder = Some(Box::new(|| -> LoadResult {
+        let (mut r, summary) = GuardedResponder::load(&real_model_path(), 0)?;
+        let (input, _) = r.guard_mut().thresholds();
+        r.guard_mut().set_thresholds(input, 0.0);
+        Ok((Box::new(r) as Box<dyn Responder>, summary))
+    }));
+    let app = attach(&ui, cfg);
+    wait_ready(&ui);
+    app.chat.borrow_mut().settings.temperature = 0.0;
+    type_into(&ui, "Message", "Tell me about the history of Paris.");
+    press(&ui, "Send");
+    let w = ui.as_weak();
+    run_until("the reply is withdrawn", move || {
+        w.upgrade().is_some_and(|ui| !ui.chat_state().get_busy())
+    });
+    let bubble = all(&ui, "Assistant reply").pop().unwrap();
+    assert_eq!(bubble.accessible_description().unwrap(), "withdrawn");
+    let shown = last_value(&ui, "Assistant reply");
+    let caption = last_value(&ui, "Reply verdict");
+    let title = caption
+        .strip_prefix("Withdrawn · ")
+        .unwrap_or_else(|| panic!("{caption}"));
+    let category = Category::ALL
+        .into_iter()
+        .find(|c| c.title() == title)
+        .unwrap();
+    assert_eq!(shown, policy::withdrawn_notice(category));
+    app.shutdown();
 }

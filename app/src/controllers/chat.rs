@@ -254,6 +254,12 @@ impl GuardedResponder {
         ))
     }
 
+    /// The guard, to tune its thresholds (a test forces a withdrawal with an output threshold
+    /// of 0).
+    pub fn guard_mut(&mut self) -> &mut Guard {
+        &mut self.guard
+    }
+
     fn run(
         &mut self,
         req: &ReplyRequest,
