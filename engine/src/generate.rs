@@ -5,6 +5,7 @@
 //! on its own thread and streams [`Event`]s over a tokio channel, with a [`CancelHandle`]:
 //! the API the terminal chat and the UI both use.
 
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,6 +34,8 @@ pub enum StopReason {
     MaxTokens,
     ContextFull,
     Cancelled,
+    /// An [`Observer`] (the guard) stopped it.
+    Observer,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -101,21 +104,47 @@ fn rate(tokens: usize, ms: f64) -> f64 {
     }
 }
 
+/// Reads a generation's hidden states as the model computes them, and may stop it. The guard
+/// screens the prompt and the reply this way, riding on the chat model's own pass.
+pub trait Observer {
+    /// Layers to read, numbered as [`Session::extend_hidden`] numbers them.
+    fn taps(&self) -> Vec<usize>;
+    /// The prompt tokens that ran (those after the reused prefix) and their states, one
+    /// (n, n_embd) matrix per tap; called once, before the first token is sampled.
+    fn prompt(&mut self, tokens: &[u32], states: &[Vec<f32>]) -> ControlFlow<()>;
+    /// A generated token, the text it completes and its states. Its text reaches `on_token`
+    /// only if this continues: nothing is shown that the observer has not read.
+    fn token(&mut self, id: u32, text: &str, states: &[Vec<f32>]) -> ControlFlow<()>;
+}
+
 /// Runs one generation on `session`, calling `on_token(Some(id), text)` as each token arrives
 /// (and `on_token(None, tail)` if bytes of an unfinished character remain at the end).
 pub fn generate(
     session: &mut Session,
     req: &GenerateRequest,
     cancel: &CancelHandle,
+    on_token: impl FnMut(Option<u32>, &str),
+) -> Result<Generation> {
+    generate_observed(session, req, cancel, None, on_token)
+}
+
+/// [`generate`] with an [`Observer`] reading along. With one, each token is run through the
+/// model (and read) before its text is passed on, so the last token costs one more step.
+pub fn generate_observed(
+    session: &mut Session,
+    req: &GenerateRequest,
+    cancel: &CancelHandle,
+    mut observer: Option<&mut dyn Observer>,
     mut on_token: impl FnMut(Option<u32>, &str),
 ) -> Result<Generation> {
     let mut sampler = Sampler::new(req.sampling.clone())?;
     let model = session.model().clone();
     let tok = &model.tokenizer;
     let stop_ids = tok.end_of_generation_ids();
+    let taps = observer.as_ref().map(|o| o.taps()).unwrap_or_default();
 
     let start = Instant::now();
-    let (mut logits, reused) = session.prefill(&req.prompt)?;
+    let (mut logits, reused, states) = session.prefill_tapped(&req.prompt, &taps)?;
     let prefill_ms = ms_since(start);
     let mut stats = GenerationStats {
         prompt_tokens: req.prompt.len(),
@@ -124,6 +153,10 @@ pub fn generate(
         prefill_tok_s: rate(req.prompt.len() - reused, prefill_ms),
         ..Default::default()
     };
+    let prompt_ok = match observer.as_mut() {
+        Some(o) => o.prompt(&req.prompt[reused..], &states).is_continue(),
+        None => true,
+    };
 
     let mut decoder = StreamDecoder::new(tok);
     let mut reply = String::new();
@@ -131,6 +164,9 @@ pub fn generate(
     let mut history = req.prompt.clone();
     let decode_start = Instant::now();
     let stop = loop {
+        if !prompt_ok {
+            break StopReason::Observer;
+        }
         if cancel.is_cancelled() {
             break StopReason::Cancelled;
         }
@@ -144,6 +180,24 @@ pub fn generate(
         if stop_ids.contains(&id) {
             break StopReason::EndOfTurn;
         }
+        let full = session.tokens().len() >= session.n_ctx();
+        if let Some(o) = observer.as_mut() {
+            // A token the observer cannot read is never shown.
+            if full {
+                break StopReason::ContextFull;
+            }
+            tokens.push(id);
+            history.push(id);
+            let text = decoder.push(id);
+            let (next, states) = session.step_tapped(id, &taps)?;
+            logits = next;
+            reply.push_str(&text);
+            if o.token(id, &text, &states).is_break() {
+                break StopReason::Observer;
+            }
+            on_token(Some(id), &text);
+            continue;
+        }
         tokens.push(id);
         history.push(id);
         let text = decoder.push(id);
@@ -152,7 +206,7 @@ pub fn generate(
         if tokens.len() >= req.max_tokens {
             break StopReason::MaxTokens;
         }
-        if session.tokens().len() >= session.n_ctx() {
+        if full {
             break StopReason::ContextFull;
         }
         logits = session.step(id)?;
@@ -160,7 +214,9 @@ pub fn generate(
     let tail = decoder.flush();
     if !tail.is_empty() {
         reply.push_str(&tail);
-        on_token(None, &tail);
+        if stop != StopReason::Observer {
+            on_token(None, &tail);
+        }
     }
     stats.generated_tokens = tokens.len();
     stats.decode_ms = ms_since(decode_start);

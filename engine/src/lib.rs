@@ -20,7 +20,8 @@ pub mod tokenizer;
 pub use chat_template::{Message, Role};
 pub use error::{EngineError, Result};
 pub use generate::{
-    generate, spawn, CancelHandle, Event, GenerateRequest, Generation, GenerationStats, StopReason,
+    generate, generate_observed, spawn, CancelHandle, Event, GenerateRequest, Generation,
+    GenerationStats, Observer, StopReason,
 };
 pub use model::Model;
 pub use sampling::SamplingParams;

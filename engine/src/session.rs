@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::kv_cache::KvCache;
-use crate::model::{forward, forward_hidden, Model};
+use crate::model::{forward, forward_hidden, forward_tapped, Model};
 use crate::{EngineError, Result};
 
 /// Prompts are run in chunks this long so scratch buffers stay small whatever the prompt.
@@ -62,6 +62,18 @@ impl Session {
     /// Makes the cache hold exactly `prompt` and returns the logits after its last token.
     /// Returns how many leading tokens were already cached (and so not recomputed).
     pub fn prefill(&mut self, prompt: &[u32]) -> Result<(Vec<f32>, usize)> {
+        let (logits, reused, _) = self.prefill_tapped(prompt, &[])?;
+        Ok((logits, reused))
+    }
+
+    /// [`Session::prefill`] that also returns the hidden states at the layers in `taps` (as
+    /// [`Session::extend_hidden`] numbers them) of every token it ran, that is `prompt[reused..]`:
+    /// one (n, n_embd) matrix per tap.
+    pub fn prefill_tapped(
+        &mut self,
+        prompt: &[u32],
+        taps: &[usize],
+    ) -> Result<(Vec<f32>, usize, Vec<Vec<f32>>)> {
         if prompt.is_empty() {
             return Err(EngineError::InvalidRequest("the prompt is empty".into()));
         }
@@ -84,16 +96,26 @@ impl Session {
         self.tokens.truncate(reuse);
 
         let mut logits = Vec::new();
+        let mut states = vec![Vec::new(); taps.len()];
         for chunk in prompt[reuse..].chunks(PREFILL_CHUNK) {
-            logits = self.run(chunk)?;
+            let (l, s) = self.run(chunk, taps)?;
+            logits = l;
+            for (all, part) in states.iter_mut().zip(s) {
+                all.extend_from_slice(&part);
+            }
         }
-        Ok((logits, reuse))
+        Ok((logits, reuse, states))
     }
 
     /// Appends one token and returns the logits for the next.
     pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        Ok(self.step_tapped(token, &[])?.0)
+    }
+
+    /// [`Session::step`] that also returns the token's hidden states at `taps`.
+    pub fn step_tapped(&mut self, token: u32, taps: &[usize]) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
         self.check_vocab(&[token])?;
-        self.run(&[token])
+        self.run(&[token], taps)
     }
 
     /// Appends `tokens` to the cache and returns their hidden states at the layers in `taps`
@@ -144,15 +166,19 @@ impl Session {
         }
     }
 
-    fn run(&mut self, chunk: &[u32]) -> Result<Vec<f32>> {
+    fn run(&mut self, chunk: &[u32], taps: &[usize]) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
         let before = self.kv.len();
         // On a pool worker the pass's matmuls split their rows in place instead of waking the
         // pool from outside on every call (about 5 ms a token at 2 threads, measured).
         let (model, kv) = (&self.model, &mut self.kv);
-        match kostant_kernels::in_pool(|| forward(model, kv, chunk)) {
-            Ok(logits) => {
+        let result = kostant_kernels::in_pool(|| match taps {
+            [] => forward(model, kv, chunk).map(|l| (l, Vec::new())),
+            _ => forward_tapped(model, kv, chunk, taps),
+        });
+        match result {
+            Ok(out) => {
                 self.tokens.extend_from_slice(chunk);
-                Ok(logits)
+                Ok(out)
             }
             Err(e) => {
                 // A failed pass may have written some layers; drop them so the cache and

@@ -76,3 +76,39 @@ fn bad_requests_change_nothing() {
     assert!(s.extend_hidden(&[vocab], &[n_layer]).is_err());
     assert_eq!(s.tokens(), &[1, 2]);
 }
+
+#[test]
+fn tapped_prefill_gives_the_same_logits_and_the_states_extend_hidden_gives() {
+    let model = tiny();
+    let n_layer = model.hparams.n_layer;
+    let taps = [1, n_layer];
+    let tokens: Vec<u32> = (3..14).collect();
+
+    let mut plain = Session::new(model.clone(), 64).unwrap();
+    let (want_logits, _) = plain.prefill(&tokens).unwrap();
+    let mut reader = Session::new(model.clone(), 64).unwrap();
+    let want_states = reader.extend_hidden(&tokens, &taps).unwrap();
+
+    let mut tapped = Session::new(model.clone(), 64).unwrap();
+    let (logits, reused, states) = tapped.prefill_tapped(&tokens, &taps).unwrap();
+    assert_eq!(reused, 0);
+    assert_eq!(logits, want_logits, "tapping must not change the logits");
+    for t in 0..taps.len() {
+        assert_eq!(states[t], want_states[t], "tap {}", taps[t]);
+    }
+
+    // A second prefill that shares a prefix returns states only for the tokens it ran.
+    let mut longer = tokens.clone();
+    longer.extend([20, 21]);
+    let (_, reused, states) = tapped.prefill_tapped(&longer, &taps).unwrap();
+    assert_eq!(reused, tokens.len());
+    let e = model.hparams.n_embd;
+    assert_eq!(states[0].len(), 2 * e);
+
+    // One step's states equal the reader's for the same token.
+    let (_, step_states) = tapped.step_tapped(22, &taps).unwrap();
+    let more = reader.extend_hidden(&[20, 21, 22], &taps).unwrap();
+    for t in 0..taps.len() {
+        assert!(max_diff(&step_states[t], &more[t][2 * e..]) < 1e-6);
+    }
+}

@@ -138,11 +138,7 @@ impl Runner {
             cancel,
             |_| {},
         )?;
-        if reply.stopped_by == Some(StoppedBy::Guard) {
-            // The pipeline stops a withdrawn reply through the same handle; that is not the
-            // user asking the run to stop.
-            cancel.reset();
-        } else if cancel.is_cancelled() {
+        if cancel.is_cancelled() {
             return Err(EvalError::Cancelled);
         }
         let guard_stopped = reply.stopped_by == Some(StoppedBy::Guard);

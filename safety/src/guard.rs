@@ -1,22 +1,23 @@
-//! The guard: a [`Reader`] on the guard model and a trained [`Head`]. It screens a prompt as a
-//! whole (in windows when it is long, and again for anything hidden in base64), and a reply
-//! as it streams ([`OutputScreen`]), extending its own cache with each new piece.
+//! The guard: a trained [`Head`] over the hidden states of the guard model, reading the
+//! conversation as the chat model sees it (see [`crate::reader`]).
+//!
+//! Screening a reply goes through [`ReplyScreen`], an engine `Observer`: it judges the user's
+//! message when the prompt has run and the reply as it streams, and stops generation the
+//! moment either is flagged. When the guard model is the chat model it reads the states of the
+//! chat's own pass (riding along); otherwise it reads the text on its own session.
 
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use kostant_engine::Model;
+use kostant_engine::{Model, Observer};
 use serde::Serialize;
 
 use crate::head::{Head, Scores};
 use crate::normalize::{hidden_payloads, normalize};
-use crate::reader::{Reader, Role};
+use crate::reader::{Features, Reader};
 use crate::{Category, Result, SafetyError};
-
-/// Windows after the first start this many tokens before the previous one ends, so a phrase
-/// cut by a window boundary is still read whole in one of them.
-const WINDOW_OVERLAP: usize = 16;
 
 /// The guard's judgement of one text.
 #[derive(Clone, Debug, Serialize)]
@@ -29,6 +30,18 @@ pub struct Screening {
     /// Tokens the guard read for this judgement.
     pub tokens: usize,
     pub ms: f64,
+}
+
+impl Screening {
+    fn nothing() -> Screening {
+        Screening {
+            flagged: false,
+            score: 0.0,
+            category: None,
+            tokens: 0,
+            ms: 0.0,
+        }
+    }
 }
 
 pub struct Guard {
@@ -56,12 +69,13 @@ impl Guard {
         if reader.spec().dim(info.n_embd) != head.dim() {
             return Err(SafetyError::Head("head and feature spec disagree".into()));
         }
-        let t = head.info.threshold;
+        let input = info.threshold;
+        let output = info.output_threshold.unwrap_or(input);
         Ok(Guard {
             reader,
             head,
-            input_threshold: t,
-            output_threshold: t,
+            input_threshold: input,
+            output_threshold: output,
         })
     }
 
@@ -77,8 +91,12 @@ impl Guard {
         self.reader.model()
     }
 
-    /// The unsafe probabilities at or above which a message and a reply are flagged (both the
-    /// head's dev-chosen threshold unless set).
+    /// Whether the guard can read the states of `chat`'s own pass: it is the guard model.
+    pub fn rides_on(&self, chat: &Arc<Model>) -> bool {
+        Arc::ptr_eq(chat, self.model())
+    }
+
+    /// The unsafe probabilities at or above which a message and a reply are flagged.
     pub fn thresholds(&self) -> (f32, f32) {
         (self.input_threshold, self.output_threshold)
     }
@@ -88,188 +106,320 @@ impl Guard {
         self.output_threshold = output;
     }
 
-    fn threshold(&self, role: Role) -> f32 {
-        match role {
-            Role::Input => self.input_threshold,
-            Role::Output => self.output_threshold,
-        }
-    }
-
     /// Memory the guard holds of its own: its KV cache and the head's weights (the model's
     /// weights are mapped, and shared when the chat model is the same file).
     pub fn resident_bytes(&self) -> usize {
         self.reader.kv_bytes() + self.head.weight_bytes()
     }
 
-    /// Screens a user's message: all of it, however long, plus any payload hidden in it.
+    /// Screens a user's message on the guard's own session: all of it, however long (in
+    /// windows), and any payload hidden in it.
     pub fn screen_input(&mut self, text: &str) -> Result<Screening> {
-        self.screen(Role::Input, text)
-    }
-
-    /// Screens a whole reply at once (what [`OutputScreen`] does piece by piece).
-    pub fn screen_output(&mut self, text: &str) -> Result<Screening> {
-        self.screen(Role::Output, text)
-    }
-
-    fn screen(&mut self, role: Role, text: &str) -> Result<Screening> {
-        let start = Instant::now();
         let mut views = vec![normalize(text)];
         views.extend(hidden_payloads(text));
+        self.screen_views(&views)
+    }
+
+    /// Screens only what riding on the chat's pass cannot see: the message with its Unicode
+    /// tricks undone, when that changes it, and payloads hidden in it.
+    pub fn screen_hidden(&mut self, text: &str) -> Result<Screening> {
+        let mut views = Vec::new();
+        let plain = normalize(text);
+        if plain.trim() != text.trim() {
+            views.push(plain);
+        }
+        views.extend(hidden_payloads(text));
+        self.screen_views(&views)
+    }
+
+    fn screen_views(&mut self, views: &[String]) -> Result<Screening> {
+        let start = Instant::now();
         let mut worst: Option<Scores> = None;
         let mut tokens = 0;
-        for view in &views {
+        for view in views {
             // Whitespace alone says nothing; the head was never shown it, so do not ask it.
             if view.trim().is_empty() {
                 continue;
             }
-            let ids = self.reader.model().tokenizer.encode(view, false)?;
-            if ids.is_empty() {
-                continue;
-            }
-            let window = self.reader.spec().window;
-            let mut begin = 0;
-            loop {
-                let end = (begin + window).min(ids.len());
-                self.reader.start(role)?;
-                self.reader.push(&ids[begin..end])?;
-                tokens += end - begin;
-                let s = self.scores()?;
+            for window in self.reader.windows(view)? {
+                tokens += self.reader.read_message(&window)?;
+                let s = self.scores(self.reader.features())?;
                 if worst.as_ref().is_none_or(|w| s.unsafe_prob > w.unsafe_prob) {
                     worst = Some(s);
                 }
-                if end == ids.len() {
-                    break;
-                }
-                begin = end - WINDOW_OVERLAP;
             }
         }
-        Ok(self.judge(role, worst, tokens, start))
+        let mut s = self.judge(worst, self.input_threshold);
+        s.tokens = tokens;
+        s.ms = ms_since(start);
+        Ok(s)
     }
 
-    fn scores(&self) -> Result<Scores> {
-        let f = self
-            .reader
-            .features()
-            .ok_or_else(|| SafetyError::Head("no text was read".into()))?;
+    /// Screens a whole reply to `message` at once, on the guard's own session (what
+    /// [`ReplyScreen`] does as the reply streams).
+    pub fn screen_output(&mut self, message: &str, reply: &str) -> Result<Screening> {
+        let start = Instant::now();
+        self.read_context(message)?;
+        let ids = self.model().tokenizer.encode(&normalize(reply), false)?;
+        self.reader.read_reply(&ids)?;
+        let scores = self.scores(self.reader.features())?;
+        let mut s = self.judge(Some(scores), self.output_threshold);
+        s.tokens = ids.len();
+        s.ms = ms_since(start);
+        Ok(s)
+    }
+
+    /// Reads the message a reply answers: its last window, the context the reply is read in
+    /// (the message itself is screened whole by `screen_input`).
+    fn read_context(&mut self, message: &str) -> Result<()> {
+        let windows = self.reader.windows(&normalize(message))?;
+        let last = windows.last().cloned().unwrap_or_default();
+        self.reader.read_message(&last)?;
+        Ok(())
+    }
+
+    fn scores(&self, features: Option<Vec<f32>>) -> Result<Scores> {
+        let f = features.ok_or_else(|| SafetyError::Head("no text was read".into()))?;
         self.head.scores(&f)
     }
 
-    fn judge(
-        &self,
-        role: Role,
-        scores: Option<Scores>,
-        tokens: usize,
-        start: Instant,
-    ) -> Screening {
-        let ms = start.elapsed().as_secs_f64() * 1e3;
+    fn judge(&self, scores: Option<Scores>, threshold: f32) -> Screening {
         match scores {
             // Nothing readable (empty or whitespace): nothing to flag.
-            None => Screening {
-                flagged: false,
-                score: 0.0,
-                category: None,
-                tokens,
-                ms,
-            },
+            None => Screening::nothing(),
             Some(s) => {
-                let flagged = s.unsafe_prob >= self.threshold(role);
+                let flagged = s.unsafe_prob >= threshold;
                 Screening {
                     flagged,
                     score: s.unsafe_prob,
                     category: flagged.then(|| s.top_category()),
-                    tokens,
-                    ms,
+                    tokens: 0,
+                    ms: 0.0,
                 }
             }
         }
     }
 
-    /// Starts screening a reply that is about to stream.
-    pub fn output_screen(&mut self, every_tokens: usize) -> Result<OutputScreen<'_>> {
-        self.reader.start(Role::Output)?;
-        Ok(OutputScreen {
+    /// Starts screening one reply to `message`. With `riding: Some((prompt, start))` the
+    /// screen reads the states of the chat's pass over `prompt`, whose user message begins at
+    /// token `start` (the caller makes sure that token and all after it run); with `None` it
+    /// reads the message and the reply on the guard's own session.
+    pub fn reply_screen(
+        &mut self,
+        message: &str,
+        riding: Option<(usize, usize)>,
+        every_tokens: usize,
+    ) -> Result<ReplyScreen<'_>> {
+        let mode = match riding {
+            Some((prompt_len, start)) => Mode::Riding {
+                prompt_len,
+                start,
+                features: Features::new(self.head.info.spec.taps.len(), self.head.info.n_embd),
+            },
+            None => {
+                self.read_context(message)?;
+                Mode::Own {
+                    pending: String::new(),
+                }
+            }
+        };
+        Ok(ReplyScreen {
             guard: self,
-            pending: String::new(),
-            read_tokens: Vec::new(),
+            mode,
             every_tokens: every_tokens.max(1),
+            since_check: 0,
+            input: None,
             worst: 0.0,
+            flagged: None,
+            input_ms: 0.0,
             ms: 0.0,
             checks: 0,
+            error: None,
         })
     }
 }
 
-/// Screens a reply as it streams. Text is buffered until a sentence ends or `every_tokens`
-/// tokens have arrived, then read into the guard's cache (only the new tokens run) and judged.
-pub struct OutputScreen<'g> {
-    guard: &'g mut Guard,
-    pending: String,
-    /// Token ids of the text read in the current window (to start the next one overlapped).
-    read_tokens: Vec<u32>,
-    every_tokens: usize,
-    worst: f32,
-    ms: f64,
-    checks: usize,
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
 }
 
-impl OutputScreen<'_> {
-    /// Adds streamed text; returns a flagging screening as soon as the reply so far is judged
-    /// unsafe, None while it is fine (or no check was due).
-    pub fn push(&mut self, text: &str) -> Result<Option<Screening>> {
-        self.pending.push_str(text);
-        // About four bytes a token for English; only the cadence depends on it.
-        let pending_tokens = self.pending.len() / 4;
-        let sentence_end = text.contains(['.', '!', '?', '\n', '。', '！', '？', ':', ';']);
-        if sentence_end || pending_tokens >= self.every_tokens {
-            return self.check();
-        }
-        Ok(None)
+enum Mode {
+    Riding {
+        prompt_len: usize,
+        start: usize,
+        features: Features,
+    },
+    Own {
+        /// Reply text not read yet.
+        pending: String,
+    },
+}
+
+/// Screens one reply as it is generated: an engine [`Observer`] that stops the generation when
+/// the message (riding along) or the reply so far is flagged. The reply is judged when a
+/// sentence ends or every `every_tokens` tokens, and once more by [`ReplyScreen::finish`].
+pub struct ReplyScreen<'g> {
+    guard: &'g mut Guard,
+    mode: Mode,
+    every_tokens: usize,
+    since_check: usize,
+    /// The message's screening, when riding along (it is judged from the prompt's states).
+    input: Option<Screening>,
+    worst: f32,
+    flagged: Option<Screening>,
+    input_ms: f64,
+    ms: f64,
+    checks: usize,
+    /// A guard that cannot read must not let text through: the first error stops the reply.
+    error: Option<SafetyError>,
+}
+
+impl ReplyScreen<'_> {
+    /// The message's screening from the chat's pass (riding along; None otherwise or before
+    /// the prompt ran).
+    pub fn input(&self) -> Option<&Screening> {
+        self.input.as_ref()
     }
 
-    /// Reads whatever is pending and judges the reply so far. Call once more at the end.
-    pub fn check(&mut self) -> Result<Option<Screening>> {
-        if self.pending.trim().is_empty() {
-            return Ok(None);
-        }
-        let start = Instant::now();
-        let text = normalize(&std::mem::take(&mut self.pending));
-        let ids = self.guard.reader.model().tokenizer.encode(&text, false)?;
-        let mut rest = &ids[..];
-        while !rest.is_empty() {
-            if self.guard.reader.room() == 0 {
-                // The window is full: start a new one that repeats the last few tokens.
-                let keep = self.read_tokens.len().min(WINDOW_OVERLAP);
-                let tail = self.read_tokens[self.read_tokens.len() - keep..].to_vec();
-                self.guard.reader.start(Role::Output)?;
-                self.guard.reader.push(&tail)?;
-                self.read_tokens = tail;
-            }
-            let n = rest.len().min(self.guard.reader.room());
-            self.guard.reader.push(&rest[..n])?;
-            self.read_tokens.extend_from_slice(&rest[..n]);
-            rest = &rest[n..];
-        }
-        let scores = self.guard.scores()?;
-        self.checks += 1;
-        self.worst = self.worst.max(scores.unsafe_prob);
-        let screening = self
-            .guard
-            .judge(Role::Output, Some(scores), ids.len(), start);
-        self.ms += screening.ms;
-        Ok(screening.flagged.then_some(screening))
+    /// The screening that flagged the reply, if one did.
+    pub fn flagged(&self) -> Option<&Screening> {
+        self.flagged.as_ref()
     }
 
-    /// The highest unsafe probability seen in this reply.
+    /// The highest unsafe probability of the reply so far.
     pub fn worst_score(&self) -> f32 {
         self.worst
     }
 
-    /// Time spent screening this reply.
+    /// Time spent judging the message while riding along.
+    pub fn input_ms(&self) -> f64 {
+        self.input_ms
+    }
+
+    /// Time spent screening the reply.
     pub fn ms(&self) -> f64 {
         self.ms
     }
 
     pub fn checks(&self) -> usize {
         self.checks
+    }
+
+    /// Judges whatever of the reply has not been judged yet, then reports the first error,
+    /// if reading ever failed.
+    pub fn finish(&mut self) -> Result<()> {
+        if self.error.is_none() && self.flagged.is_none() && self.since_check > 0 {
+            let _ = self.check();
+        }
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&mut self, e: SafetyError) -> ControlFlow<()> {
+        self.error = Some(e);
+        ControlFlow::Break(())
+    }
+
+    /// Judges the reply so far; Break when it is flagged.
+    fn check(&mut self) -> ControlFlow<()> {
+        let start = Instant::now();
+        let features = match &mut self.mode {
+            Mode::Riding { features, .. } => features.vector(),
+            Mode::Own { pending } => {
+                // Trailing whitespace waits for the next word: read apart, it would tokenize
+                // differently from the reply as a whole.
+                let keep = pending.len() - pending.trim_end().len();
+                let rest = pending.split_off(pending.len() - keep);
+                let text = normalize(&std::mem::replace(pending, rest));
+                let read = self
+                    .guard
+                    .model()
+                    .tokenizer
+                    .encode(&text, false)
+                    .map_err(SafetyError::from)
+                    .and_then(|ids| self.guard.reader.read_reply(&ids));
+                if let Err(e) = read {
+                    return self.fail(e);
+                }
+                self.guard.reader.features()
+            }
+        };
+        let scores = match self.guard.scores(features) {
+            Ok(s) => s,
+            Err(e) => return self.fail(e),
+        };
+        self.checks += 1;
+        self.since_check = 0;
+        self.worst = self.worst.max(scores.unsafe_prob);
+        let threshold = self.guard.output_threshold;
+        let mut s = self.guard.judge(Some(scores), threshold);
+        s.ms = ms_since(start);
+        self.ms += s.ms;
+        if s.flagged {
+            self.flagged = Some(s);
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Where a reply may be judged: after a sentence or a line ends.
+fn ends_sentence(text: &str) -> bool {
+    text.contains(['.', '!', '?', '\n', '。', '！', '？', ':', ';'])
+}
+
+impl Observer for ReplyScreen<'_> {
+    fn taps(&self) -> Vec<usize> {
+        match self.mode {
+            Mode::Riding { .. } => self.guard.head.info.spec.taps.clone(),
+            Mode::Own { .. } => Vec::new(),
+        }
+    }
+
+    fn prompt(&mut self, tokens: &[u32], states: &[Vec<f32>]) -> ControlFlow<()> {
+        let Mode::Riding {
+            prompt_len,
+            start,
+            features,
+        } = &mut self.mode
+        else {
+            return ControlFlow::Continue(());
+        };
+        let t = Instant::now();
+        let ran_from = *prompt_len - tokens.len();
+        if ran_from > *start {
+            let e = SafetyError::Head("the chat reused part of the message's states".into());
+            return self.fail(e);
+        }
+        features.add(states, *start - ran_from);
+        let scores = match self.guard.scores(features.vector()) {
+            Ok(s) => s,
+            Err(e) => return self.fail(e),
+        };
+        let mut s = self.guard.judge(Some(scores), self.guard.input_threshold);
+        s.tokens = *prompt_len - *start;
+        s.ms = ms_since(t);
+        self.input_ms = s.ms;
+        let flagged = s.flagged;
+        self.input = Some(s);
+        if flagged {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+
+    fn token(&mut self, _id: u32, text: &str, states: &[Vec<f32>]) -> ControlFlow<()> {
+        match &mut self.mode {
+            Mode::Riding { features, .. } => features.add(states, 0),
+            Mode::Own { pending } => pending.push_str(text),
+        }
+        self.since_check += 1;
+        if ends_sentence(text) || self.since_check >= self.every_tokens {
+            return self.check();
+        }
+        ControlFlow::Continue(())
     }
 }

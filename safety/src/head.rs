@@ -27,8 +27,11 @@ pub struct HeadInfo {
     pub n_embd: usize,
     /// Width of the hidden layer; 0 for a linear head.
     pub hidden: usize,
-    /// Unsafe probability at or above which text is flagged (chosen on the dev split).
+    /// Unsafe probability at or above which a message is flagged (chosen on the dev split).
     pub threshold: f32,
+    /// The same for a streaming reply, when chosen apart (on replies to the dev prompts).
+    #[serde(default)]
+    pub output_threshold: Option<f32>,
     /// How the head was made: data, counts, dev scores. Shown by `kostant guard info`.
     pub training: serde_json::Value,
 }
@@ -494,8 +497,7 @@ mod tests {
     fn spec() -> FeatureSpec {
         FeatureSpec {
             taps: vec![1],
-            input_preamble: String::new(),
-            output_preamble: String::new(),
+            system_prompt: String::new(),
             window: 64,
         }
     }
@@ -507,6 +509,7 @@ mod tests {
             n_embd,
             hidden: 0,
             threshold: 0.5,
+            output_threshold: None,
             training: serde_json::Value::Null,
         }
     }

@@ -17,7 +17,7 @@ pub mod taxonomy;
 pub mod train;
 
 pub use error::{Result, SafetyError};
-pub use guard::{Guard, OutputScreen, Screening};
+pub use guard::{Guard, ReplyScreen, Screening};
 pub use pipeline::{
     respond, GuardReport, Reply, ReplyEvent, RunningReply, StoppedBy, StreamEvent, Verdict,
 };

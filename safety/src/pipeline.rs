@@ -2,12 +2,15 @@
 //! while it streams, and withdraw it the moment it is flagged. The terminal chat, the app and
 //! the eval suite all answer through here, so what they measure is what users get.
 
-use kostant_engine::{CancelHandle, GenerateRequest, Generation, Session, StopReason};
+use kostant_engine::{
+    generate_observed, CancelHandle, GenerateRequest, Generation, Session, StopReason,
+};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::policy;
-use crate::{Category, Guard, Result};
+use crate::reader::message_start;
+use crate::{Category, Guard, Result, Screening};
 
 /// How often (in tokens) the reply is screened when no sentence ends sooner.
 pub const OUTPUT_CHECK_EVERY: usize = 16;
@@ -67,6 +70,11 @@ pub struct Reply {
 
 /// Answers `user_text` (already part of `req.prompt`) on `session`, screened by `guard`.
 /// `on_event` sees the text as the user should see it.
+///
+/// When the guard model is the chat model, the guard judges the message from the states of
+/// the chat's own prompt pass and the reply from those of each new token; otherwise it reads
+/// both on its own session. Either way it stops the generation itself (the caller's `cancel`
+/// is only ever read).
 pub fn respond(
     session: &mut Session,
     guard: &mut Guard,
@@ -75,66 +83,54 @@ pub fn respond(
     cancel: &CancelHandle,
     mut on_event: impl FnMut(&ReplyEvent),
 ) -> Result<Reply> {
-    let input = guard.screen_input(user_text)?;
+    let model = session.model().clone();
+    let start = match guard.rides_on(&model) {
+        true => message_start(&model, &req.prompt, user_text)?,
+        false => None,
+    };
+    // Riding along, only what the chat's pass cannot see is read apart (Unicode tricks undone,
+    // hidden payloads); otherwise the whole message is.
+    let before = match start {
+        Some(_) => guard.screen_hidden(user_text)?,
+        None => guard.screen_input(user_text)?,
+    };
     let mut report = GuardReport {
-        input_score: input.score,
-        input_ms: input.ms,
+        input_score: before.score,
+        input_ms: before.ms,
         ..Default::default()
     };
-    if input.flagged {
-        // Invariant: a flagged screening always names its category.
-        let category = input.category.unwrap_or(Category::NonViolentCrimes);
-        let text = policy::refusal(category).to_string();
-        on_event(&ReplyEvent::Token(text.clone()));
-        return Ok(Reply {
-            verdict: Verdict::Refused,
-            category: Some(category),
-            stopped_by: None,
-            text,
-            generation: None,
-            guard: report,
-        });
+    if before.flagged {
+        return Ok(refuse(&before, report, &mut on_event));
+    }
+    if let Some(start) = start {
+        // The guard needs the states of every token of the message: run them again even if
+        // the cache holds them (a regenerated reply).
+        session.truncate(start);
     }
 
-    let mut screen = guard.output_screen(OUTPUT_CHECK_EVERY)?;
+    let riding = start.map(|s| (req.prompt.len(), s));
+    let mut screen = guard.reply_screen(user_text, riding, OUTPUT_CHECK_EVERY)?;
     let mut shown = String::new();
-    let mut flagged: Option<Category> = None;
-    let mut screen_error = None;
-    let generation = kostant_engine::generate(session, req, cancel, |_, text| {
-        if flagged.is_some() || screen_error.is_some() {
-            return;
-        }
-        match screen.push(text) {
-            Ok(Some(s)) => {
-                flagged = Some(s.category.unwrap_or(Category::NonViolentCrimes));
-                cancel.cancel();
-                return;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                // A guard that cannot read the reply must not let it through unscreened.
-                screen_error = Some(e);
-                cancel.cancel();
-                return;
-            }
-        }
+    let generation = generate_observed(session, req, cancel, Some(&mut screen), |_, text| {
         shown.push_str(text);
         on_event(&ReplyEvent::Token(text.to_string()));
     })?;
-    if let Some(e) = screen_error {
-        return Err(e);
-    }
-    if flagged.is_none() {
-        // The end of the reply may not have reached a check yet.
-        if let Some(s) = screen.check()? {
-            flagged = Some(s.category.unwrap_or(Category::NonViolentCrimes));
+    screen.finish()?;
+    if let Some(input) = screen.input() {
+        report.input_score = report.input_score.max(input.score);
+        report.input_ms += input.ms;
+        if input.flagged {
+            let input = input.clone();
+            return Ok(refuse(&input, report, &mut on_event));
         }
     }
     report.output_score = screen.worst_score();
     report.output_ms = screen.ms();
     report.output_checks = screen.checks();
 
-    if let Some(category) = flagged {
+    if let Some(flag) = screen.flagged() {
+        // Invariant: a flagged screening always names its category.
+        let category = flag.category.unwrap_or(Category::NonViolentCrimes);
         let notice = policy::withdrawn_notice(category);
         on_event(&ReplyEvent::Withdraw {
             from: 0,
@@ -163,6 +159,22 @@ pub fn respond(
         generation: Some(generation),
         guard: report,
     })
+}
+
+/// The policy's refusal for a flagged message, shown in place of a reply.
+fn refuse(flag: &Screening, report: GuardReport, on_event: &mut impl FnMut(&ReplyEvent)) -> Reply {
+    // Invariant: a flagged screening always names its category.
+    let category = flag.category.unwrap_or(Category::NonViolentCrimes);
+    let text = policy::refusal(category).to_string();
+    on_event(&ReplyEvent::Token(text.clone()));
+    Reply {
+        verdict: Verdict::Refused,
+        category: Some(category),
+        stopped_by: None,
+        text,
+        generation: None,
+        guard: report,
+    }
 }
 
 /// Events of a guarded reply running on its own thread.

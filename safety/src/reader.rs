@@ -1,25 +1,30 @@
-//! How the guard reads text: its own session on the guard model, a fixed preamble kept in the
-//! cache, then the text's tokens, appended as they arrive. The features are, for each tapped
-//! layer, the mean hidden state over the text's tokens and the hidden state of its last token;
-//! both update in place as tokens are appended, so a streamed reply is never re-read.
+//! How the guard reads a conversation: as the chat model sees it, rendered with the model's
+//! own chat template, a system prompt first. The features are, for each tapped layer, the mean
+//! hidden state from the start of the user's message to the latest token, and the latest
+//! token's state. Both update in place as tokens arrive, so a streamed reply is never re-read.
+//!
+//! The same features come from two places. When the guard model is the chat model, the guard
+//! rides on the chat's own forward pass ([`Features`] fed by an engine `Observer`) and costs
+//! almost nothing. Otherwise the [`Reader`] runs the guard model on its own session over the
+//! same rendered conversation.
 
 use std::sync::Arc;
 
-use kostant_engine::{Model, Session};
+use kostant_engine::{Message, Model, Role, Session};
 
 use crate::{Result, SafetyError};
 
-/// Which layers are read and which preamble each role gets; stored with the trained head so a
-/// head is always read the way it was trained.
+/// Which layers are read and how the guard frames text when it reads on its own; stored with
+/// the trained head so a head is always read the way it was trained.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FeatureSpec {
-    /// Layer taps as `Session::extend_hidden` takes them (n_layer = after the final norm).
+    /// Layer taps as `Session::extend_hidden` numbers them (n_layer = after the final norm).
     pub taps: Vec<usize>,
-    /// Text that comes before a user's message.
-    pub input_preamble: String,
-    /// Text that comes before an assistant's reply.
-    pub output_preamble: String,
-    /// Most text tokens read in one window; longer text is read in overlapping windows.
+    /// The system prompt of the conversation the guard reads when it reads on its own (riding
+    /// on the chat, it sees the chat's).
+    pub system_prompt: String,
+    /// Most tokens of one message the guard reads in one turn on its own; a longer message is
+    /// read in overlapping windows of this many tokens.
     pub window: usize,
 }
 
@@ -29,26 +34,102 @@ impl FeatureSpec {
     }
 }
 
-/// Whose words are being read: they are introduced differently, so the head can tell a request
-/// for harm from a reply that gives it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    Input,
-    Output,
-}
-
-pub struct Reader {
-    session: Session,
-    spec: FeatureSpec,
-    role: Option<Role>,
-    preamble_len: usize,
+/// Running features over a token stream: per tap, the sum of the states read since the start
+/// of the user's message and the latest state.
+#[derive(Clone, Debug)]
+pub struct Features {
     n_embd: usize,
-    /// Per tap: the sum of the text tokens' hidden states (f64: long replies add many terms).
+    /// f64: long replies add many terms.
     sums: Vec<Vec<f64>>,
-    /// Per tap: the hidden state of the last text token.
     last: Vec<Vec<f32>>,
     count: usize,
 }
+
+impl Features {
+    pub fn new(taps: usize, n_embd: usize) -> Features {
+        Features {
+            n_embd,
+            sums: vec![vec![0.0; n_embd]; taps],
+            last: vec![vec![0.0; n_embd]; taps],
+            count: 0,
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.sums.iter_mut().for_each(|s| s.fill(0.0));
+        self.count = 0;
+    }
+
+    /// Tokens read.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Adds rows `from..` of each tap's (n, n_embd) state matrix.
+    pub fn add(&mut self, states: &[Vec<f32>], from: usize) {
+        let e = self.n_embd;
+        let mut rows = 0;
+        for ((state, sum), last) in states.iter().zip(&mut self.sums).zip(&mut self.last) {
+            let skip = from.min(state.len() / e);
+            rows = state.len() / e - skip;
+            for row in state.chunks_exact(e).skip(skip) {
+                for (s, &v) in sum.iter_mut().zip(row) {
+                    *s += v as f64;
+                }
+            }
+            if rows > 0 {
+                last.copy_from_slice(&state[state.len() - e..]);
+            }
+        }
+        self.count += rows;
+    }
+
+    /// Per tap: [mean, latest]. None before any token.
+    pub fn vector(&self) -> Option<Vec<f32>> {
+        if self.count == 0 {
+            return None;
+        }
+        let mut f = Vec::with_capacity(2 * self.sums.len() * self.n_embd);
+        for (sum, last) in self.sums.iter().zip(&self.last) {
+            f.extend(sum.iter().map(|&s| (s / self.count as f64) as f32));
+            f.extend_from_slice(last);
+        }
+        Some(f)
+    }
+}
+
+/// Where the user's message starts in a rendered prompt: the last place its content's tokens
+/// occur (the template tokenizes each message's content on its own, so they occur verbatim).
+/// An empty message starts at the prompt's last token.
+pub fn message_start(model: &Model, prompt: &[u32], message: &str) -> Result<Option<usize>> {
+    let content = model.tokenizer.encode(message.trim(), false)?;
+    if content.is_empty() {
+        return Ok(prompt.len().checked_sub(1));
+    }
+    Ok(prompt
+        .windows(content.len())
+        .rposition(|w| w == content.as_slice()))
+}
+
+/// The guard model reading on its own session: a conversation with the spec's system prompt
+/// (kept in the cache), then one user message, then, optionally, the start of a reply.
+pub struct Reader {
+    session: Session,
+    spec: FeatureSpec,
+    /// Tokens of the system-only prefix, kept in the cache between messages.
+    prefix: Vec<u32>,
+    features: Features,
+    /// The cache length and features at the end of the message (before any reply token),
+    /// to go back to when a long reply fills the cache.
+    message_end: Option<(usize, Features)>,
+}
+
+/// Room for reply tokens after a full window of message.
+const REPLY_ROOM: usize = 256;
 
 impl Reader {
     pub fn new(model: Arc<Model>, spec: FeatureSpec) -> Result<Reader> {
@@ -65,32 +146,28 @@ impl Reader {
                 spec.window
             )));
         }
-        let n_embd = model.hparams.n_embd;
-        let longest = [&spec.input_preamble, &spec.output_preamble]
-            .iter()
-            .map(|p| model.tokenizer.encode(p, false).map(|t| t.len()))
-            .collect::<std::result::Result<Vec<_>, _>>()?
-            .into_iter()
-            .max()
-            .unwrap_or(0);
-        let session = Session::new(model.clone(), longest + spec.window + 1)?;
-        if session.n_ctx() < longest + spec.window {
+        let system = [Message::new(Role::System, spec.system_prompt.clone())];
+        let prefix = model
+            .chat_template
+            .render(&model.tokenizer, &system, false)?
+            .tokens;
+        // The template's own tokens around a message are a few dozen at most.
+        let need = prefix.len() + spec.window + 64 + REPLY_ROOM;
+        let session = Session::new(model.clone(), need)?;
+        if session.n_ctx() < need {
             return Err(SafetyError::Head(format!(
                 "the guard model's context ({}) cannot hold a {}-token window",
                 session.n_ctx(),
                 spec.window
             )));
         }
-        let taps = spec.taps.len();
+        let features = Features::new(spec.taps.len(), model.hparams.n_embd);
         Ok(Reader {
             session,
             spec,
-            role: None,
-            preamble_len: 0,
-            n_embd,
-            sums: vec![vec![0.0; n_embd]; taps],
-            last: vec![vec![0.0; n_embd]; taps],
-            count: 0,
+            prefix,
+            features,
+            message_end: None,
         })
     }
 
@@ -107,84 +184,93 @@ impl Reader {
         self.session.kv_bytes()
     }
 
-    /// Text tokens read since the last `start`.
-    pub fn len(&self) -> usize {
-        self.count
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// Room left in the current window.
-    pub fn room(&self) -> usize {
-        self.spec.window.saturating_sub(self.count)
-    }
-
-    /// Begins a new text in `role`. The preamble's states stay cached between texts of the
-    /// same role, so starting again costs nothing.
-    pub fn start(&mut self, role: Role) -> Result<()> {
-        if self.role != Some(role) || self.session.tokens().len() < self.preamble_len {
-            let preamble = match role {
-                Role::Input => &self.spec.input_preamble,
-                Role::Output => &self.spec.output_preamble,
-            };
-            let tokens = self.session.model().tokenizer.encode(preamble, false)?;
-            self.session.reset();
-            if !tokens.is_empty() {
-                // All taps, so the cache holds every layer the text will read.
-                self.session.extend_hidden(&tokens, &self.spec.taps)?;
+    /// Splits a message into the windows the reader takes: token runs of at most `window`,
+    /// each starting 16 tokens before the previous one ends, as text.
+    pub fn windows(&self, message: &str) -> Result<Vec<String>> {
+        const OVERLAP: usize = 16;
+        let tok = &self.model().tokenizer;
+        let ids = tok.encode(message.trim(), false)?;
+        if ids.len() <= self.spec.window {
+            return Ok(vec![message.trim().to_string()]);
+        }
+        let mut out = Vec::new();
+        let mut begin = 0;
+        loop {
+            let end = (begin + self.spec.window).min(ids.len());
+            out.push(tok.decode(&ids[begin..end]));
+            if end == ids.len() {
+                return Ok(out);
             }
-            self.preamble_len = tokens.len();
-            self.role = Some(role);
+            begin = end - OVERLAP;
         }
-        self.session.truncate(self.preamble_len);
-        for s in &mut self.sums {
-            s.iter_mut().for_each(|v| *v = 0.0);
-        }
-        self.count = 0;
-        Ok(())
     }
 
-    /// Reads more text tokens (at most `room()` of them).
-    pub fn push(&mut self, tokens: &[u32]) -> Result<()> {
-        if tokens.is_empty() {
-            return Ok(());
-        }
-        if self.role.is_none() {
-            return Err(SafetyError::Head("reader used before start".into()));
-        }
-        if tokens.len() > self.room() {
+    /// Reads `message` (at most one window of it; see [`Reader::windows`]) as the user's turn,
+    /// up to where the assistant's reply would begin. Returns the tokens read from the start
+    /// of the message on.
+    pub fn read_message(&mut self, message: &str) -> Result<usize> {
+        let model = self.model().clone();
+        let conversation = [
+            Message::new(Role::System, self.spec.system_prompt.clone()),
+            Message::new(Role::User, message),
+        ];
+        let tokens = model
+            .chat_template
+            .render(&model.tokenizer, &conversation, true)?
+            .tokens;
+        let start = message_start(&model, &tokens, message)?
+            .ok_or_else(|| SafetyError::Head("the template dropped the message".into()))?;
+        if tokens.len() + 1 > self.session.n_ctx() {
             return Err(SafetyError::Head(format!(
-                "{} tokens do not fit the {} left in the guard's window",
-                tokens.len(),
-                self.room()
+                "a message of {} tokens is longer than the guard's window of {}",
+                tokens.len() - self.prefix.len(),
+                self.spec.window
             )));
         }
-        let states = self.session.extend_hidden(tokens, &self.spec.taps)?;
-        let e = self.n_embd;
-        for ((state, sum), last) in states.iter().zip(&mut self.sums).zip(&mut self.last) {
-            for row in state.chunks_exact(e) {
-                for (s, &v) in sum.iter_mut().zip(row) {
-                    *s += v as f64;
-                }
-            }
-            last.copy_from_slice(&state[state.len() - e..]);
+        // Keep the cached system prompt; everything after it runs again.
+        let keep = if tokens.starts_with(&self.prefix) {
+            self.prefix.len().min(start)
+        } else {
+            0
+        };
+        self.session.truncate(keep);
+        if self.session.tokens() != &tokens[..keep] {
+            self.session.reset();
         }
-        self.count += tokens.len();
+        let from = self.session.tokens().len();
+        let states = self
+            .session
+            .extend_hidden(&tokens[from..], &self.spec.taps)?;
+        self.features.clear();
+        self.features.add(&states, start - from);
+        self.message_end = Some((self.session.tokens().len(), self.features.clone()));
+        Ok(tokens.len() - start)
+    }
+
+    /// Reads reply tokens after the message. When the cache is full, the reply read so far is
+    /// dropped (it was judged already) and reading goes on from the end of the message.
+    pub fn read_reply(&mut self, tokens: &[u32]) -> Result<()> {
+        let Some((end, at_end)) = self.message_end.clone() else {
+            return Err(SafetyError::Head("reply read before its message".into()));
+        };
+        let mut rest = tokens;
+        while !rest.is_empty() {
+            if self.session.tokens().len() >= self.session.n_ctx() {
+                self.session.truncate(end);
+                self.features = at_end.clone();
+            }
+            let n = rest
+                .len()
+                .min(self.session.n_ctx() - self.session.tokens().len());
+            let states = self.session.extend_hidden(&rest[..n], &self.spec.taps)?;
+            self.features.add(&states, 0);
+            rest = &rest[n..];
+        }
         Ok(())
     }
 
-    /// The features of the text read so far: per tap, [mean, last]. None before any token.
+    /// The features of what was read since the last message began. None before any token.
     pub fn features(&self) -> Option<Vec<f32>> {
-        if self.count == 0 {
-            return None;
-        }
-        let mut f = Vec::with_capacity(self.spec.dim(self.n_embd));
-        for (sum, last) in self.sums.iter().zip(&self.last) {
-            f.extend(sum.iter().map(|&s| (s / self.count as f64) as f32));
-            f.extend_from_slice(last);
-        }
-        Some(f)
+        self.features.vector()
     }
 }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::head::{self, Example, Head, HeadInfo, TrainConfig};
 use crate::normalize::normalize;
-use crate::reader::{FeatureSpec, Reader, Role};
+use crate::reader::{FeatureSpec, Reader};
 use crate::{Category, Result, SafetyError};
 
 /// One line of a data file.
@@ -98,17 +98,15 @@ pub fn read_templates(path: &Path) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// The feature spec new heads are trained with.
-/// Replies are read with the same preamble as messages: the head is trained on messages, and
-/// a reply that gives harmful instructions reads much like a request for them.
+/// The feature spec new heads are trained with: the conversation framed by the chat's default
+/// system prompt, read after layers 16 and 20 of 30 (the best of the layers probed on dev).
 pub fn default_spec() -> FeatureSpec {
     FeatureSpec {
-        taps: vec![12],
-        input_preamble: "Message from the user:\n".into(),
-        output_preamble: "Message from the user:\n".into(),
-        // About the length of the prompts the head learns from: a long text is judged in
-        // pieces it can read, not as one blurred average.
-        window: 64,
+        taps: vec![16, 20],
+        system_prompt: crate::policy::default_system_prompt(),
+        // Longer than nearly every training prompt, so the head learns whole messages; a longer
+        // message is judged window by window.
+        window: 512,
     }
 }
 
@@ -140,7 +138,8 @@ impl TrainOptions {
                 safe_weight: 1.5,
                 seed: 7,
             },
-            augment_share: 0.0,
+            // A quarter of the training prompts are also seen inside a jailbreak wrapper.
+            augment_share: 0.25,
             max_dev_false_positive: 0.05,
             cache: None,
         }
@@ -200,12 +199,11 @@ fn fnv64(parts: &[&[u8]]) -> u64 {
 fn featurize_cached(
     reader: &mut Reader,
     items: &[(String, Option<Category>)],
-    role: Role,
     cache: Option<&Path>,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<Example>> {
     let Some(dir) = cache else {
-        return featurize(reader, items, role, progress);
+        return featurize(reader, items, progress);
     };
     let spec = serde_json::to_vec(reader.spec()).map_err(|e| SafetyError::Head(e.to_string()))?;
     let texts: Vec<u8> = items
@@ -213,12 +211,7 @@ fn featurize_cached(
         .flat_map(|(t, _)| t.bytes().chain([0]))
         .collect();
     let name = reader.model().name();
-    let role_tag: &[u8] = if role == Role::Input {
-        b"input"
-    } else {
-        b"output"
-    };
-    let key = fnv64(&[name.as_bytes(), &spec, &texts, role_tag]);
+    let key = fnv64(&[name.as_bytes(), &spec, &texts, b"message"]);
     let path = dir.join(format!("features-{key:016x}.f32"));
     let dim = reader.spec().dim(reader.model().hparams.n_embd);
     if let Ok(bytes) = std::fs::read(&path) {
@@ -237,7 +230,7 @@ fn featurize_cached(
                 .collect());
         }
     }
-    let examples = featurize(reader, items, role, progress)?;
+    let examples = featurize(reader, items, progress)?;
     if examples.len() == items.len() {
         let io = |source| SafetyError::Io {
             path: path.clone(),
@@ -253,23 +246,23 @@ fn featurize_cached(
     Ok(examples)
 }
 
-/// Features of every text in `items` read in `role`.
+/// Features of every text in `items` read as a user's message (its first window, as the guard
+/// reads it).
 fn featurize(
     reader: &mut Reader,
     items: &[(String, Option<Category>)],
-    role: Role,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<Example>> {
-    let window = reader.spec().window;
     let mut out = Vec::with_capacity(items.len());
     for (i, (text, category)) in items.iter().enumerate() {
-        let mut ids = reader.model().tokenizer.encode(&normalize(text), false)?;
-        ids.truncate(window);
-        if ids.is_empty() {
+        let text = normalize(text);
+        let Some(first) = reader.windows(&text)?.into_iter().next() else {
+            continue;
+        };
+        if first.trim().is_empty() {
             continue;
         }
-        reader.start(role)?;
-        reader.push(&ids)?;
+        reader.read_message(&first)?;
         if let Some(features) = reader.features() {
             out.push(Example {
                 features,
@@ -327,17 +320,12 @@ pub fn train_head(
 
     let mut reader = Reader::new(model.clone(), opts.spec.clone())?;
     let cache = opts.cache.as_deref();
-    let examples = featurize_cached(
-        &mut reader,
-        &train_items,
-        Role::Input,
-        cache,
-        &mut |i, n| progress("train", i, n),
-    )?;
-    let dev_examples =
-        featurize_cached(&mut reader, &dev_items, Role::Input, cache, &mut |i, n| {
-            progress("dev", i, n)
-        })?;
+    let examples = featurize_cached(&mut reader, &train_items, cache, &mut |i, n| {
+        progress("train", i, n)
+    })?;
+    let dev_examples = featurize_cached(&mut reader, &dev_items, cache, &mut |i, n| {
+        progress("dev", i, n)
+    })?;
 
     let info = HeadInfo {
         spec: opts.spec.clone(),
@@ -345,6 +333,7 @@ pub fn train_head(
         n_embd: model.hparams.n_embd,
         hidden: opts.config.hidden,
         threshold: 0.5,
+        output_threshold: None,
         training: serde_json::Value::Null,
     };
     let mut head = head::train(&examples, info, &opts.config)?;

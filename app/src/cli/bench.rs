@@ -71,6 +71,20 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let bandwidth = args
         .bandwidth
         .then(|| kostant_kernels::bandwidth::read_bandwidth(1 << 30, 10));
+    let guard = match args.guard {
+        true => {
+            let path = crate::model_path::resolve(args.model.model.as_deref())?;
+            Some(super::bench_guard::measure(
+                &model,
+                &path,
+                &args.guard_args,
+                args.model.ctx,
+                args.gen_tokens,
+                args.repetitions,
+            )?)
+        }
+        false => None,
+    };
     let mb = |b: usize| b as f64 / (1024.0 * 1024.0);
     let report = json!({
         "model": model.name(),
@@ -95,6 +109,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "peak_rss_mb": peak,
         "read_bandwidth_gb_s": bandwidth.map(|b| b.best_gb_s),
         "decode_bandwidth_fraction": bandwidth.map(|b| gb_s / b.best_gb_s),
+        "guard": guard,
     });
     if args.json {
         println!("{report}");
@@ -139,6 +154,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 "bandwidth    {:>8.2} GB/s   (read, best of 10 over 1 GiB); decode streams {:.0}% of it",
                 b.best_gb_s,
                 100.0 * gb_s / b.best_gb_s
+            );
+        }
+        if let Some(g) = &guard {
+            let f = |k: &str| g[k].as_f64().unwrap_or(f64::NAN);
+            println!(
+                "guard ttft   {:>8.1} ms     (plain {:.1} ms, +{:.1}%; {} prompt tokens; screening {:.2} ms)",
+                f("ttft_ms_guarded"),
+                f("ttft_ms_plain"),
+                100.0 * f("input_overhead_fraction"),
+                g["prompt_tokens"],
+                f("input_screen_ms")
+            );
+            println!(
+                "guard decode {:>8.1} tok/s  (plain {:.1} tok/s, +{:.1}% time; screening {:.2} ms a reply)",
+                f("decode_tok_s_guarded"),
+                f("decode_tok_s_plain"),
+                100.0 * f("output_overhead_fraction"),
+                f("output_screen_ms")
             );
         }
     }

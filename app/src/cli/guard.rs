@@ -61,9 +61,9 @@ pub enum GuardCommand {
     Screen {
         #[arg(long)]
         text: Option<String>,
-        /// Screen as an assistant's reply rather than a user's message.
-        #[arg(long)]
-        output: bool,
+        /// Screen as an assistant's reply to this message rather than as a user's message.
+        #[arg(long, value_name = "MESSAGE")]
+        reply_to: Option<String>,
     },
     /// Show the loaded head: its model, features, threshold, training record, memory.
     Info,
@@ -136,15 +136,14 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             );
             Ok(())
         }
-        GuardCommand::Screen { text, output } => {
+        GuardCommand::Screen { text, reply_to } => {
             let path = crate::model_path::resolve(args.model.model.as_deref())?;
             let model = load_model(&args.model)?;
             let mut guard = load_guard(&args.guard, &model, &path)?;
             let mut screen = |t: &str| -> Result<()> {
-                let s = if output {
-                    guard.screen_output(t)?
-                } else {
-                    guard.screen_input(t)?
+                let s = match &reply_to {
+                    Some(message) => guard.screen_output(message, t)?,
+                    None => guard.screen_input(t)?,
                 };
                 println!(
                     "{}",

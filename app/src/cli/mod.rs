@@ -1,6 +1,7 @@
 //! The `kostant` command line: the same jobs as the app, for terminals, scripts and CI.
 
 pub mod bench;
+mod bench_guard;
 pub mod chat;
 pub mod doctor;
 pub mod eval;
@@ -123,6 +124,12 @@ pub struct BenchArgs {
     /// weight traffic as a fraction of it.
     #[arg(long)]
     pub bandwidth: bool,
+    /// Also measure what the guard costs: time to first token and decode speed of a chat
+    /// reply to a 64-token prompt, with the guard and without.
+    #[arg(long)]
+    pub guard: bool,
+    #[command(flatten)]
+    pub guard_args: guard::GuardArgs,
 }
 
 /// Sets the kernel thread count, finds the model and maps it.

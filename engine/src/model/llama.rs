@@ -22,11 +22,60 @@ use crate::{EngineError, Result};
 pub fn forward(model: &Model, kv: &mut KvCache, tokens: &[u32]) -> Result<Vec<f32>> {
     let hp = &model.hparams;
     let x = transformer(model, kv, tokens, hp.n_layer, |_, _| {})?;
-    // Only the last position's logits are needed to pick the next token.
-    let last = &x[(tokens.len() - 1) * hp.n_embd..];
+    last_logits(model, &x)
+}
+
+/// The lm head over the last row of the residual stream `x`: only the last position's logits
+/// are needed to pick the next token.
+fn last_logits(model: &Model, x: &[f32]) -> Result<Vec<f32>> {
+    let hp = &model.hparams;
+    let last = &x[x.len() - hp.n_embd..];
     let mut normed = vec![0.0f32; hp.n_embd];
     rms_norm(last, &model.weights.output_norm, hp.rms_eps, &mut normed);
     linear(model, &model.weights.output, &normed, 1)
+}
+
+/// [`forward`] that also returns, for every token run, its hidden states at the layers in
+/// `taps` (numbered as in [`forward_hidden`]). This is how a classifier rides on the chat
+/// model's own pass: the states are computed anyway, so reading them costs a copy.
+pub fn forward_tapped(
+    model: &Model,
+    kv: &mut KvCache,
+    tokens: &[u32],
+    taps: &[usize],
+) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
+    let hp = &model.hparams;
+    check_taps(hp, taps)?;
+    let mut out = vec![Vec::new(); taps.len()];
+    let x = transformer(model, kv, tokens, hp.n_layer, |l, x| {
+        for (o, _) in out.iter_mut().zip(taps).filter(|(_, &t)| t == l) {
+            *o = x.to_vec();
+        }
+    })?;
+    tap_final_norm(model, &x, taps, &mut out);
+    Ok((last_logits(model, &x)?, out))
+}
+
+/// Fills the taps numbered `n_layer`: the final RMSNorm's output for every token of `x`.
+fn tap_final_norm(model: &Model, x: &[f32], taps: &[usize], out: &mut [Vec<f32>]) {
+    let hp = &model.hparams;
+    if taps.contains(&hp.n_layer) {
+        let mut normed = vec![0.0f32; x.len()];
+        rms_norm(x, &model.weights.output_norm, hp.rms_eps, &mut normed);
+        for (o, _) in out.iter_mut().zip(taps).filter(|(_, &t)| t == hp.n_layer) {
+            o.clone_from(&normed);
+        }
+    }
+}
+
+fn check_taps(hp: &HParams, taps: &[usize]) -> Result<()> {
+    match taps.iter().find(|&&t| t > hp.n_layer) {
+        Some(&bad) => Err(EngineError::InvalidRequest(format!(
+            "hidden-state tap {bad} is past the model's {} layers",
+            hp.n_layer
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Like [`forward`], but instead of logits returns the hidden states of every token at the
@@ -40,12 +89,7 @@ pub fn forward_hidden(
     taps: &[usize],
 ) -> Result<Vec<Vec<f32>>> {
     let hp = &model.hparams;
-    if let Some(&bad) = taps.iter().find(|&&t| t > hp.n_layer) {
-        return Err(EngineError::InvalidRequest(format!(
-            "hidden-state tap {bad} is past the model's {} layers",
-            hp.n_layer
-        )));
-    }
+    check_taps(hp, taps)?;
     let mut out = vec![Vec::new(); taps.len()];
     // Layers past the deepest tap cannot change what is returned: skip them (a guard reading
     // an early layer pays only for the layers it reads).
@@ -58,13 +102,7 @@ pub fn forward_hidden(
             *o = x.to_vec();
         }
     })?;
-    if taps.contains(&hp.n_layer) {
-        let mut normed = vec![0.0f32; x.len()];
-        rms_norm(&x, &model.weights.output_norm, hp.rms_eps, &mut normed);
-        for (o, _) in out.iter_mut().zip(taps).filter(|(_, &t)| t == hp.n_layer) {
-            o.clone_from(&normed);
-        }
-    }
+    tap_final_norm(model, &x, taps, &mut out);
     Ok(out)
 }
 

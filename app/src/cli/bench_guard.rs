@@ -1,0 +1,91 @@
+//! `kostant bench --guard`: what the guard costs a user. The same chat prompt is answered with
+//! the plain engine and through the guarded pipeline, back to back; the differences in time to
+//! first token and in decode speed are the guard's price (issue 3 asks for under 10% of each).
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use serde_json::{json, Value};
+
+use kostant_engine::{
+    generate, CancelHandle, GenerateRequest, Generation, Message, Model, Role, SamplingParams,
+    Session,
+};
+use kostant_safety::{policy, respond};
+
+use super::guard::{load_guard, GuardArgs};
+
+/// A benign request of about the length people type; with the system prompt and the template
+/// the prompt is about 64 tokens.
+const MESSAGE: &str = "Can you help me plan a relaxed weekend in Lisbon? I like small museums, \
+good coffee and long walks by the river, and I need to be home by Sunday evening.";
+
+pub fn measure(
+    model: &Arc<Model>,
+    model_path: &std::path::Path,
+    args: &GuardArgs,
+    n_ctx: usize,
+    gen_tokens: usize,
+    repetitions: usize,
+) -> Result<Value> {
+    let mut guard = load_guard(args, model, model_path)?;
+    let messages = [
+        Message::new(Role::System, policy::default_system_prompt()),
+        Message::new(Role::User, MESSAGE),
+    ];
+    let prompt = model
+        .chat_template
+        .render(&model.tokenizer, &messages, true)?
+        .tokens;
+    let req = GenerateRequest {
+        prompt: prompt.clone(),
+        max_tokens: gen_tokens,
+        sampling: SamplingParams::greedy(),
+    };
+    let mut session = Session::new(model.clone(), n_ctx)?;
+    let cancel = CancelHandle::new();
+    let mut plain: Vec<Generation> = Vec::new();
+    let mut guarded: Vec<Generation> = Vec::new();
+    let (mut input_ms, mut output_ms) = (Vec::new(), Vec::new());
+    // One unmeasured round of each pages everything in.
+    for round in 0..=repetitions {
+        session.reset();
+        let g = generate(&mut session, &req, &cancel, |_, _| {})?;
+        session.reset();
+        let r = respond(&mut session, &mut guard, &req, MESSAGE, &cancel, |_| {})?;
+        anyhow::ensure!(
+            r.generation.is_some(),
+            "the guard refused the benchmark's benign message ({:?})",
+            r.category
+        );
+        if round > 0 {
+            plain.push(g);
+            // Invariant: checked just above.
+            guarded.push(r.generation.unwrap());
+            input_ms.push(r.guard.input_ms);
+            output_ms.push(r.guard.output_ms);
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let stat =
+        |gs: &[Generation], f: fn(&Generation) -> f64| mean(&gs.iter().map(f).collect::<Vec<_>>());
+    let ttft_plain = stat(&plain, |g| g.stats.ttft_ms);
+    let ttft_guarded = stat(&guarded, |g| g.stats.ttft_ms);
+    let decode_plain = stat(&plain, |g| g.stats.decode_tok_s);
+    let decode_guarded = stat(&guarded, |g| g.stats.decode_tok_s);
+    Ok(json!({
+        "rides_on_chat_pass": guard.rides_on(model),
+        "prompt_tokens": prompt.len(),
+        "generated_tokens": stat(&guarded, |g| g.tokens.len() as f64),
+        "ttft_ms_plain": ttft_plain,
+        "ttft_ms_guarded": ttft_guarded,
+        // The whole input screening as the pipeline times it, and what it adds to TTFT.
+        "input_screen_ms": mean(&input_ms),
+        "input_overhead_fraction": (ttft_guarded - ttft_plain) / ttft_plain,
+        "decode_tok_s_plain": decode_plain,
+        "decode_tok_s_guarded": decode_guarded,
+        "output_screen_ms": mean(&output_ms),
+        "output_overhead_fraction": decode_plain / decode_guarded - 1.0,
+        "guard_resident_mb": guard.resident_bytes() as f64 / (1024.0 * 1024.0),
+    }))
+}
