@@ -29,6 +29,21 @@ fn scratch(name: &str) -> PathBuf {
     root
 }
 
+/// This test process's own history (data and key directories), never the user's.
+fn home() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-eval-home-{}", std::process::id()))
+}
+
+fn history(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kostant"))
+        .arg("history")
+        .args(args)
+        .env("KOSTANT_DATA_DIR", home().join("data"))
+        .env("KOSTANT_KEY_DIR", home().join("keys"))
+        .output()
+        .unwrap()
+}
+
 fn kostant(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kostant"))
         .args(args)
@@ -37,6 +52,8 @@ fn kostant(args: &[&str]) -> Output {
         .arg("--suites-dir")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/evals"))
         .env("KOSTANT_MODELS_DIR", model().parent().unwrap())
+        .env("KOSTANT_DATA_DIR", home().join("data"))
+        .env("KOSTANT_KEY_DIR", home().join("keys"))
         .output()
         .unwrap()
 }
@@ -141,6 +158,27 @@ fn suites_run_write_reports_and_resume() {
     let svg = std::fs::read_to_string(out.join("report.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
 
+    // The finished report is also in the encrypted history, readable only through it.
+    let o = history(&["evals", "--json"]);
+    assert!(o.status.success(), "stderr: {}", text(&o.stderr));
+    let listed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let runs = listed["eval_runs"].as_array().unwrap();
+    let mine: Vec<_> = runs
+        .iter()
+        .filter(|r| r["suites"].as_array().is_some_and(|s| s.len() == 6))
+        .collect();
+    assert_eq!(mine.len(), 1, "{listed}");
+    let id = mine[0]["id"].to_string();
+    let o = history(&["evals", &id]);
+    let stored: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(stored["summary"], report["summary"]);
+    let db = std::fs::read(home().join("data").join("history.sqlite3")).unwrap_or_default();
+    let needle = report["meta"]["command"].as_str().unwrap().as_bytes();
+    assert!(
+        !db.windows(needle.len()).any(|w| w == needle),
+        "the report is in the database file in the clear"
+    );
+
     // Again: everything is done, nothing is asked twice.
     let o = kostant(&args);
     assert!(o.status.success(), "stderr: {}", text(&o.stderr));
@@ -150,6 +188,9 @@ fn suites_run_write_reports_and_resume() {
         text(&o.stderr)
     );
     assert_eq!(lines(&out.join("results.jsonl")).len(), 10);
+    let o = history(&["evals", "--json"]);
+    let again: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(again, listed, "a rerun that only re-reports stores no copy");
 
     // Resuming with other settings would mix results: refused, with the reason.
     let mut other = args.to_vec();

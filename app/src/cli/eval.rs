@@ -31,6 +31,13 @@ pub struct EvalArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub guard: GuardArgs,
+    /// Where the encrypted history lives; each finished suite run's report is stored there too
+    /// (default: $XDG_DATA_HOME/kostant or ~/.local/share/kostant).
+    #[arg(long, env = "KOSTANT_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Do not store the report in the encrypted history.
+    #[arg(long)]
+    pub no_history: bool,
     /// Suites to run: all, or a comma-separated list of harmful, benign_edgy, benign_everyday,
     /// provocation, jailbreak, perplexity.
     #[arg(long, default_value = "all")]
@@ -280,6 +287,7 @@ fn run_suites(
             results_path.display()
         );
     }
+    let already_done = loaded.results.len();
     let mut done = loaded.results;
     let mut out = ResultsFile::append(&results_path)?;
     let mut skipped: Vec<Skipped> = Vec::new();
@@ -394,6 +402,16 @@ fn run_suites(
         judges: judges()?,
     };
     report.write(dir, "report")?;
+    // Stored once, by the invocation that finished it (a rerun that only re-reports does not
+    // store a copy).
+    if !args.no_history && !report.meta.partial && done.len() > already_done {
+        let data = crate::history::data_dir(args.data_dir.as_deref())?;
+        let mut store = crate::history::open_default(&data)?;
+        let id = store.save_eval_run(&report.to_json()?)?;
+        eprintln!(
+            "report stored in the encrypted history as eval run {id} (kostant history evals)"
+        );
+    }
     Ok(report)
 }
 

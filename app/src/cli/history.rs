@@ -39,6 +39,8 @@ pub enum HistoryAction {
         #[arg(long)]
         yes: bool,
     },
+    /// Safety eval runs stored by `kostant eval`, newest first; with an id, that run's report.
+    Evals { id: Option<i64> },
     /// Write the whole history to FILE, encrypted under a passphrase (PBKDF2-HMAC-SHA256,
     /// 600,000 iterations; ChaCha20-Poly1305).
     Export {
@@ -74,6 +76,46 @@ pub fn run(args: HistoryArgs) -> Result<()> {
                         c.messages,
                         title_text(c)
                     )?;
+                }
+            }
+        }
+        HistoryAction::Evals { id } => {
+            let runs = store.eval_runs()?;
+            let bad = runs.iter().filter(|r| r.report.is_err()).count();
+            match id {
+                Some(id) => {
+                    let run = runs
+                        .iter()
+                        .find(|r| r.id == id)
+                        .with_context(|| format!("no eval run {id}"))?;
+                    match &run.report {
+                        Ok(r) => writeln!(out, "{r}")?,
+                        Err(e) => bail!("eval run {id}: {e}"),
+                    }
+                }
+                None => {
+                    let items: Vec<_> = runs.iter().map(eval_run_json).collect();
+                    if j {
+                        writeln!(out, "{}", json!({ "eval_runs": items }))?;
+                    } else if items.is_empty() {
+                        writeln!(out, "(no stored eval runs in {})", dir.display())?;
+                    } else {
+                        for (r, v) in runs.iter().zip(&items) {
+                            writeln!(
+                                out,
+                                "{:>5}  {}  {} {}  {}",
+                                r.id,
+                                utc(r.created_at_ms),
+                                v["model"].as_str().unwrap_or("?"),
+                                v["quantization"].as_str().unwrap_or("?"),
+                                v["suites"]
+                            )?;
+                        }
+                    }
+                    if bad > 0 {
+                        out.flush()?;
+                        bail!("{bad} eval run(s) failed their integrity check");
+                    }
                 }
             }
         }
@@ -281,5 +323,25 @@ mod tests {
         let s = snippet(&long, "needle");
         assert!(s.starts_with('…') && s.ends_with('…') && s.contains("NEEDLE"));
         assert_eq!(s.chars().count(), 40 + 6 + 40 + 2);
+    }
+}
+
+/// What `history evals` lists of a stored report: its id, time, model and suites, or why it
+/// cannot be read.
+fn eval_run_json(r: &history::store::EvalRun) -> serde_json::Value {
+    let parsed = r
+        .report
+        .as_ref()
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(t).map_err(|e| e.to_string()));
+    match parsed {
+        Ok(v) => json!({
+            "id": r.id,
+            "created_at_ms": r.created_at_ms,
+            "model": v["meta"]["model"],
+            "quantization": v["meta"]["quantization"],
+            "suites": v["meta"]["suites"],
+        }),
+        Err(e) => json!({ "id": r.id, "created_at_ms": r.created_at_ms, "error": e }),
     }
 }

@@ -25,6 +25,8 @@ pub enum Slot {
         message: i64,
         role: Role,
     },
+    /// `eval_runs.report` of a safety eval run.
+    EvalRun { run: i64 },
 }
 
 impl Slot {
@@ -42,6 +44,7 @@ impl Slot {
                 "kostant-history/v1\0messages.body\0{conversation}\0{message}\0{}",
                 role.as_str()
             ),
+            Slot::EvalRun { run } => format!("kostant-history/v1\0eval_runs.report\0{run}"),
         }
     }
 }
@@ -55,6 +58,7 @@ impl std::fmt::Display for Slot {
                 message,
                 ..
             } => write!(f, "message {message} of conversation {conversation}"),
+            Slot::EvalRun { run } => write!(f, "report of eval run {run}"),
         }
     }
 }

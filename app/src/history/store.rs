@@ -49,6 +49,17 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 ";
 
+/// Safety eval reports, sealed like messages. Added after schema 1 shipped, and additive (older
+/// builds never look at it), so it is created on open when missing instead of bumping the
+/// schema version.
+const EVAL_RUNS: &str = "
+CREATE TABLE IF NOT EXISTS eval_runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created_at INTEGER NOT NULL,
+    report BLOB NOT NULL
+) STRICT;
+";
+
 /// Longest title kept, in characters (the first user message, cut).
 const TITLE_CHARS: usize = 60;
 
@@ -70,6 +81,14 @@ pub struct Message {
     pub role: Option<Role>,
     pub created_at_ms: i64,
     pub text: Result<String, HistoryError>,
+}
+
+/// One stored safety eval run; `report` (JSON) fails alone if its row was altered.
+#[derive(Debug)]
+pub struct EvalRun {
+    pub id: i64,
+    pub created_at_ms: i64,
+    pub report: Result<String, HistoryError>,
 }
 
 /// What `search` found, and which messages could not be read.
@@ -131,6 +150,7 @@ impl Store {
             store.initialize()?;
         }
         store.cipher = Cipher::new(&store.unwrap_data_key()?);
+        store.conn.execute_batch(EVAL_RUNS).map_err(store.err())?;
         Ok(store)
     }
 
@@ -467,6 +487,7 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(e)?;
         tx.execute("DELETE FROM messages", []).map_err(e)?;
+        tx.execute("DELETE FROM eval_runs", []).map_err(e)?;
         let n = tx.execute("DELETE FROM conversations", []).map_err(e)?;
         tx.execute(
             "UPDATE meta SET value = ?1 WHERE key = 'data_key'",
@@ -477,6 +498,52 @@ impl Store {
         self.cipher = Cipher::new(&new_key);
         self.conn.execute_batch("VACUUM").map_err(e)?;
         Ok(n)
+    }
+
+    /// Stores a safety eval report (JSON), sealed; returns the run's id.
+    pub fn save_eval_run(&mut self, report: &str) -> Result<i64, HistoryError> {
+        let path = self.path.clone();
+        let e = |e| classify(&path, e);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(e)?;
+        let id = next_id(&tx, "eval_runs").map_err(e)?;
+        let sealed = self.cipher.seal(Slot::EvalRun { run: id }, report)?;
+        tx.execute(
+            "INSERT INTO eval_runs (id, created_at, report) VALUES (?1, ?2, ?3)",
+            params![id, now_ms(), sealed],
+        )
+        .map_err(e)?;
+        tx.commit().map_err(e)?;
+        Ok(id)
+    }
+
+    /// Stored eval runs, newest first.
+    pub fn eval_runs(&self) -> Result<Vec<EvalRun>, HistoryError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, created_at, report FROM eval_runs ORDER BY id DESC")
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, Vec<u8>>(2)?,
+                ))
+            })
+            .map_err(self.err())?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, created_at_ms, sealed) = row.map_err(self.err())?;
+            out.push(EvalRun {
+                id,
+                created_at_ms,
+                report: self.cipher.open(Slot::EvalRun { run: id }, &sealed),
+            });
+        }
+        Ok(out)
     }
 
     /// Every conversation with its messages, for export; fails on the first unreadable value.

@@ -557,3 +557,64 @@ fn sigkill_never_loses_an_acknowledged_message() {
         "every child was killed, none finished"
     );
 }
+
+#[test]
+fn eval_reports_are_sealed_tamper_evident_and_go_with_delete_all() {
+    let dirs = Dirs::new("evals");
+    let mut store = dirs.open();
+    let report = format!("{{\"model\":\"m\",\"note\":\"{SECRET}\"}}");
+    let first = store.save_eval_run(&report).unwrap();
+    let second = store.save_eval_run("{\"model\":\"n\"}").unwrap();
+    assert!(second > first);
+    drop(store);
+    assert!(
+        files_containing(&dirs.data(), SECRET.as_bytes()).is_empty(),
+        "an eval report reached the disk in the clear"
+    );
+
+    // Newest first, both readable after reopening.
+    let store = dirs.open();
+    let runs = store.eval_runs().unwrap();
+    assert_eq!(
+        runs.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [second, first]
+    );
+    assert_eq!(runs[1].report.as_deref().unwrap(), report);
+    drop(store);
+
+    // One flipped byte fails that run alone; a report moved to another run does not open.
+    let raw = dirs.raw();
+    let mut sealed: Vec<u8> = raw
+        .query_row("SELECT report FROM eval_runs WHERE id = ?1", [first], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    raw.execute(
+        "UPDATE eval_runs SET report = ?1 WHERE id = ?2",
+        rusqlite::params![sealed, second],
+    )
+    .unwrap();
+    let mid = sealed.len() / 2;
+    sealed[mid] ^= 0x01;
+    raw.execute(
+        "UPDATE eval_runs SET report = ?1 WHERE id = ?2",
+        rusqlite::params![sealed, first],
+    )
+    .unwrap();
+    drop(raw);
+    let mut store = dirs.open();
+    let runs = store.eval_runs().unwrap();
+    for r in &runs {
+        let err = r.report.as_ref().unwrap_err();
+        assert!(matches!(err, HistoryError::Integrity(_)), "{err}");
+    }
+    assert!(runs[1]
+        .report
+        .as_ref()
+        .unwrap_err()
+        .to_string()
+        .contains(&format!("report of eval run {first}")));
+
+    store.delete_all().unwrap();
+    assert!(store.eval_runs().unwrap().is_empty());
+}
