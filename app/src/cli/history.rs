@@ -305,6 +305,26 @@ fn utc(ms: i64) -> String {
     )
 }
 
+/// What `history evals` lists of a stored report: its id, time, model and suites, or why it
+/// cannot be read.
+fn eval_run_json(r: &history::store::EvalRun) -> serde_json::Value {
+    let parsed = r
+        .report
+        .as_ref()
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(t).map_err(|e| e.to_string()));
+    match parsed {
+        Ok(v) => json!({
+            "id": r.id,
+            "created_at_ms": r.created_at_ms,
+            "model": v["meta"]["model"],
+            "quantization": v["meta"]["quantization"],
+            "suites": v["meta"]["suites"],
+        }),
+        Err(e) => json!({ "id": r.id, "created_at_ms": r.created_at_ms, "error": e }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,25 +343,5 @@ mod tests {
         let s = snippet(&long, "needle");
         assert!(s.starts_with('…') && s.ends_with('…') && s.contains("NEEDLE"));
         assert_eq!(s.chars().count(), 40 + 6 + 40 + 2);
-    }
-}
-
-/// What `history evals` lists of a stored report: its id, time, model and suites, or why it
-/// cannot be read.
-fn eval_run_json(r: &history::store::EvalRun) -> serde_json::Value {
-    let parsed = r
-        .report
-        .as_ref()
-        .map_err(|e| e.to_string())
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(t).map_err(|e| e.to_string()));
-    match parsed {
-        Ok(v) => json!({
-            "id": r.id,
-            "created_at_ms": r.created_at_ms,
-            "model": v["meta"]["model"],
-            "quantization": v["meta"]["quantization"],
-            "suites": v["meta"]["suites"],
-        }),
-        Err(e) => json!({ "id": r.id, "created_at_ms": r.created_at_ms, "error": e }),
     }
 }
