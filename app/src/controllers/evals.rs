@@ -8,7 +8,6 @@
 //! `kostant eval` does; this file only picks, caps, reports progress and shapes the bars.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -543,49 +542,30 @@ impl SuiteRunner {
         let mut out = ResultsFile::append(&dir.join("results.jsonl"))?;
         let runner = self.runner(req.max_tokens)?;
         let mut done: Vec<ItemResult> = Vec::new();
-        // `Runner::answer` resets the handle it is given after the guard stops a reply (the
-        // pipeline stops generation through it), which would swallow a Cancel pressed during
-        // that item. So the runner gets a handle of its own, which a watcher keeps cancelled
-        // once the user's is; `run_suite` checks the user's between items.
-        let item_cancel = CancelHandle::new();
-        let ended = AtomicBool::new(false);
-        let answered = std::thread::scope(|scope| {
-            scope.spawn(|| {
-                while !ended.load(Ordering::Acquire) {
-                    if cancel.is_cancelled() && !item_cancel.is_cancelled() {
-                        item_cancel.cancel();
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-            });
-            let mut before = 0;
-            let mut result = Ok(());
-            for (suite, items) in &plan {
-                let mut answer = |it: &kostant_evals::Item, _: &CancelHandle| {
-                    runner.run_item(*suite, it, &item_cancel)
-                };
-                result = run_suite(
-                    &mut answer,
-                    *suite,
-                    items,
-                    &mut out,
-                    &mut done,
-                    cancel,
-                    &mut |p| {
-                        progress(Progress {
-                            done: before + p.done,
-                            total,
-                        })
-                    },
-                );
-                if result.is_err() {
-                    break;
-                }
-                before += items.len();
+        let mut before = 0;
+        let mut answered = Ok(());
+        for (suite, items) in &plan {
+            let mut answer =
+                |it: &kostant_evals::Item, c: &CancelHandle| runner.run_item(*suite, it, c);
+            answered = run_suite(
+                &mut answer,
+                *suite,
+                items,
+                &mut out,
+                &mut done,
+                cancel,
+                &mut |p| {
+                    progress(Progress {
+                        done: before + p.done,
+                        total,
+                    })
+                },
+            );
+            if answered.is_err() {
+                break;
             }
-            ended.store(true, Ordering::Release);
-            result
-        });
+            before += items.len();
+        }
         answered?;
         let model = runner.model().clone();
         let n_ctx = runner.options().n_ctx;
