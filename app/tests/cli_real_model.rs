@@ -249,6 +249,7 @@ fn bench_json_reports_every_measure() {
             "--threads",
             "1",
             "--json",
+            "--guard",
         ],
         None,
     );
@@ -259,6 +260,21 @@ fn bench_json_reports_every_measure() {
     }
     assert_eq!(v["threads"], 1);
     assert_eq!(v["quantization"], "Q4_1");
+    // The guard's price, measured on the same prompt with and without it (no limits here:
+    // speed is reported, not asserted).
+    let g = &v["guard"];
+    assert_eq!(g["rides_on_chat_pass"], true, "{g}");
+    for key in [
+        "ttft_ms_plain",
+        "ttft_ms_guarded",
+        "input_screen_ms",
+        "decode_tok_s_plain",
+        "decode_tok_s_guarded",
+        "guard_resident_mb",
+    ] {
+        assert!(g[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {g}");
+    }
+    assert!(g["input_overhead_fraction"].as_f64().unwrap().is_finite());
 }
 
 #[test]

@@ -81,31 +81,15 @@ impl Chat {
     /// context, keeping the newest message; fails if even that does not fit.
     fn prompt(&mut self) -> Result<Vec<u32>, EngineError> {
         let n_ctx = self.session.as_ref().map_or(0, |s| s.n_ctx());
-        loop {
-            let mut messages = Vec::new();
-            if let Some(s) = &self.system {
-                messages.push(Message::new(Role::System, s.clone()));
-            }
-            messages.extend(self.history.iter().cloned());
-            let rendered =
-                self.model
-                    .chat_template
-                    .render(&self.model.tokenizer, &messages, true)?;
-            // Leave room for at least a short reply.
-            let room = self.max_tokens.min(64);
-            if rendered.tokens.len() + room <= n_ctx {
-                return Ok(rendered.tokens);
-            }
-            if self.history.len() <= 1 {
-                return Err(EngineError::ContextOverflow {
-                    prompt_tokens: rendered.tokens.len() + room,
-                    context: n_ctx,
-                });
-            }
-            // Forget the oldest exchange (a user turn and its reply), never the newest message.
-            let n = 2.min(self.history.len() - 1);
-            self.history.drain(..n);
-        }
+        let (tokens, dropped) = kostant_app::controllers::chat::fit_prompt(
+            &self.model,
+            self.system.as_deref(),
+            &self.history,
+            self.max_tokens,
+            n_ctx,
+        )?;
+        self.history.drain(..dropped);
+        Ok(tokens)
     }
 
     /// Runs one guarded reply on the generation thread, passing what the user should see to
