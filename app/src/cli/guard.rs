@@ -57,6 +57,20 @@ pub enum GuardCommand {
         #[arg(long)]
         features_cache: Option<PathBuf>,
     },
+    /// Choose the threshold for screening replies on the dev prompts' replies and write it into
+    /// the head.
+    Calibrate {
+        #[arg(long, default_value = "assets/safety")]
+        data: PathBuf,
+        #[arg(long, default_value = "assets/safety/guard-head.bin")]
+        out: PathBuf,
+        /// Tokens generated per dev reply.
+        #[arg(long, default_value_t = 48)]
+        max_tokens: usize,
+        /// Highest share of replies to safe dev prompts the threshold may stop.
+        #[arg(long, default_value_t = 0.02)]
+        max_dev_false_positive: f64,
+    },
     /// Screen text (--text, or one message per stdin line) and print the guard's judgement.
     Screen {
         #[arg(long)]
@@ -135,6 +149,24 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                 trained.dev.n_safe
             );
             Ok(())
+        }
+        GuardCommand::Calibrate {
+            data,
+            out,
+            max_tokens,
+            max_dev_false_positive,
+        } => {
+            let path = crate::model_path::resolve(args.model.model.as_deref())?;
+            let model = load_model(&args.model)?;
+            let guard = load_guard(&args.guard, &model, &path)?;
+            super::guard_calibrate::run(
+                &model,
+                guard,
+                &data,
+                &out,
+                max_tokens,
+                max_dev_false_positive,
+            )
         }
         GuardCommand::Screen { text, reply_to } => {
             let path = crate::model_path::resolve(args.model.model.as_deref())?;

@@ -6,6 +6,7 @@ pub mod chat;
 pub mod doctor;
 pub mod eval;
 pub mod guard;
+mod guard_calibrate;
 pub mod history;
 pub mod quantize;
 pub mod synth;
