@@ -118,7 +118,11 @@ pub fn message_start(model: &Model, prompt: &[u32], message: &str) -> Result<Opt
 /// The guard model reading on its own session: a conversation with the spec's system prompt
 /// (kept in the cache), then one user message, then, optionally, the start of a reply.
 pub struct Reader {
-    session: Session,
+    model: Arc<Model>,
+    /// Made at the first read: riding on the chat's pass, the guard never needs its own cache.
+    session: Option<Session>,
+    /// The context the session is made with.
+    n_ctx: usize,
     spec: FeatureSpec,
     /// Tokens of the system-only prefix, kept in the cache between messages.
     prefix: Vec<u32>,
@@ -152,18 +156,18 @@ impl Reader {
             .render(&model.tokenizer, &system, false)?
             .tokens;
         // The template's own tokens around a message are a few dozen at most.
-        let need = prefix.len() + spec.window + 64 + REPLY_ROOM;
-        let session = Session::new(model.clone(), need)?;
-        if session.n_ctx() < need {
+        let n_ctx = prefix.len() + spec.window + 64 + REPLY_ROOM;
+        if model.hparams.n_ctx_train < n_ctx {
             return Err(SafetyError::Head(format!(
                 "the guard model's context ({}) cannot hold a {}-token window",
-                session.n_ctx(),
-                spec.window
+                model.hparams.n_ctx_train, spec.window
             )));
         }
         let features = Features::new(spec.taps.len(), model.hparams.n_embd);
         Ok(Reader {
-            session,
+            model,
+            session: None,
+            n_ctx,
             spec,
             prefix,
             features,
@@ -176,12 +180,12 @@ impl Reader {
     }
 
     pub fn model(&self) -> &Arc<Model> {
-        self.session.model()
+        &self.model
     }
 
     /// Bytes of the guard's own KV cache.
     pub fn kv_bytes(&self) -> usize {
-        self.session.kv_bytes()
+        self.session.as_ref().map_or(0, Session::kv_bytes)
     }
 
     /// Splits a message into the windows the reader takes: token runs of at most `window`,
@@ -220,7 +224,7 @@ impl Reader {
             .tokens;
         let start = message_start(&model, &tokens, message)?
             .ok_or_else(|| SafetyError::Head("the template dropped the message".into()))?;
-        if tokens.len() + 1 > self.session.n_ctx() {
+        if tokens.len() + 1 > self.n_ctx {
             return Err(SafetyError::Head(format!(
                 "a message of {} tokens is longer than the guard's window of {}",
                 tokens.len() - self.prefix.len(),
@@ -233,17 +237,17 @@ impl Reader {
         } else {
             0
         };
-        self.session.truncate(keep);
-        if self.session.tokens() != &tokens[..keep] {
-            self.session.reset();
+        let session = session(&mut self.session, &self.model, self.n_ctx)?;
+        session.truncate(keep);
+        if session.tokens() != &tokens[..keep] {
+            session.reset();
         }
-        let from = self.session.tokens().len();
-        let states = self
-            .session
-            .extend_hidden(&tokens[from..], &self.spec.taps)?;
+        let from = session.tokens().len();
+        let states = session.extend_hidden(&tokens[from..], &self.spec.taps)?;
+        let end = session.tokens().len();
         self.features.clear();
         self.features.add(&states, start - from);
-        self.message_end = Some((self.session.tokens().len(), self.features.clone()));
+        self.message_end = Some((end, self.features.clone()));
         Ok(tokens.len() - start)
     }
 
@@ -253,16 +257,15 @@ impl Reader {
         let Some((end, at_end)) = self.message_end.clone() else {
             return Err(SafetyError::Head("reply read before its message".into()));
         };
+        let session = session(&mut self.session, &self.model, self.n_ctx)?;
         let mut rest = tokens;
         while !rest.is_empty() {
-            if self.session.tokens().len() >= self.session.n_ctx() {
-                self.session.truncate(end);
+            if session.tokens().len() >= session.n_ctx() {
+                session.truncate(end);
                 self.features = at_end.clone();
             }
-            let n = rest
-                .len()
-                .min(self.session.n_ctx() - self.session.tokens().len());
-            let states = self.session.extend_hidden(&rest[..n], &self.spec.taps)?;
+            let n = rest.len().min(session.n_ctx() - session.tokens().len());
+            let states = session.extend_hidden(&rest[..n], &self.spec.taps)?;
             self.features.add(&states, 0);
             rest = &rest[n..];
         }
@@ -273,4 +276,17 @@ impl Reader {
     pub fn features(&self) -> Option<Vec<f32>> {
         self.features.vector()
     }
+}
+
+/// The reader's session, made on first use.
+fn session<'s>(
+    slot: &'s mut Option<Session>,
+    model: &Arc<Model>,
+    n_ctx: usize,
+) -> Result<&'s mut Session> {
+    if slot.is_none() {
+        *slot = Some(Session::new(model.clone(), n_ctx)?);
+    }
+    slot.as_mut()
+        .ok_or_else(|| SafetyError::Head("the guard's session could not be made".into()))
 }

@@ -187,6 +187,9 @@ fn riding_along_reads_what_reading_alone_reads() {
         );
         assert_eq!(r.verdict == Verdict::Refused, want.flagged, "{user}");
     }
+    // Riding along it never needed a cache of its own: only the head is resident.
+    assert_eq!(riding.resident_bytes(), riding.head().weight_bytes());
+    assert!(alone.resident_bytes() > alone.head().weight_bytes());
 }
 
 fn request(model: &Arc<Model>, user: &str, max_tokens: usize) -> GenerateRequest {
