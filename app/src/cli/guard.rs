@@ -212,6 +212,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                     "taps": info.spec.taps,
                     "hidden": info.hidden,
                     "threshold": info.threshold,
+                    "reply_threshold": guard.thresholds().1,
                     "resident_bytes": guard.resident_bytes(),
                     "training": info.training,
                 }))?
