@@ -102,6 +102,14 @@ fn the_guard_refuses_in_the_chat_and_the_eval_screen_runs_compares_exports_and_c
     assert!(everyday.contains("/2) · 95% CI"), "{everyday}");
     assert!(ui.evals_state().get_bars().row_count() >= 3);
     assert!(!everyday.contains("was"), "no previous run yet");
+    // The finished run's report is sealed into the encrypted history.
+    let runs = kostant_app::history::open_default(&scratch.data())
+        .unwrap()
+        .eval_runs()
+        .unwrap();
+    assert_eq!(runs.len(), 1);
+    let stored: serde_json::Value = serde_json::from_str(runs[0].report.as_ref().unwrap()).unwrap();
+    assert_eq!(stored["summary"]["items"], 4);
 
     // Cancel: whole suites (890 harmful prompts), stopped once it has started answering.
     press(&ui, "Quick run");

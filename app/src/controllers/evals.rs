@@ -476,6 +476,8 @@ pub struct SuiteRunner {
     n_ctx: usize,
     /// The runner and the reply budget it was built for.
     loaded: Option<(usize, Runner)>,
+    /// The encrypted history's data directory: each finished run's report is sealed there.
+    history: Option<PathBuf>,
 }
 
 impl SuiteRunner {
@@ -486,7 +488,15 @@ impl SuiteRunner {
             work_dir,
             n_ctx: RunOptions::default().n_ctx,
             loaded: None,
+            history: None,
         }
+    }
+
+    /// Also stores every finished run's report in the encrypted history in `data_dir` (its own
+    /// connection: the runner works on its own thread).
+    pub fn with_history(mut self, data_dir: PathBuf) -> SuiteRunner {
+        self.history = Some(data_dir);
+        self
     }
 
     fn runner(&mut self, max_tokens: usize) -> Result<&mut Runner, AppError> {
@@ -595,6 +605,9 @@ impl SuiteRunner {
             summary: kostant_evals::summarise(&done, None, skipped),
             judges: kostant_evals::calibration::judges()?,
         };
+        if let Some(data_dir) = &self.history {
+            crate::history::open_default(data_dir)?.save_eval_run(&report.to_json()?)?;
+        }
         let results = rows(&report.summary);
         // Kept for the next start's comparison; losing it only loses that comparison.
         let _ = std::fs::write(

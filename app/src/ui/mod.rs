@@ -182,7 +182,11 @@ pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
                     Some(d) => d.join("evals"),
                     None => std::env::temp_dir().join("kostant-evals"),
                 };
-                Ok(Box::new(SuiteRunner::new(path.clone(), suites, work)))
+                let runner = SuiteRunner::new(path.clone(), suites, work);
+                Ok(Box::new(match (&store, &data_dir) {
+                    (Some(_), Some(d)) => runner.with_history(d.clone()),
+                    _ => runner,
+                }))
             }
             None => Err("the eval suites (assets/evals) are not installed with this build".into()),
         },
