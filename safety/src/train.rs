@@ -195,7 +195,8 @@ fn fnv64(parts: &[&[u8]]) -> u64 {
 }
 
 /// [`featurize`], through the cache directory when there is one: rows of f32 features, one per
-/// item, in order.
+/// item, in order. Each text's features are kept in a file of their own, named after the model,
+/// the feature spec and the text, so adding data reads only the new texts.
 fn featurize_cached(
     reader: &mut Reader,
     items: &[(String, Option<Category>)],
@@ -206,44 +207,46 @@ fn featurize_cached(
         return featurize(reader, items, progress);
     };
     let spec = serde_json::to_vec(reader.spec()).map_err(|e| SafetyError::Head(e.to_string()))?;
-    let texts: Vec<u8> = items
-        .iter()
-        .flat_map(|(t, _)| t.bytes().chain([0]))
-        .collect();
     let name = reader.model().name();
-    let key = fnv64(&[name.as_bytes(), &spec, &texts, b"message"]);
-    let path = dir.join(format!("features-{key:016x}.f32"));
     let dim = reader.spec().dim(reader.model().hparams.n_embd);
-    if let Ok(bytes) = std::fs::read(&path) {
-        if bytes.len() == items.len() * dim * 4 {
-            let floats: Vec<f32> = bytes
+    let path_of = |text: &str| {
+        let key = fnv64(&[name.as_bytes(), &spec, text.as_bytes(), b"message"]);
+        dir.join(format!("f-{key:016x}.f32"))
+    };
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| SafetyError::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let mut out = Vec::with_capacity(items.len());
+    for (i, (text, category)) in items.iter().enumerate() {
+        let path = path_of(text);
+        let cached = std::fs::read(&path).ok().filter(|b| b.len() == dim * 4);
+        let features = match cached {
+            Some(bytes) => bytes
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            return Ok(floats
-                .chunks_exact(dim)
-                .zip(items)
-                .map(|(f, (_, c))| Example {
-                    features: f.to_vec(),
-                    category: *c,
-                })
-                .collect());
-        }
-    }
-    let examples = featurize(reader, items, progress)?;
-    if examples.len() == items.len() {
-        let io = |source| SafetyError::Io {
-            path: path.clone(),
-            source,
+                .collect(),
+            None => {
+                let Some(e) =
+                    featurize(reader, &[(text.clone(), *category)], &mut |_, _| {})?.pop()
+                else {
+                    // Nothing readable in it (empty or whitespace): no example, as uncached.
+                    progress(i + 1, items.len());
+                    continue;
+                };
+                let bytes: Vec<u8> = e.features.iter().flat_map(|v| v.to_le_bytes()).collect();
+                std::fs::write(&path, bytes).map_err(io(&path))?;
+                e.features
+            }
         };
-        std::fs::create_dir_all(dir).map_err(io)?;
-        let bytes: Vec<u8> = examples
-            .iter()
-            .flat_map(|e| e.features.iter().flat_map(|v| v.to_le_bytes()))
-            .collect();
-        std::fs::write(&path, bytes).map_err(io)?;
+        out.push(Example {
+            features,
+            category: *category,
+        });
+        progress(i + 1, items.len());
     }
-    Ok(examples)
+    Ok(out)
 }
 
 /// Features of every text in `items` read as a user's message (its first window, as the guard
