@@ -120,32 +120,3 @@ macro_rules! for_token_groups {
     }};
 }
 pub(crate) use for_token_groups;
-
-/// Runs a row-group kernel over `out` (one result per row; `w` holds `out.len()` rows of
-/// `a.len()` blocks, `a` one token): `$multi::<4>` on groups of four rows, `$one` on the rest.
-/// Four rows interleave four independent accumulator chains and share each activation block's
-/// load; every row's arithmetic (and so its bits) is that of `$one`.
-macro_rules! for_row_groups {
-    ($one:ident, $multi:ident, $w:expr, $a:expr, $out:expr) => {{
-        let (w, a, out) = ($w, $a, $out);
-        let nb = a.len();
-        if nb == 0 {
-            out.fill(0.0);
-        } else {
-            let mut groups = out.chunks_exact_mut(4);
-            let mut rows = w.chunks_exact(4 * nb);
-            for (o, w4) in (&mut groups).zip(&mut rows) {
-                $multi::<4>(w4, a, o);
-            }
-            let rest = w.len() / nb / 4 * 4 * nb;
-            for (o, w1) in groups
-                .into_remainder()
-                .iter_mut()
-                .zip(w[rest..].chunks_exact(nb))
-            {
-                *o = $one(w1, a);
-            }
-        }
-    }};
-}
-pub(crate) use for_row_groups;
