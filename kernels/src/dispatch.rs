@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use crate::exp;
 use crate::formats::f16::F16;
 use crate::formats::q4_0::BlockQ4_0;
+use crate::formats::q4_0x8::{self, BlockQ4_0x8};
 use crate::formats::q4_1::BlockQ4_1;
 use crate::formats::q4_k::BlockQ4K;
 use crate::formats::q6_k::BlockQ6K;
@@ -71,6 +72,8 @@ type DotFn<W, A> = unsafe fn(&[W], &[A]) -> f32;
 type MultiFn<W, A> = unsafe fn(&[W], &[A], &mut [f32]);
 /// Several weight rows against one token: `out[r] = dot(row r of w, a)` (decode).
 type RowsFn<W, A> = unsafe fn(&[W], &[A], &mut [f32]);
+/// One interleaved group of rows against a few tokens and their integer activation sums.
+type GemmFn<W, A> = unsafe fn(&[W], &[A], &[i32], &mut [f32]);
 
 /// One implementation of every hot kernel. The function pointers are `unsafe fn` because the
 /// SIMD ones may only run on a CPU with their features; a table is only reachable through
@@ -92,6 +95,7 @@ pub(crate) struct Kernels {
     rows_q4_0: RowsFn<BlockQ4_0, BlockQ8_1>,
     rows_q4_1: RowsFn<BlockQ4_1, BlockQ8_1>,
     rows_q8_0: RowsFn<BlockQ8_0, BlockQ8_1>,
+    gemm_q4_0x8: GemmFn<BlockQ4_0x8, BlockQ8_1>,
 }
 
 static SCALAR: Kernels = Kernels {
@@ -110,6 +114,7 @@ static SCALAR: Kernels = Kernels {
     rows_q4_0: q4_0::dot_rows_scalar,
     rows_q4_1: q4_1::dot_rows_scalar,
     rows_q8_0: q8_0::dot_rows_scalar,
+    gemm_q4_0x8: q4_0x8::gemm_scalar,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -129,6 +134,7 @@ static AVX2: Kernels = Kernels {
     rows_q4_0: q4_0::avx2::dot_rows,
     rows_q4_1: q4_1::avx2::dot_rows,
     rows_q8_0: q8_0::avx2::dot_rows,
+    gemm_q4_0x8: q4_0x8::avx2::gemm,
 };
 
 #[cfg(target_arch = "aarch64")]
@@ -148,6 +154,8 @@ static NEON: Kernels = Kernels {
     rows_q4_0: q4_0::neon::dot_rows,
     rows_q4_1: q4_1::neon::dot_rows,
     rows_q8_0: q8_0::neon::dot_rows,
+    // Weights are only repacked where the AVX2 kernel runs; this entry serves a forced repack.
+    gemm_q4_0x8: q4_0x8::gemm_scalar,
 };
 
 /// True when the AVX2 kernels may run here.
@@ -366,5 +374,21 @@ impl Kernels {
         );
         // SAFETY: as in `dot_f32`.
         unsafe { (self.rows_q8_0)(w, a, out) }
+    }
+
+    /// One group of 8 interleaved rows (`w`, one block per column block) against
+    /// `out.len() / 8` tokens (at most 4) of `w.len()` blocks each, with their integer sums.
+    #[inline]
+    pub fn gemm_q4_0x8(&self, w: &[BlockQ4_0x8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+        let t = out.len() / q4_0x8::ROWS;
+        assert!(
+            out.len().is_multiple_of(q4_0x8::ROWS)
+                && t <= q4_0x8::MAX_TOKENS
+                && a.len() == w.len() * t
+                && sums.len() == a.len(),
+            "gemm_q4_0x8: shape mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.gemm_q4_0x8)(w, a, sums, out) }
     }
 }

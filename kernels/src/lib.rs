@@ -13,6 +13,12 @@
 //! bit (checked against libggml for Q4_0, Q4_1, Q8_0, Q4_K and Q6_K). The scalar and NEON
 //! kernels compute the same exact block integers and differ from it only in f32 summation order.
 //!
+//! Repacking: where a format runs faster in another layout, [`PackedWeights`] copies a matrix
+//! into it once at load (today Q4_0 on AVX2, 8 rows interleaved per block, see
+//! `formats/q4_0x8.rs`). Those kernels keep the scalar reference's summation order, so a
+//! repacked Q4_0 matmul equals the scalar one bit for bit (llama.cpp's repacked Q4_0 likewise
+//! leaves its row-dot order).
+//!
 //! Threads: call [`init_threads`] once, and run forward passes inside [`in_pool`] so matmuls
 //! split their rows in place instead of waking the pool from outside on every call.
 
@@ -31,6 +37,7 @@ mod formats;
 mod matmul;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+mod packed;
 mod threads;
 mod types;
 #[cfg(target_arch = "x86_64")]
@@ -42,6 +49,7 @@ mod testutil;
 pub use dispatch::{cpu_features, set_force_scalar, CpuFeatures, KernelPath};
 pub use error::KernelError;
 pub use matmul::matmul;
+pub use packed::PackedWeights;
 pub use threads::{in_pool, init_threads};
 pub use types::{GgmlType, Weights};
 

@@ -12,6 +12,7 @@ use crate::block::{cast_blocks, ByteBlock};
 use crate::dispatch::{kernels, Kernels};
 use crate::formats::f16::F16;
 use crate::formats::q4_0::BlockQ4_0;
+use crate::formats::q4_0x8;
 use crate::formats::q4_1::BlockQ4_1;
 use crate::formats::q4_k::BlockQ4K;
 use crate::formats::q6_k::BlockQ6K;
@@ -19,7 +20,7 @@ use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_1::BlockQ8_1;
 use crate::formats::q8_k::BlockQ8K;
 use crate::formats::{each_row, each_token};
-use crate::{GgmlType, KernelError, Weights};
+use crate::{GgmlType, KernelError, PackedWeights, Weights};
 
 /// Below this much work (weight bytes times tokens) a matmul runs on the calling thread: waking
 /// the pool costs a few microseconds, as much as streaming this many bytes.
@@ -36,6 +37,7 @@ thread_local! {
     static ACT_Q8_1: Cell<Vec<BlockQ8_1>> = const { Cell::new(Vec::new()) };
     static ACT_Q8_K: Cell<Vec<BlockQ8K>> = const { Cell::new(Vec::new()) };
     static SCRATCH: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+    static ACT_SUMS: Cell<Vec<i32>> = const { Cell::new(Vec::new()) };
 }
 
 /// Runs `f` on a thread-local buffer of at least `len` elements (contents unspecified).
@@ -355,4 +357,81 @@ fn run<W: Sync, A: Sync>(
             }
         }
     });
+}
+
+/// [`matmul`] over Q4_0 weights interleaved 8 rows to a block: activations quantized once (with
+/// their integer sums, which fold in Q4_0's offset), then each task takes a run of row groups
+/// and walks the tokens four at a time, so a group's unpacked weights serve four tokens.
+pub(crate) fn matmul_q4_0x8(
+    p: &PackedWeights,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    expect_len("x", checked_len("x", n_tokens, p.cols)?, x.len())?;
+    expect_len("out", checked_len("out", n_tokens, p.rows)?, out.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    let k = kernels();
+    let nb = p.cols / 32;
+    const G: usize = q4_0x8::ROWS;
+    let groups = p.rows / G;
+    let shape = Shape {
+        rows: p.rows,
+        n_tok: n_tokens,
+        work: p.bytes().saturating_mul(n_tokens),
+    };
+    let group = |g: usize| &p.blocks[g * nb..(g + 1) * nb];
+    // Groups per task: the row split of `run`, in whole groups.
+    let per_task = if use_pool(shape) {
+        rows_per_task(p.rows).div_ceil(G)
+    } else {
+        groups
+    };
+    with_buffer(&ACT_Q8_1, nb * n_tokens, |act| {
+        quantize_tokens(x, p.cols, act, nb, shape, |x, a| k.quantize_q8_1(x, a));
+        with_buffer(&ACT_SUMS, nb * n_tokens, |sums| {
+            q4_0x8::activation_sums(act, sums);
+            if n_tokens == 1 {
+                let body = |(c, o): (usize, &mut [f32])| {
+                    for (i, o) in o.chunks_exact_mut(G).enumerate() {
+                        k.gemm_q4_0x8(group(c * per_task + i), act, sums, o);
+                    }
+                };
+                if use_pool(shape) {
+                    out.par_chunks_mut(per_task * G).enumerate().for_each(body);
+                } else {
+                    body((0, out));
+                }
+                return;
+            }
+            // Several tokens: scratch laid out (group, token, row in group), then transposed.
+            with_buffer(&SCRATCH, p.rows * n_tokens, |scratch| {
+                let body = |(c, s): (usize, &mut [f32])| {
+                    for t0 in (0..n_tokens).step_by(q4_0x8::MAX_TOKENS) {
+                        let t1 = (t0 + q4_0x8::MAX_TOKENS).min(n_tokens);
+                        let (a, su) = (&act[t0 * nb..t1 * nb], &sums[t0 * nb..t1 * nb]);
+                        for (i, s) in s.chunks_exact_mut(n_tokens * G).enumerate() {
+                            k.gemm_q4_0x8(group(c * per_task + i), a, su, &mut s[t0 * G..t1 * G]);
+                        }
+                    }
+                };
+                if use_pool(shape) {
+                    scratch
+                        .par_chunks_mut(per_task * n_tokens * G)
+                        .enumerate()
+                        .for_each(body);
+                } else {
+                    body((0, &mut *scratch));
+                }
+                for (g, per_group) in scratch.chunks_exact(n_tokens * G).enumerate() {
+                    for (t, v) in per_group.chunks_exact(G).enumerate() {
+                        out[t * p.rows + g * G..t * p.rows + (g + 1) * G].copy_from_slice(v);
+                    }
+                }
+            });
+        });
+    });
+    Ok(())
 }

@@ -306,9 +306,8 @@ fn arbitrary_bytes_and_non_finite_activations_do_not_panic() {
     }
 }
 
-/// Decode runs rows in groups (four rows interleaved per kernel call) but every row keeps its
-/// own dot's arithmetic, so a matrix's rows equal the same rows multiplied one at a time, bit
-/// for bit, whatever the row count and its remainder.
+/// Decode splits rows over tasks, but every row keeps its own dot's arithmetic, so a matrix's
+/// rows equal the same rows multiplied one at a time, bit for bit, whatever the row count.
 #[test]
 fn row_groups_equal_one_row_at_a_time() {
     let mut r = rng(102);

@@ -92,6 +92,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "file_mb": model.file_bytes() as f64 / (1024.0 * 1024.0),
         "threads": threads,
         "cpu": kostant_kernels::cpu_features().to_string(),
+        "repacked_matrices": model.repacked_matrices(),
         "prompt_tokens": args.prompt_tokens,
         "gen_tokens": args.gen_tokens,
         "repetitions": args.repetitions,
@@ -121,8 +122,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
             model.file_bytes() as f64 / 1048576.0
         );
         println!(
-            "cpu          {} · {threads} threads",
-            kostant_kernels::cpu_features()
+            "cpu          {} · {threads} threads · {} matrices repacked at load",
+            kostant_kernels::cpu_features(),
+            model.repacked_matrices()
         );
         println!(
             "prefill      {:>8.1} tok/s  ({} tokens)",

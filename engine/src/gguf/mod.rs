@@ -165,6 +165,14 @@ impl Gguf {
         }
     }
 
+    /// Hands the mapped pages of `offset..offset + size` back to the OS: for bytes that were
+    /// copied out and will not be read from the file again. Owned (in-memory) files keep them.
+    pub(crate) fn release(&self, offset: usize, size: usize) {
+        if let Backing::Mmap(m) = &self.backing {
+            mmap::release(m, offset, size);
+        }
+    }
+
     pub fn file_bytes(&self) -> usize {
         self.bytes().len()
     }

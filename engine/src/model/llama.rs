@@ -174,7 +174,10 @@ fn embed(model: &Model, tokens: &[u32]) -> Result<Vec<f32>> {
 /// y = x W^T for n tokens: (n, cols) -> (n, rows).
 fn linear(model: &Model, w: &TensorRef, x: &[f32], n: usize) -> Result<Vec<f32>> {
     let mut out = vec![0.0f32; n * w.rows];
-    matmul(&w.weights(&model.file), x, n, &mut out)?;
+    match w.packed {
+        Some(i) => model.weights.packed[i].matmul(x, n, &mut out)?,
+        None => matmul(&w.weights(&model.file), x, n, &mut out)?,
+    }
     Ok(out)
 }
 

@@ -181,6 +181,12 @@ impl Model {
     pub fn file_bytes(&self) -> usize {
         self.file.file_bytes()
     }
+
+    /// How many weight matrices were repacked at load for this CPU's kernels (Q4_0 on AVX2);
+    /// the rest are read in place from the file.
+    pub fn repacked_matrices(&self) -> usize {
+        self.weights.packed.len()
+    }
 }
 
 #[cfg(test)]
