@@ -1,4 +1,4 @@
-//! Q4_0 layer matrices are repacked at load where the AVX2 kernels run (8 rows interleaved per
+//! Q4_0 and Q4_1 layer matrices are repacked at load where the AVX2 kernels run (8 rows interleaved per
 //! block); the model must answer as it does from the GGUF layout. Own test binary: it switches
 //! the process-wide kernel path.
 
@@ -19,12 +19,17 @@ fn logits(model: &Arc<Model>, tokens: &[u32]) -> Vec<f32> {
 }
 
 #[test]
-fn repacked_q4_0_answers_as_the_gguf_layout_does() {
-    let spec = TinySpec {
-        matrix_type: GgmlType::Q4_0,
-        embd_type: GgmlType::F16,
-        ..Default::default()
-    };
+fn repacked_4_bit_models_answer_as_the_gguf_layout_does() {
+    for matrix_type in [GgmlType::Q4_0, GgmlType::Q4_1] {
+        check_repacked(TinySpec {
+            matrix_type,
+            embd_type: GgmlType::F16,
+            ..Default::default()
+        });
+    }
+}
+
+fn check_repacked(spec: TinySpec) {
     set_force_scalar(true);
     let plain = load(&spec);
     assert_eq!(
@@ -43,8 +48,8 @@ fn repacked_q4_0_answers_as_the_gguf_layout_does() {
         0
     };
     assert_eq!(packed.repacked_matrices(), expected);
-    // The repacked matmuls equal the scalar ones bit for bit; the other kernels (attention, the
-    // f16 lm head) run their SIMD twins, which differ from scalar only in summation order.
+    // The repacked matmuls keep a GGUF kernel's bits (Q4_0 the scalar one's, Q4_1 the AVX2
+    // one's); against the forced-scalar run, results differ at most by summation order.
     let got = logits(&packed, &prompt);
     let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     for (i, (a, b)) in got.iter().zip(&want).enumerate() {
@@ -56,9 +61,13 @@ fn repacked_q4_0_answers_as_the_gguf_layout_does() {
 
 #[test]
 fn other_formats_are_read_in_place() {
-    let spec = TinySpec {
-        matrix_type: GgmlType::Q4_1,
-        ..Default::default()
-    };
-    assert_eq!(load(&spec).repacked_matrices(), 0);
+    for matrix_type in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16] {
+        let spec = TinySpec {
+            matrix_type,
+            n_embd: 256,
+            n_ff: 256,
+            ..Default::default()
+        };
+        assert_eq!(load(&spec).repacked_matrices(), 0, "{matrix_type:?}");
+    }
 }

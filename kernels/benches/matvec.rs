@@ -161,43 +161,48 @@ fn decode_token(c: &mut Criterion) {
     group.finish();
 }
 
-/// Q4_0 in the GGUF layout against the same matrix repacked 8 rows to a block (what the engine
-/// runs on AVX2), for decode and a 64-token prefill: `cargo bench -p kostant-kernels -- q4_0x8`.
+/// Q4_0 and Q4_1 in the GGUF layout against the same matrix repacked 8 rows to a block (what the engine
+/// runs on AVX2), for decode and a 64-token prefill: `cargo bench -p kostant-kernels -- q4x8`.
 fn packed(c: &mut Criterion) {
-    let (rows, cols) = (1536, 576);
-    let src = data(rows * cols, 1);
-    let bytes: Vec<u8> = src
-        .chunks_exact(cols)
-        .flat_map(|row| quantize_row(GgmlType::Q4_0, row).unwrap())
-        .collect();
-    let w = Weights::new(GgmlType::Q4_0, &bytes, rows, cols).unwrap();
-    let p = PackedWeights::pack_q4_0(&w).unwrap().unwrap();
-    let mut group = c.benchmark_group(format!("q4_0x8_{rows}x{cols}"));
-    group
-        .throughput(Throughput::Bytes(bytes.len() as u64))
-        .sample_size(20)
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1));
-    for threads in [1, 2] {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        for n_tokens in [1, 64] {
-            let x = data(n_tokens * cols, 2);
-            let mut out = vec![0.0f32; n_tokens * rows];
-            let id = |layout: &str| {
-                BenchmarkId::new(format!("{layout}/t{threads}"), format!("n{n_tokens}"))
-            };
-            group.bench_function(id("gguf"), |b| {
-                pool.install(|| b.iter(|| matmul(&w, black_box(&x), n_tokens, &mut out).unwrap()))
-            });
-            group.bench_function(id("packed"), |b| {
-                pool.install(|| b.iter(|| p.matmul(black_box(&x), n_tokens, &mut out).unwrap()))
-            });
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1] {
+        let (rows, cols) = (1536, 576);
+        let src = data(rows * cols, 1);
+        let bytes: Vec<u8> = src
+            .chunks_exact(cols)
+            .flat_map(|row| quantize_row(ty, row).unwrap())
+            .collect();
+        let w = Weights::new(ty, &bytes, rows, cols).unwrap();
+        let p = PackedWeights::pack_any_cpu(&w).unwrap().unwrap();
+        let mut group =
+            c.benchmark_group(format!("q4x8_{}_{rows}x{cols}", ty.name().to_lowercase()));
+        group
+            .throughput(Throughput::Bytes(bytes.len() as u64))
+            .sample_size(20)
+            .warm_up_time(Duration::from_millis(300))
+            .measurement_time(Duration::from_secs(1));
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            for n_tokens in [1, 64] {
+                let x = data(n_tokens * cols, 2);
+                let mut out = vec![0.0f32; n_tokens * rows];
+                let id = |layout: &str| {
+                    BenchmarkId::new(format!("{layout}/t{threads}"), format!("n{n_tokens}"))
+                };
+                group.bench_function(id("gguf"), |b| {
+                    pool.install(|| {
+                        b.iter(|| matmul(&w, black_box(&x), n_tokens, &mut out).unwrap())
+                    })
+                });
+                group.bench_function(id("packed"), |b| {
+                    pool.install(|| b.iter(|| p.matmul(black_box(&x), n_tokens, &mut out).unwrap()))
+                });
+            }
         }
+        group.finish();
     }
-    group.finish();
 }
 
 criterion_group!(benches, bench, decode_token, packed);

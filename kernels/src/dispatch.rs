@@ -9,9 +9,9 @@ use std::sync::OnceLock;
 use crate::exp;
 use crate::formats::f16::F16;
 use crate::formats::q4_0::BlockQ4_0;
-use crate::formats::q4_0x8::{self, BlockQ4_0x8};
 use crate::formats::q4_1::BlockQ4_1;
 use crate::formats::q4_k::BlockQ4K;
+use crate::formats::q4x8::{self, BlockQ4_0x8, BlockQ4_1x8, Q4x8};
 use crate::formats::q6_k::BlockQ6K;
 use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_1::BlockQ8_1;
@@ -96,6 +96,7 @@ pub(crate) struct Kernels {
     rows_q4_1: RowsFn<BlockQ4_1, BlockQ8_1>,
     rows_q8_0: RowsFn<BlockQ8_0, BlockQ8_1>,
     gemm_q4_0x8: GemmFn<BlockQ4_0x8, BlockQ8_1>,
+    gemm_q4_1x8: GemmFn<BlockQ4_1x8, BlockQ8_1>,
 }
 
 static SCALAR: Kernels = Kernels {
@@ -114,7 +115,8 @@ static SCALAR: Kernels = Kernels {
     rows_q4_0: q4_0::dot_rows_scalar,
     rows_q4_1: q4_1::dot_rows_scalar,
     rows_q8_0: q8_0::dot_rows_scalar,
-    gemm_q4_0x8: q4_0x8::gemm_scalar,
+    gemm_q4_0x8: q4x8::gemm_scalar,
+    gemm_q4_1x8: q4x8::gemm_scalar,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -134,7 +136,8 @@ static AVX2: Kernels = Kernels {
     rows_q4_0: q4_0::avx2::dot_rows,
     rows_q4_1: q4_1::avx2::dot_rows,
     rows_q8_0: q8_0::avx2::dot_rows,
-    gemm_q4_0x8: q4_0x8::avx2::gemm,
+    gemm_q4_0x8: q4x8::avx2::gemm,
+    gemm_q4_1x8: q4x8::avx2::gemm,
 };
 
 #[cfg(target_arch = "aarch64")]
@@ -155,7 +158,8 @@ static NEON: Kernels = Kernels {
     rows_q4_1: q4_1::neon::dot_rows,
     rows_q8_0: q8_0::neon::dot_rows,
     // Weights are only repacked where the AVX2 kernel runs; this entry serves a forced repack.
-    gemm_q4_0x8: q4_0x8::gemm_scalar,
+    gemm_q4_0x8: q4x8::gemm_scalar,
+    gemm_q4_1x8: q4x8::gemm_scalar,
 };
 
 /// True when the AVX2 kernels may run here.
@@ -379,16 +383,33 @@ impl Kernels {
     /// One group of 8 interleaved rows (`w`, one block per column block) against
     /// `out.len() / 8` tokens (at most 4) of `w.len()` blocks each, with their integer sums.
     #[inline]
-    pub fn gemm_q4_0x8(&self, w: &[BlockQ4_0x8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
-        let t = out.len() / q4_0x8::ROWS;
+    pub fn gemm_q4x8<B: GemmEntry>(&self, w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+        let t = out.len() / q4x8::ROWS;
         assert!(
-            out.len().is_multiple_of(q4_0x8::ROWS)
-                && t <= q4_0x8::MAX_TOKENS
+            out.len().is_multiple_of(q4x8::ROWS)
+                && t <= q4x8::MAX_TOKENS
                 && a.len() == w.len() * t
                 && sums.len() == a.len(),
-            "gemm_q4_0x8: shape mismatch"
+            "gemm_q4x8: shape mismatch"
         );
         // SAFETY: as in `dot_f32`.
-        unsafe { (self.gemm_q4_0x8)(w, a, sums, out) }
+        unsafe { (B::entry(self))(w, a, sums, out) }
+    }
+}
+
+/// The kernel-table entry for an interleaved block type.
+pub(crate) trait GemmEntry: Q4x8 {
+    fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1>;
+}
+
+impl GemmEntry for BlockQ4_0x8 {
+    fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
+        k.gemm_q4_0x8
+    }
+}
+
+impl GemmEntry for BlockQ4_1x8 {
+    fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
+        k.gemm_q4_1x8
     }
 }

@@ -14,9 +14,9 @@
 //! kernels compute the same exact block integers and differ from it only in f32 summation order.
 //!
 //! Repacking: where a format runs faster in another layout, [`PackedWeights`] copies a matrix
-//! into it once at load (today Q4_0 on AVX2, 8 rows interleaved per block, see
-//! `formats/q4_0x8.rs`). Those kernels keep the scalar reference's summation order, so a
-//! repacked Q4_0 matmul equals the scalar one bit for bit (llama.cpp's repacked Q4_0 likewise
+//! into it once at load (today Q4_0 and Q4_1 on AVX2, 8 rows interleaved per block, see
+//! `formats/q4x8.rs`). Repacked Q4_1 keeps ggml's lane order, so it still equals llama.cpp bit
+//! for bit; repacked Q4_0 keeps the scalar reference's order (as llama.cpp's own repacked Q4_0
 //! leaves its row-dot order).
 //!
 //! Threads: call [`init_threads`] once, and run forward passes inside [`in_pool`] so matmuls

@@ -9,12 +9,12 @@ use std::thread::LocalKey;
 use rayon::prelude::*;
 
 use crate::block::{cast_blocks, ByteBlock};
-use crate::dispatch::{kernels, Kernels};
+use crate::dispatch::{kernels, GemmEntry, Kernels};
 use crate::formats::f16::F16;
 use crate::formats::q4_0::BlockQ4_0;
-use crate::formats::q4_0x8;
 use crate::formats::q4_1::BlockQ4_1;
 use crate::formats::q4_k::BlockQ4K;
+use crate::formats::q4x8;
 use crate::formats::q6_k::BlockQ6K;
 use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_1::BlockQ8_1;
@@ -359,10 +359,12 @@ fn run<W: Sync, A: Sync>(
     });
 }
 
-/// [`matmul`] over Q4_0 weights interleaved 8 rows to a block: activations quantized once (with
-/// their integer sums, which fold in Q4_0's offset), then each task takes a run of row groups
-/// and walks the tokens four at a time, so a group's unpacked weights serve four tokens.
-pub(crate) fn matmul_q4_0x8(
+/// [`matmul`] over 4-bit weights interleaved 8 rows to a block (`blocks`: `rows / 8` groups of
+/// `cols / 32`): activations quantized once (with their integer sums, which fold in Q4_0's
+/// offset), then each task takes a run of row groups and walks the tokens four at a time, so a
+/// group's unpacked weights serve four tokens.
+pub(crate) fn matmul_q4x8<B: GemmEntry>(
+    blocks: &[B],
     p: &PackedWeights,
     x: &[f32],
     n_tokens: usize,
@@ -375,14 +377,14 @@ pub(crate) fn matmul_q4_0x8(
     }
     let k = kernels();
     let nb = p.cols / 32;
-    const G: usize = q4_0x8::ROWS;
+    const G: usize = q4x8::ROWS;
     let groups = p.rows / G;
     let shape = Shape {
         rows: p.rows,
         n_tok: n_tokens,
         work: p.bytes().saturating_mul(n_tokens),
     };
-    let group = |g: usize| &p.blocks[g * nb..(g + 1) * nb];
+    let group = |g: usize| &blocks[g * nb..(g + 1) * nb];
     // Groups per task: the row split of `run`, in whole groups.
     let per_task = if use_pool(shape) {
         rows_per_task(p.rows).div_ceil(G)
@@ -392,11 +394,11 @@ pub(crate) fn matmul_q4_0x8(
     with_buffer(&ACT_Q8_1, nb * n_tokens, |act| {
         quantize_tokens(x, p.cols, act, nb, shape, |x, a| k.quantize_q8_1(x, a));
         with_buffer(&ACT_SUMS, nb * n_tokens, |sums| {
-            q4_0x8::activation_sums(act, sums);
+            q4x8::activation_sums(act, sums);
             if n_tokens == 1 {
                 let body = |(c, o): (usize, &mut [f32])| {
                     for (i, o) in o.chunks_exact_mut(G).enumerate() {
-                        k.gemm_q4_0x8(group(c * per_task + i), act, sums, o);
+                        k.gemm_q4x8(group(c * per_task + i), act, sums, o);
                     }
                 };
                 if use_pool(shape) {
@@ -409,11 +411,11 @@ pub(crate) fn matmul_q4_0x8(
             // Several tokens: scratch laid out (group, token, row in group), then transposed.
             with_buffer(&SCRATCH, p.rows * n_tokens, |scratch| {
                 let body = |(c, s): (usize, &mut [f32])| {
-                    for t0 in (0..n_tokens).step_by(q4_0x8::MAX_TOKENS) {
-                        let t1 = (t0 + q4_0x8::MAX_TOKENS).min(n_tokens);
+                    for t0 in (0..n_tokens).step_by(q4x8::MAX_TOKENS) {
+                        let t1 = (t0 + q4x8::MAX_TOKENS).min(n_tokens);
                         let (a, su) = (&act[t0 * nb..t1 * nb], &sums[t0 * nb..t1 * nb]);
                         for (i, s) in s.chunks_exact_mut(n_tokens * G).enumerate() {
-                            k.gemm_q4_0x8(group(c * per_task + i), a, su, &mut s[t0 * G..t1 * G]);
+                            k.gemm_q4x8(group(c * per_task + i), a, su, &mut s[t0 * G..t1 * G]);
                         }
                     }
                 };

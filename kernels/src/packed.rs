@@ -1,54 +1,48 @@
 //! Weights repacked once at load into a layout this CPU's kernels stream faster than GGUF's
-//! own. Today: Q4_0 as 8-row interleaved blocks ([`crate::formats::q4_0x8`]) where the AVX2
-//! kernels run. Everything else, and every other CPU, keeps reading the GGUF bytes in place.
+//! own. Today: Q4_0 and Q4_1 as 8-row interleaved blocks ([`crate::formats::q4x8`]) where the
+//! AVX2 kernels run. Everything else, and every other CPU, keeps reading the GGUF bytes in place.
 
 use crate::block::cast_blocks;
 use crate::dispatch::{kernels, KernelPath};
-use crate::formats::q4_0::BlockQ4_0;
-use crate::formats::q4_0x8::{self, BlockQ4_0x8};
+use crate::formats::q4x8::{self, BlockQ4_0x8, BlockQ4_1x8, Q4x8};
 use crate::{GgmlType, KernelError, Weights};
+
+enum Blocks {
+    Q4_0(Vec<BlockQ4_0x8>),
+    Q4_1(Vec<BlockQ4_1x8>),
+}
 
 /// A weight matrix in a repacked layout; multiply with [`PackedWeights::matmul`].
 pub struct PackedWeights {
     /// `rows / 8` groups of `cols / 32` interleaved blocks, group after group.
-    pub(crate) blocks: Vec<BlockQ4_0x8>,
+    blocks: Blocks,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
 }
 
 impl PackedWeights {
     /// Repacks `w` when this CPU has a faster kernel for it in another layout; `None` means
-    /// "use `w` as it is". Q4_0 matrices with a multiple of 8 rows are repacked where the AVX2
-    /// kernels run (not when the scalar kernels are forced).
+    /// "use `w` as it is". Q4_0 and Q4_1 matrices with a multiple of 8 rows are repacked where
+    /// the AVX2 kernels run (not when the scalar kernels are forced).
     pub fn pack(w: &Weights) -> Result<Option<PackedWeights>, KernelError> {
         if kernels().path != KernelPath::Avx2Fma {
             return Ok(None);
         }
-        Self::pack_q4_0(w)
+        Self::pack_any_cpu(w)
     }
 
-    /// Repacks a Q4_0 matrix whatever the CPU (for tests of the portable kernel);
-    /// `None` if `w` is not Q4_0 or its rows are not a multiple of 8.
-    pub fn pack_q4_0(w: &Weights) -> Result<Option<PackedWeights>, KernelError> {
+    /// [`PackedWeights::pack`] whatever the CPU (for tests of the portable kernel); `None` if
+    /// `w` is neither Q4_0 nor Q4_1 or its rows are not a multiple of 8.
+    pub fn pack_any_cpu(w: &Weights) -> Result<Option<PackedWeights>, KernelError> {
         w.check()?;
-        if w.ty != GgmlType::Q4_0 || !w.rows.is_multiple_of(q4_0x8::ROWS) || w.rows == 0 {
+        if w.rows == 0 || !w.rows.is_multiple_of(q4x8::ROWS) {
             return Ok(None);
         }
-        let nb = w.cols / 32;
-        let src = cast_blocks::<BlockQ4_0>(w.data);
-        let empty = BlockQ4_0x8 {
-            d: [[0; 2]; q4_0x8::ROWS],
-            qs: [0; 128],
+        let blocks = match w.ty {
+            GgmlType::Q4_0 => Blocks::Q4_0(interleave(w)),
+            GgmlType::Q4_1 => Blocks::Q4_1(interleave(w)),
+            _ => return Ok(None),
         };
-        let mut blocks = vec![empty; src.len() / q4_0x8::ROWS];
-        if nb > 0 {
-            for (rows, out) in src
-                .chunks_exact(q4_0x8::ROWS * nb)
-                .zip(blocks.chunks_exact_mut(nb))
-            {
-                q4_0x8::pack(rows, out);
-            }
-        }
         Ok(Some(PackedWeights {
             blocks,
             rows: w.rows,
@@ -66,11 +60,29 @@ impl PackedWeights {
 
     /// Bytes held (the same as the GGUF tensor's).
     pub fn bytes(&self) -> usize {
-        self.blocks.len() * size_of::<BlockQ4_0x8>()
+        match &self.blocks {
+            Blocks::Q4_0(b) => size_of_val(&b[..]),
+            Blocks::Q4_1(b) => size_of_val(&b[..]),
+        }
     }
 
     /// `out[t*rows + r] = dot(row r, x[t*cols .. (t+1)*cols])`, as [`crate::matmul`].
     pub fn matmul(&self, x: &[f32], n_tokens: usize, out: &mut [f32]) -> Result<(), KernelError> {
-        crate::matmul::matmul_q4_0x8(self, x, n_tokens, out)
+        match &self.blocks {
+            Blocks::Q4_0(b) => crate::matmul::matmul_q4x8(b, self, x, n_tokens, out),
+            Blocks::Q4_1(b) => crate::matmul::matmul_q4x8(b, self, x, n_tokens, out),
+        }
     }
+}
+
+/// Every group of 8 rows of `w` interleaved, group after group.
+fn interleave<B: Q4x8>(w: &Weights) -> Vec<B> {
+    let nb = w.cols / 32;
+    let src = cast_blocks::<B::Source>(w.data);
+    if nb == 0 {
+        return Vec::new();
+    }
+    src.chunks_exact(q4x8::ROWS * nb)
+        .flat_map(|rows| q4x8::pack::<B>(rows, nb))
+        .collect()
 }

@@ -1,21 +1,26 @@
-//! Q4_0 weights repacked 8 rows to a block (`PackedWeights`): the same products as the GGUF
-//! layout, at every shape, token count and thread count the engine uses.
+//! Q4_0 and Q4_1 weights repacked 8 rows to a block (`PackedWeights`): the same products as the
+//! GGUF layout, at every shape, token count and thread count the engine uses.
 
 mod common;
 
 use common::*;
-use kostant_kernels::{matmul, set_force_scalar, GgmlType, PackedWeights, Weights};
+use kostant_kernels::{
+    cpu_features, matmul, set_force_scalar, GgmlType, KernelPath, PackedWeights, Weights,
+};
 
 #[test]
-fn packed_q4_0_matches_the_f64_reference() {
+fn packed_matches_the_f64_reference() {
     let mut r = rng(300);
-    for cols in [32, 96, 576] {
+    for (ty, cols) in [GgmlType::Q4_0, GgmlType::Q4_1]
+        .into_iter()
+        .flat_map(|ty| [32, 96, 576].map(|c| (ty, c)))
+    {
         for (rows, n_tokens) in [(8, 1), (16, 2), (64, 5), (192, 1), (576, 9)] {
-            let m = random_matrix(&mut r, GgmlType::Q4_0, rows, cols);
-            let w = Weights::new(GgmlType::Q4_0, &m.data, rows, cols).unwrap();
-            let p = PackedWeights::pack_q4_0(&w)
+            let m = random_matrix(&mut r, ty, rows, cols);
+            let w = Weights::new(ty, &m.data, rows, cols).unwrap();
+            let p = PackedWeights::pack_any_cpu(&w)
                 .unwrap()
-                .expect("Q4_0, rows a multiple of 8");
+                .expect("rows a multiple of 8");
             assert_eq!((p.rows(), p.cols(), p.bytes()), (rows, cols, m.data.len()));
             let x = random_f32(&mut r, n_tokens * cols, 1.0);
             let mut out = vec![f32::NAN; n_tokens * rows];
@@ -25,11 +30,12 @@ fn packed_q4_0_matches_the_f64_reference() {
     }
 }
 
-/// The packed kernels keep the scalar reference's arithmetic (exact block integers, then
-/// `d·d_a·sumi` added in block order), so they equal the GGUF layout on the scalar kernels bit
-/// for bit, whatever the path they run on, the token count or the thread count.
+/// The packed kernels keep a GGUF kernel's arithmetic bit for bit, whatever the token or
+/// thread count: Q4_0 the scalar reference's (exact block integers, `d·d_a·sumi` added in block
+/// order), Q4_1 the AVX2 row dot's (ggml's lanes, which equal llama.cpp's). Elsewhere than
+/// AVX2 only Q4_0 is checked here; the reference test above covers Q4_1.
 #[test]
-fn packed_q4_0_equals_the_scalar_gguf_matmul_bit_for_bit() {
+fn packed_equals_the_gguf_matmul_bit_for_bit() {
     let mut r = rng(301);
     let pools: Vec<_> = [1, 3]
         .iter()
@@ -40,36 +46,50 @@ fn packed_q4_0_equals_the_scalar_gguf_matmul_bit_for_bit() {
                 .unwrap()
         })
         .collect();
-    for (rows, cols, n_tokens) in [(8, 32, 1), (40, 64, 3), (1536, 576, 1), (576, 1536, 7)] {
-        let m = random_matrix(&mut r, GgmlType::Q4_0, rows, cols);
-        let w = Weights::new(GgmlType::Q4_0, &m.data, rows, cols).unwrap();
-        let p = PackedWeights::pack_q4_0(&w).unwrap().unwrap();
+    let shapes = [(8, 32, 1), (40, 64, 3), (1536, 576, 1), (576, 1536, 7)];
+    for (ty, (rows, cols, n_tokens)) in [GgmlType::Q4_0, GgmlType::Q4_1]
+        .into_iter()
+        .flat_map(|ty| shapes.map(|s| (ty, s)))
+    {
+        let m = random_matrix(&mut r, ty, rows, cols);
+        let w = Weights::new(ty, &m.data, rows, cols).unwrap();
+        let p = PackedWeights::pack_any_cpu(&w).unwrap().unwrap();
         let x = random_f32(&mut r, n_tokens * cols, 1.0);
+        let avx2 = cpu_features().best == KernelPath::Avx2Fma;
+        if ty == GgmlType::Q4_1 && !avx2 {
+            continue;
+        }
         let mut want = vec![0.0; n_tokens * rows];
-        set_force_scalar(true);
+        set_force_scalar(ty == GgmlType::Q4_0);
         matmul(&w, &x, n_tokens, &mut want).unwrap();
         set_force_scalar(false);
         for pool in &pools {
             let mut got = vec![0.0; n_tokens * rows];
             pool.install(|| p.matmul(&x, n_tokens, &mut got)).unwrap();
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&got), bits(&want), "{rows}x{cols}, {n_tokens} tokens");
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "{ty:?} {rows}x{cols}, {n_tokens} tokens"
+            );
         }
     }
 }
 
 #[test]
-fn only_q4_0_with_whole_row_groups_is_packed() {
+fn only_4_bit_legacy_formats_with_whole_row_groups_are_packed() {
     let mut r = rng(302);
     for (ty, rows) in [
-        (GgmlType::Q4_1, 8),
         (GgmlType::Q8_0, 16),
+        (GgmlType::Q4_K, 8),
         (GgmlType::Q4_0, 12),
+        (GgmlType::Q4_1, 20),
     ] {
-        let m = random_matrix(&mut r, ty, rows, 64);
-        let w = Weights::new(ty, &m.data, rows, 64).unwrap();
+        let cols = ty.block_len() * 2;
+        let m = random_matrix(&mut r, ty, rows, cols);
+        let w = Weights::new(ty, &m.data, rows, cols).unwrap();
         assert!(
-            PackedWeights::pack_q4_0(&w).unwrap().is_none(),
+            PackedWeights::pack_any_cpu(&w).unwrap().is_none(),
             "{ty:?} x{rows}"
         );
         assert!(PackedWeights::pack(&w).unwrap().is_none(), "{ty:?} x{rows}");
@@ -81,7 +101,7 @@ fn packed_shapes_are_checked() {
     let mut r = rng(303);
     let m = random_matrix(&mut r, GgmlType::Q4_0, 16, 64);
     let w = Weights::new(GgmlType::Q4_0, &m.data, 16, 64).unwrap();
-    let p = PackedWeights::pack_q4_0(&w).unwrap().unwrap();
+    let p = PackedWeights::pack_any_cpu(&w).unwrap().unwrap();
     let mut out = vec![0.0; 16];
     assert!(p.matmul(&[0.0; 63], 1, &mut out).is_err());
     assert!(p.matmul(&[0.0; 64], 1, &mut out[..15]).is_err());

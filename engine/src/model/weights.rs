@@ -152,8 +152,9 @@ impl ModelWeights {
     }
 }
 
-/// Repacks the layer matrices this CPU multiplies faster in another layout (Q4_0 on AVX2: 8 rows
-/// interleaved per block, 3x the GGUF layout's speed in `cargo bench --bench matvec -- q4_0x8`),
+/// Repacks the layer matrices this CPU multiplies faster in another layout (Q4_0 and Q4_1 on
+/// AVX2: 8 rows interleaved per block, 3x the GGUF layout's speed in
+/// `cargo bench --bench matvec -- q4x8`),
 /// once, at load. A repacked matrix's mapped pages are handed back to the OS, so the weights
 /// are held once, not twice. The embedding and lm head stay in place: the embedding is read a
 /// row at a time from the mapping.

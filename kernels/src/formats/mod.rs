@@ -4,9 +4,9 @@
 pub(crate) mod f16;
 pub(crate) mod f32;
 pub(crate) mod q4_0;
-pub(crate) mod q4_0x8;
 pub(crate) mod q4_1;
 pub(crate) mod q4_k;
+pub(crate) mod q4x8;
 pub(crate) mod q6_k;
 pub(crate) mod q8_0;
 pub(crate) mod q8_1;

@@ -1,0 +1,446 @@
+//! Q4_0 and Q4_1 repacked for the AVX2 kernels: eight rows interleaved block by block, so one
+//! kernel call multiplies 8 rows by up to 4 tokens with every 32-bit lane holding one row.
+//!
+//! Why: in GGUF order each row is dotted on its own, and every block pays for a horizontal sum
+//! and a scale conversion (and, for Q4_0, the sign trick `maddubs` needs). Interleaved, the 8
+//! rows' scales convert in one instruction, the integer sums land lane per row (no horizontal
+//! sum), the codes stay unsigned (Q4_0's `-8` is folded in through each activation block's
+//! integer sum, Q4_1's minimum through the activation block's `s`), and the unpacked weights are
+//! reused by up to 4 tokens. Weights are repacked once at load; the bytes per block are GGUF's.
+//!
+//! Layout of one interleaved block (block index b of rows 8g..8g+8): the 8 rows' f16 scales
+//! (and for Q4_1 their f16 minimums), then 128 bytes where byte `32k + 4r + i` is byte `4k + i`
+//! of row r's GGUF codes (k < 4, i < 4). Its low nibble is row r's element `4k + i` and its high
+//! nibble element `16 + 4k + i`, so one 32-byte load split into nibbles gives two vectors whose
+//! lane r holds four consecutive codes of row r, to be met by the same four activations
+//! broadcast to every lane.
+//!
+//! Numerics: per row and block the exact integer dot, scaled as `d·d_a·sumi` and added in block
+//! order (Q4_1's `m·s` terms summed apart and added last): the arithmetic of the formats' scalar
+//! references ([`super::q4_0::dot_scalar`], [`super::q4_1::dot_scalar`]), so every path here
+//! equals them bit for bit.
+
+use super::q4_0::BlockQ4_0;
+use super::q4_1::BlockQ4_1;
+use super::q8_1::BlockQ8_1;
+use crate::block::{f16_to_f32, ByteBlock};
+
+/// Rows per interleaved group.
+pub(crate) const ROWS: usize = 8;
+/// Most tokens one kernel call takes (its accumulators stay in registers).
+pub(crate) const MAX_TOKENS: usize = 4;
+
+/// Q4_0, 8 rows interleaved: `x = (q - 8)·d`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BlockQ4_0x8 {
+    pub d: [[u8; 2]; ROWS],
+    pub qs: [u8; 16 * ROWS],
+}
+const _: () = assert!(size_of::<BlockQ4_0x8>() == ROWS * size_of::<BlockQ4_0>());
+// SAFETY: repr(C), only u8 arrays: alignment 1, no padding, every bit pattern valid.
+unsafe impl ByteBlock for BlockQ4_0x8 {}
+
+/// Q4_1, 8 rows interleaved: `x = q·d + m`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BlockQ4_1x8 {
+    pub d: [[u8; 2]; ROWS],
+    pub m: [[u8; 2]; ROWS],
+    pub qs: [u8; 16 * ROWS],
+}
+const _: () = assert!(size_of::<BlockQ4_1x8>() == ROWS * size_of::<BlockQ4_1>());
+// SAFETY: repr(C), only u8 arrays: alignment 1, no padding, every bit pattern valid.
+unsafe impl ByteBlock for BlockQ4_1x8 {}
+
+/// What the kernels need from an interleaved 4-bit block.
+pub(crate) trait Q4x8: ByteBlock + Copy + Send + Sync + 'static {
+    /// The GGUF block it is made of.
+    type Source: ByteBlock;
+    /// Sum as ggml's AVX2 row dot does (eight lane accumulators, one per four elements,
+    /// then its horizontal sum) instead of one exact integer per block: for Q4_1, whose GGUF
+    /// kernel is bit-exact with llama.cpp, so repacking keeps greedy decoding on the
+    /// reference's path.
+    const GGML_LANES: bool;
+    fn d(&self) -> &[[u8; 2]; ROWS];
+    /// Q4_1's minimums; `None` for Q4_0, whose codes are centred on 8 instead.
+    fn m(&self) -> Option<&[[u8; 2]; ROWS]>;
+    fn qs(&self) -> &[u8; 16 * ROWS];
+    /// One interleaved block from block b of each of 8 rows.
+    fn interleave(rows: [&Self::Source; ROWS]) -> Self;
+}
+
+/// The codes of 8 rows' blocks, interleaved 4 bytes at a time (see the module header).
+fn interleave_qs(qs: [&[u8; 16]; ROWS]) -> [u8; 16 * ROWS] {
+    let mut out = [0u8; 16 * ROWS];
+    for (r, q) in qs.iter().enumerate() {
+        for k in 0..4 {
+            let at = 32 * k + 4 * r;
+            out[at..at + 4].copy_from_slice(&q[4 * k..4 * k + 4]);
+        }
+    }
+    out
+}
+
+impl Q4x8 for BlockQ4_0x8 {
+    type Source = BlockQ4_0;
+    const GGML_LANES: bool = false;
+    fn d(&self) -> &[[u8; 2]; ROWS] {
+        &self.d
+    }
+    fn m(&self) -> Option<&[[u8; 2]; ROWS]> {
+        None
+    }
+    fn qs(&self) -> &[u8; 16 * ROWS] {
+        &self.qs
+    }
+    fn interleave(rows: [&BlockQ4_0; ROWS]) -> Self {
+        BlockQ4_0x8 {
+            d: rows.map(|b| b.d),
+            qs: interleave_qs(rows.map(|b| &b.qs)),
+        }
+    }
+}
+
+impl Q4x8 for BlockQ4_1x8 {
+    type Source = BlockQ4_1;
+    const GGML_LANES: bool = true;
+    fn d(&self) -> &[[u8; 2]; ROWS] {
+        &self.d
+    }
+    fn m(&self) -> Option<&[[u8; 2]; ROWS]> {
+        Some(&self.m)
+    }
+    fn qs(&self) -> &[u8; 16 * ROWS] {
+        &self.qs
+    }
+    fn interleave(rows: [&BlockQ4_1; ROWS]) -> Self {
+        BlockQ4_1x8 {
+            d: rows.map(|b| b.d),
+            m: rows.map(|b| b.m),
+            qs: interleave_qs(rows.map(|b| &b.qs)),
+        }
+    }
+}
+
+/// Interleaves 8 rows of `nb` GGUF blocks each (`rows.len() == 8 * nb`, row after row) into
+/// `nb` blocks.
+pub(crate) fn pack<B: Q4x8>(rows: &[B::Source], nb: usize) -> Vec<B> {
+    assert_eq!(rows.len(), ROWS * nb, "q4x8 pack: length mismatch");
+    (0..nb)
+        .map(|b| B::interleave(std::array::from_fn(|r| &rows[r * nb + b])))
+        .collect()
+}
+
+/// The code of row `r`, element `j` of an interleaved block (0..16, no offset removed).
+fn code(qs: &[u8; 16 * ROWS], r: usize, j: usize) -> i32 {
+    let e = j % 16;
+    let byte = qs[32 * (e / 4) + 4 * r + e % 4];
+    i32::from(if j < 16 { byte & 0xF } else { byte >> 4 })
+}
+
+/// Integer sum of each activation block's codes, which folds Q4_0's offset in:
+/// `Σ (q - 8)·a = Σ q·a - 8·Σ a`. `out.len() == a.len()`.
+pub(crate) fn activation_sums(a: &[BlockQ8_1], out: &mut [i32]) {
+    for (o, b) in out.iter_mut().zip(a) {
+        *o = b.qs.iter().map(|&q| i32::from(q)).sum();
+    }
+}
+
+/// Scalar reference: one group of 8 rows (`w`, `nb` blocks) against `t = out.len() / 8` tokens
+/// (`a`, `sums`: `t * nb` blocks, token after token). `out[8t + r]` = row r dot token t.
+pub(crate) fn gemm_scalar<B: Q4x8>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+    let nb = w.len();
+    for (t, o) in out.chunks_exact_mut(ROWS).enumerate() {
+        let (a, sums) = (&a[t * nb..(t + 1) * nb], &sums[t * nb..(t + 1) * nb]);
+        for (r, o) in o.iter_mut().enumerate() {
+            // `lanes[k]`: the block sums of elements 4k..4k+4 (ggml order), or everything in
+            // lane 0 (one exact integer per block).
+            let mut lanes = [0.0f32; 8];
+            let mut off = 0.0f32;
+            for ((wb, ab), &s) in w.iter().zip(a).zip(sums) {
+                let dd = f16_to_f32(wb.d()[r]) * ab.d;
+                let quad = |k: usize| -> i32 {
+                    (4 * k..4 * k + 4)
+                        .map(|j| code(wb.qs(), r, j) * i32::from(ab.qs[j]))
+                        .sum()
+                };
+                if B::GGML_LANES {
+                    for (k, lane) in lanes.iter_mut().enumerate() {
+                        *lane = dd.mul_add(quad(k) as f32, *lane);
+                    }
+                } else {
+                    let sumi =
+                        (0..8).map(quad).sum::<i32>() - if wb.m().is_none() { 8 * s } else { 0 };
+                    lanes[0] += dd * sumi as f32;
+                }
+                if let Some(m) = wb.m() {
+                    off += f16_to_f32(m[r]) * ab.s;
+                }
+            }
+            let acc = if B::GGML_LANES {
+                crate::attention::hsum8(&lanes)
+            } else {
+                lanes[0]
+            };
+            *o = if w.first().is_some_and(|b| b.m().is_some()) {
+                acc + off
+            } else {
+                acc
+            };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{BlockQ8_1, Q4x8, MAX_TOKENS, ROWS};
+
+    /// [`super::gemm_scalar`] with AVX2: up to [`MAX_TOKENS`] tokens per call.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn gemm<B: Q4x8>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+        match (B::GGML_LANES, out.len() / ROWS) {
+            (_, 0) => {}
+            (false, 1) => gemm_n::<B, 1>(w, a, sums, out),
+            (false, 2) => gemm_n::<B, 2>(w, a, sums, out),
+            (false, 3) => gemm_n::<B, 3>(w, a, sums, out),
+            (false, _) => gemm_n::<B, 4>(w, a, sums, out),
+            (true, 1) => gemm_lanes_n::<B, 1>(w, a, out),
+            (true, 2) => gemm_lanes_n::<B, 2>(w, a, out),
+            (true, _) => {
+                // Eight accumulators per token: two tokens at a time keep them in registers.
+                let (a0, a1) = a.split_at(2 * w.len());
+                let (o0, o1) = out.split_at_mut(2 * ROWS);
+                gemm_lanes_n::<B, 2>(w, a0, o0);
+                gemm(w, a1, &sums[2 * w.len()..], o1);
+            }
+        }
+    }
+
+    /// 8 f16 values widened.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn load_halves(h: &[[u8; 2]; ROWS]) -> __m256 {
+        // SAFETY: 8 halves are 16 readable bytes, the width of the load.
+        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr().cast()) })
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn gemm_n<B: Q4x8, const T: usize>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+        const { assert!(T <= MAX_TOKENS) };
+        let nb = w.len();
+        assert!(a.len() >= T * nb && sums.len() >= T * nb && out.len() >= T * ROWS);
+        let has_min = w.first().is_some_and(|b| b.m().is_some());
+        let low4 = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); T];
+        let mut off = [_mm256_setzero_ps(); T];
+        for (b, wb) in w.iter().enumerate() {
+            let d = load_halves(wb.d());
+            let m = wb.m().map(|m| load_halves(m));
+            let mut v = [_mm256_setzero_si256(); 8];
+            for k in 0..4 {
+                // SAFETY: 32k + 32 <= 128, the length of `qs`.
+                let l = unsafe { _mm256_loadu_si256(wb.qs().as_ptr().add(32 * k).cast()) };
+                v[k] = _mm256_and_si256(l, low4);
+                v[k + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(l), low4);
+            }
+            for t in 0..T {
+                // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= a.len(), sums.len() (asserted).
+                let (ab, s) =
+                    unsafe { (a.get_unchecked(t * nb + b), *sums.get_unchecked(t * nb + b)) };
+                let q = ab.qs.as_ptr();
+                // Unsigned codes times signed activations, pairs summed to i16: each pair is at
+                // most 2·15·127 in magnitude, so eight of them (30480) still fit an i16.
+                let mut s16 = _mm256_setzero_si256();
+                for (k, v) in v.iter().enumerate() {
+                    let at = if k < 4 { 4 * k } else { 16 + 4 * (k - 4) };
+                    // SAFETY: at + 4 <= 32, the activation block's length.
+                    let four = unsafe { q.add(at).cast::<i32>().read_unaligned() };
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(*v, _mm256_set1_epi32(four)));
+                }
+                let mut sumi = _mm256_madd_epi16(s16, ones);
+                if m.is_none() {
+                    sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(8 * s));
+                }
+                // (d·d_a)·sumi, then added: the scalar reference's rounding, lane per row.
+                let dd = _mm256_mul_ps(d, _mm256_set1_ps(ab.d));
+                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(sumi)));
+                if let Some(m) = m {
+                    off[t] = _mm256_add_ps(off[t], _mm256_mul_ps(m, _mm256_set1_ps(ab.s)));
+                }
+            }
+        }
+        for t in 0..T {
+            let r = if has_min {
+                _mm256_add_ps(acc[t], off[t])
+            } else {
+                acc[t]
+            };
+            // SAFETY: 8t + 8 <= T·8 <= out.len() (asserted above).
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(ROWS * t), r) };
+        }
+    }
+
+    /// [`gemm_n`] in ggml's order (`B::GGML_LANES`): the i32 sum of each four elements is
+    /// scaled into its own accumulator, `acc[k]` lane r holding row r's ggml lane k, and the
+    /// eight are added at the end as ggml's `hsum` adds a register's lanes. Every row's bits are
+    /// those of the GGUF layout's AVX2 dot.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn gemm_lanes_n<B: Q4x8, const T: usize>(w: &[B], a: &[BlockQ8_1], out: &mut [f32]) {
+        let nb = w.len();
+        assert!(a.len() >= T * nb && out.len() >= T * ROWS);
+        let low4 = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); 8]; T];
+        let mut off = [_mm256_setzero_ps(); T];
+        for (b, wb) in w.iter().enumerate() {
+            let d = load_halves(wb.d());
+            let m = wb.m().map(|m| load_halves(m));
+            for k in 0..4 {
+                // SAFETY: 32k + 32 <= 128, the length of `qs`.
+                let l = unsafe { _mm256_loadu_si256(wb.qs().as_ptr().add(32 * k).cast()) };
+                let halves = [
+                    (k, _mm256_and_si256(l, low4)),
+                    (k + 4, _mm256_and_si256(_mm256_srli_epi16::<4>(l), low4)),
+                ];
+                for (t, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= a.len() (asserted).
+                    let ab = unsafe { a.get_unchecked(t * nb + b) };
+                    let dd = _mm256_mul_ps(d, _mm256_set1_ps(ab.d));
+                    for &(lane, v) in &halves {
+                        // Lane k holds elements 4k..4k+4 of the block, as in ggml's lanes.
+                        // SAFETY: 4·lane + 4 <= 32, the activation block's length.
+                        let four =
+                            unsafe { ab.qs.as_ptr().add(4 * lane).cast::<i32>().read_unaligned() };
+                        let p = _mm256_madd_epi16(
+                            _mm256_maddubs_epi16(v, _mm256_set1_epi32(four)),
+                            ones,
+                        );
+                        acc[lane] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[lane]);
+                    }
+                }
+            }
+            if let Some(m) = m {
+                for (t, off) in off.iter_mut().enumerate() {
+                    // SAFETY: as above.
+                    let ab = unsafe { a.get_unchecked(t * nb + b) };
+                    *off = _mm256_add_ps(*off, _mm256_mul_ps(m, _mm256_set1_ps(ab.s)));
+                }
+            }
+        }
+        for t in 0..T {
+            // ggml's hsum, lane-wise over rows: (l0+l4, l1+l5, l2+l6, l3+l7), then
+            // (t0+t2) + (t1+t3).
+            let l = &acc[t];
+            let t4: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(l[j], l[j + 4]));
+            let mut r = _mm256_add_ps(_mm256_add_ps(t4[0], t4[2]), _mm256_add_ps(t4[1], t4[3]));
+            if m_present(w) {
+                r = _mm256_add_ps(r, off[t]);
+            }
+            // SAFETY: 8t + 8 <= T·8 <= out.len() (asserted above).
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(ROWS * t), r) };
+        }
+    }
+
+    fn m_present<B: Q4x8>(w: &[B]) -> bool {
+        w.first().is_some_and(|b| b.m().is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::{cast_blocks, cast_blocks_mut};
+    use crate::formats::{q4_0, q4_1};
+    use crate::testutil::{random_f32, random_q8_1, rng};
+
+    /// 8 random rows of `nb` blocks of `B`'s source format, `t` random tokens quantized to
+    /// Q8_1, and each row dotted with each token by the format's scalar reference.
+    fn setup<B: Q4x8>(
+        nb: usize,
+        t: usize,
+        seed: u64,
+        quantize: fn(&[f32], &mut [B::Source]),
+        dot: fn(&[B::Source], &[BlockQ8_1]) -> f32,
+    ) -> (Vec<B>, Vec<BlockQ8_1>, Vec<f32>) {
+        let mut r = rng(seed);
+        let w = random_f32(&mut r, ROWS * 32 * nb, 0.05);
+        let mut wq = vec![0u8; ROWS * nb * size_of::<B::Source>()];
+        quantize(&w, cast_blocks_mut(&mut wq));
+        let rows = cast_blocks::<B::Source>(&wq);
+        let mut a = random_q8_1(&mut r, t * nb);
+        // Extreme activations: the i16 partial sums' worst case.
+        a[0].qs = [127; 32];
+        if a.len() > 1 {
+            a[1].qs = [-127; 32];
+        }
+        let mut want = vec![0.0; ROWS * t];
+        for tok in 0..t {
+            for row in 0..ROWS {
+                want[ROWS * tok + row] = dot(
+                    &rows[row * nb..(row + 1) * nb],
+                    &a[tok * nb..(tok + 1) * nb],
+                );
+            }
+        }
+        (pack::<B>(rows, nb), a, want)
+    }
+
+    fn check<B: Q4x8>(
+        quantize: fn(&[f32], &mut [B::Source]),
+        dot: fn(&[B::Source], &[BlockQ8_1]) -> f32,
+    ) {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (nb, t) in [(1, 1), (2, 2), (3, 2), (18, 3), (18, 4), (48, 1), (7, 4)] {
+            let (p, a, want) = setup::<B>(nb, t, 7 + nb as u64, quantize, dot);
+            let mut sums = vec![0; a.len()];
+            activation_sums(&a, &mut sums);
+            let mut got = vec![0.0; ROWS * t];
+            gemm_scalar(&p, &a, &sums, &mut got);
+            assert_eq!(bits(&got), bits(&want), "scalar, nb {nb}, {t} tokens");
+            #[cfg(target_arch = "x86_64")]
+            if crate::dispatch::has_avx2() {
+                let mut got = vec![0.0; ROWS * t];
+                // SAFETY: AVX2, FMA and F16C were detected just above.
+                unsafe { avx2::gemm(&p, &a, &sums, &mut got) };
+                assert_eq!(bits(&got), bits(&want), "avx2, nb {nb}, {t} tokens");
+            }
+        }
+    }
+
+    #[test]
+    fn q4_0x8_equals_the_gguf_row_dot_bit_for_bit() {
+        check::<BlockQ4_0x8>(q4_0::quantize, q4_0::dot_scalar);
+    }
+
+    /// Q4_1 keeps ggml's order: the GGUF layout's AVX2 dot, which equals llama.cpp's.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn q4_1x8_equals_the_gguf_avx2_row_dot_bit_for_bit() {
+        if crate::dispatch::has_avx2() {
+            // SAFETY: AVX2, FMA and F16C were detected just above.
+            check::<BlockQ4_1x8>(q4_1::quantize, |w, a| unsafe { q4_1::avx2::dot(w, a) });
+        }
+    }
+
+    /// Elsewhere only the scalar kernel runs; it equals the reference up to summation order.
+    #[test]
+    fn q4_1x8_scalar_is_close_to_the_reference() {
+        for (nb, t) in [(1, 1), (18, 3), (48, 2)] {
+            let (p, a, want) =
+                setup::<BlockQ4_1x8>(nb, t, 50 + nb as u64, q4_1::quantize, q4_1::dot_scalar);
+            let mut sums = vec![0; a.len()];
+            activation_sums(&a, &mut sums);
+            let mut got = vec![0.0; ROWS * t];
+            gemm_scalar(&p, &a, &sums, &mut got);
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{g} vs {w}");
+            }
+        }
+    }
+}
