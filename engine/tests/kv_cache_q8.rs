@@ -158,3 +158,40 @@ fn real_model_q8_0_cache_agrees_with_f16() {
         "greedy tokens agree for only {agree} of 20: {gens:?}"
     );
 }
+
+/// A measurement, not a check (run with `--ignored --nocapture`): perplexity of the real model
+/// over the first 1024 tokens of assets/evals/perplexity.txt, windows of 512 from a cleared
+/// cache (as `kostant eval`'s perplexity suite), with each cache type.
+#[test]
+#[ignore]
+fn real_model_perplexity_f16_vs_q8_0() {
+    let model = Model::load(&kostant_engine::testing::real_model_path()).unwrap();
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/evals/perplexity.txt"),
+    )
+    .unwrap();
+    let ids = model.tokenizer.encode(&text, false).unwrap();
+    let ids = &ids[..ids.len().min(1024)];
+    for kv in [KvType::F16, KvType::Q8_0] {
+        let mut s = Session::with_kv_type(model.clone(), 512, kv).unwrap();
+        let (mut total, mut n) = (0.0f64, 0usize);
+        for window in ids.chunks(511) {
+            s.reset();
+            let mut logits = s.prefill(&window[..1]).unwrap().0;
+            for (i, &t) in window[1..].iter().enumerate() {
+                let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+                let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+                total += -(logits[t as usize] as f64 - max - sum.ln());
+                n += 1;
+                if i + 2 < window.len() {
+                    logits = s.step(t).unwrap();
+                }
+            }
+        }
+        eprintln!(
+            "{kv}: {n} tokens, mean nll {:.5}, perplexity {:.4}",
+            total / n as f64,
+            (total / n as f64).exp()
+        );
+    }
+}

@@ -436,6 +436,30 @@ mod tests {
         }
     }
 
+    /// The weighted sum is `Σ p · d · q` up to f32 rounding: one rounding for `p · d` and one
+    /// per fused step, each at most ε relative, so within `2·rows·ε·Σ|terms|` of the f64 sum.
+    #[test]
+    fn the_weighted_sum_is_close_to_the_f64_sum() {
+        let mut r = rng(123);
+        let (nb, rows, offset, stride) = (4, 9, 2, 6);
+        let cache = quantized(&mut r, rows * stride, 1.0);
+        let probs = random_f32(&mut r, rows, 0.3);
+        let mut got = vec![0.0; nb * Q8_0_BLOCK];
+        weighted_sum_q8_0_rows(&probs, &cache, stride, offset, &mut got);
+        let mut row = [0.0f32; Q8_0_BLOCK];
+        for (d, &g) in got.iter().enumerate() {
+            let (mut exact, mut abs) = (0.0f64, 0.0f64);
+            for (p, &prob) in probs.iter().enumerate() {
+                cache[p * stride + offset + d / Q8_0_BLOCK].dequantize(&mut row);
+                let term = f64::from(prob) * f64::from(row[d % Q8_0_BLOCK]);
+                exact += term;
+                abs += term.abs();
+            }
+            let tol = 2.0 * rows as f64 * f64::from(f32::EPSILON) * abs + 1e-30;
+            assert!((f64::from(g) - exact).abs() <= tol, "{d}: {g} vs {exact}");
+        }
+    }
+
     #[test]
     #[should_panic(expected = "run past a cache")]
     fn rows_past_the_cache_panic() {
