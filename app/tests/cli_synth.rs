@@ -95,3 +95,63 @@ fn a_model_over_the_memory_budget_is_refused() {
     assert!(stderr.contains("kv cache"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--kv-type q8_0` reaches the session and the plan: the cache it reports is 34/64 of the f16
+/// one (Q8_0 keeps 32 values in 34 bytes), the plan counts the same, and an unknown type is
+/// refused by name.
+#[test]
+fn bench_reports_the_q8_0_kv_cache() {
+    let dir = temp_dir("kv");
+    let model = synth(&dir, "Q4_0");
+    let bench = |kv: &str| {
+        let o = kostant(&[
+            "bench",
+            "--model",
+            model.to_str().unwrap(),
+            "--threads",
+            "1",
+            "--ctx",
+            "256",
+            "--prompt-tokens",
+            "8",
+            "--gen-tokens",
+            "4",
+            "--repetitions",
+            "1",
+            "--kv-type",
+            kv,
+            "--json",
+        ]);
+        assert!(
+            o.status.success(),
+            "bench --kv-type {kv} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let (f16, q8) = (bench("f16"), bench("q8_0"));
+    assert_eq!(f16["kv_type"], "f16");
+    assert_eq!(q8["kv_type"], "q8_0");
+    for key in ["kv_cache_mb", "planned_kv_mb"] {
+        let (a, b) = (f16[key].as_f64().unwrap(), q8[key].as_f64().unwrap());
+        assert!(a > 0.0, "{key}: {f16}");
+        assert!(
+            (b / a - 34.0 / 64.0).abs() < 1e-9,
+            "{key}: q8_0 {b} MiB vs f16 {a} MiB"
+        );
+    }
+    assert_eq!(q8["kv_cache_mb"], q8["planned_kv_mb"]);
+    assert!(q8["decode_tok_s"].as_f64().unwrap() > 0.0);
+
+    let o = kostant(&[
+        "bench",
+        "--model",
+        model.to_str().unwrap(),
+        "--kv-type",
+        "q4_0",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("q4_0") && err.contains("f16 or q8_0"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,57 +1,208 @@
 //! The key/value cache of one session: for every layer, the keys and values of every position
 //! seen so far, appended in order.
 //!
-//! Storage is f16, as llama.cpp keeps it by default: half the memory of f32, and the same
-//! rounding, so greedy decoding follows the reference token for token. The whole context is
-//! allocated and written (zeroed) when the cache is made, as llama.cpp clears its cache buffer:
-//! the memory a session will need is claimed, and counted, at the start, and no token ever
-//! allocates. (Paged, quantized and prefix-shared caches may come later; the interface here is
-//! what they will keep.)
+//! Storage is f16 by default, as llama.cpp keeps it: half the memory of f32, and the same
+//! rounding, so greedy decoding follows the reference token for token. [`KvType::Q8_0`] keeps
+//! each row as ggml's Q8_0 blocks instead (34 bytes per 32 values, 17/32 of f16) for contexts
+//! that would not fit otherwise; its attention reads the blocks in place through
+//! `kostant_kernels::attention_q8`. The whole context is allocated and written (zeroed) when
+//! the cache is made, as llama.cpp clears its cache buffer: the memory a session will need is
+//! claimed, and counted, at the start, and no token ever allocates.
+
+use std::fmt;
+use std::str::FromStr;
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+use kostant_kernels::attention_q8::{quantize_q8_0_kv, KvBlockQ8_0, Q8_0_BLOCK};
 
-/// Keys and values for one layer. Rows are positions; a row holds every kv head side by side.
+use crate::{EngineError, Result};
+
+/// How the cache stores keys and values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum KvType {
+    /// Half floats, rounded as llama.cpp's default cache (bit-exact greedy decoding).
+    #[default]
+    F16,
+    /// ggml's Q8_0 blocks: 32 i8 codes and an f16 scale. 17/32 of the f16 cache's memory; the
+    /// scores and outputs move by the codes' rounding (half a step of `max|x| / 127`).
+    Q8_0,
+}
+
+impl KvType {
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
+        }
+    }
+
+    /// Bytes of `n` cached values (`n` a whole number of blocks for Q8_0).
+    fn bytes_for(self, n: usize) -> usize {
+        match self {
+            KvType::F16 => n * size_of::<f16>(),
+            KvType::Q8_0 => n / Q8_0_BLOCK * size_of::<KvBlockQ8_0>(),
+        }
+    }
+}
+
+impl fmt::Display for KvType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for KvType {
+    type Err = EngineError;
+
+    fn from_str(s: &str) -> Result<KvType> {
+        match s.to_ascii_lowercase().as_str() {
+            "f16" => Ok(KvType::F16),
+            "q8_0" => Ok(KvType::Q8_0),
+            _ => Err(EngineError::InvalidRequest(format!(
+                "unknown kv cache type {s:?} (expected f16 or q8_0)"
+            ))),
+        }
+    }
+}
+
+/// One layer's keys and values, every row (n_ctx, kv_dim) in the cache's type. Rows are
+/// positions; a row holds every kv head side by side.
+enum Store {
+    F16 {
+        k: Vec<f16>, // (n_ctx, kv_dim)
+        v: Vec<f16>, // (n_ctx, kv_dim)
+    },
+    Q8_0 {
+        k: Vec<KvBlockQ8_0>, // (n_ctx, kv_dim / 32)
+        v: Vec<KvBlockQ8_0>, // (n_ctx, kv_dim / 32)
+    },
+}
+
+/// `n` copies of `x`, every one written: `resize` touches each element, so the pages are
+/// resident from here on (a zeroed allocation would only be mapped, and peak memory would come
+/// as a surprise later).
+fn written<T: Clone>(n: usize, x: T) -> Vec<T> {
+    let mut v = Vec::with_capacity(n);
+    v.resize(n, x);
+    v
+}
+
+impl Store {
+    fn zeroed(ty: KvType, n_values: usize) -> Store {
+        match ty {
+            KvType::F16 => Store::F16 {
+                k: written(n_values, f16::ZERO),
+                v: written(n_values, f16::ZERO),
+            },
+            KvType::Q8_0 => Store::Q8_0 {
+                k: written(n_values / Q8_0_BLOCK, KvBlockQ8_0::default()),
+                v: written(n_values / Q8_0_BLOCK, KvBlockQ8_0::default()),
+            },
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Store::F16 { k, v } => (k.len() + v.len()) * size_of::<f16>(),
+            Store::Q8_0 { k, v } => (k.len() + v.len()) * size_of::<KvBlockQ8_0>(),
+        }
+    }
+
+    /// Writes keys `xk` and values `xv` (whole rows) from value `start` (a row boundary) on.
+    fn write(&mut self, start: usize, xk: &[f32], xv: &[f32]) {
+        match self {
+            Store::F16 { k, v } => {
+                k[start..start + xk.len()].convert_from_f32_slice(xk);
+                v[start..start + xv.len()].convert_from_f32_slice(xv);
+            }
+            Store::Q8_0 { k, v } => {
+                let s = start / Q8_0_BLOCK;
+                quantize_q8_0_kv(xk, &mut k[s..s + xk.len() / Q8_0_BLOCK]);
+                quantize_q8_0_kv(xv, &mut v[s..s + xv.len() / Q8_0_BLOCK]);
+            }
+        }
+    }
+}
+
 struct LayerCache {
-    k: Vec<f16>, // (n_ctx, n_head_kv * head_dim)
-    v: Vec<f16>, // (n_ctx, n_head_kv * head_dim)
+    store: Store,
     /// Positions written in this layer (ahead of `KvCache::len` during a forward pass).
     filled: usize,
 }
 
+/// One layer's stored keys and values, borrowed for attention: (positions, kv_dim) each,
+/// in values for f16 and in 32-value blocks for Q8_0.
+#[derive(Clone, Copy)]
+pub(crate) enum LayerView<'a> {
+    F16 {
+        k: &'a [f16],
+        v: &'a [f16],
+    },
+    Q8_0 {
+        k: &'a [KvBlockQ8_0],
+        v: &'a [KvBlockQ8_0],
+    },
+}
+
 pub struct KvCache {
     layers: Vec<LayerCache>,
+    kv_type: KvType,
     kv_dim: usize,
     n_ctx: usize,
     len: usize,
 }
 
 impl KvCache {
+    /// An f16 cache.
     pub fn new(n_layer: usize, kv_dim: usize, n_ctx: usize) -> KvCache {
-        // `resize` writes every element, so the pages are resident from here on (a zeroed
-        // allocation would only be mapped, and peak memory would come as a surprise later).
-        let zeroed = || {
-            let mut v = Vec::with_capacity(n_ctx * kv_dim);
-            v.resize(n_ctx * kv_dim, f16::ZERO);
-            v
-        };
+        KvCache::build(KvType::F16, n_layer, kv_dim, n_ctx)
+    }
+
+    /// A cache of `kv_type`. Q8_0 blocks must not straddle two heads, so it needs a head size
+    /// that is a multiple of 32.
+    pub fn with_type(
+        kv_type: KvType,
+        n_layer: usize,
+        kv_dim: usize,
+        head_dim: usize,
+        n_ctx: usize,
+    ) -> Result<KvCache> {
+        if kv_type == KvType::Q8_0 && (head_dim == 0 || !head_dim.is_multiple_of(Q8_0_BLOCK)) {
+            return Err(EngineError::InvalidRequest(format!(
+                "the q8_0 kv cache needs a head size that is a multiple of {Q8_0_BLOCK}, but this model's heads are {head_dim} wide (use the f16 cache)"
+            )));
+        }
+        if !kv_dim.is_multiple_of(head_dim.max(1)) {
+            return Err(EngineError::InvalidRequest(format!(
+                "kv width {kv_dim} is not a whole number of {head_dim}-wide heads"
+            )));
+        }
+        Ok(KvCache::build(kv_type, n_layer, kv_dim, n_ctx))
+    }
+
+    fn build(kv_type: KvType, n_layer: usize, kv_dim: usize, n_ctx: usize) -> KvCache {
         KvCache {
             layers: (0..n_layer)
                 .map(|_| LayerCache {
-                    k: zeroed(),
-                    v: zeroed(),
+                    store: Store::zeroed(kv_type, n_ctx * kv_dim),
                     filled: 0,
                 })
                 .collect(),
+            kv_type,
             kv_dim,
             n_ctx,
             len: 0,
         }
     }
 
-    /// Bytes a cache of this shape takes.
-    pub fn planned_bytes(n_layer: usize, kv_dim: usize, n_ctx: usize) -> usize {
-        2 * n_layer * n_ctx * kv_dim * std::mem::size_of::<f16>()
+    /// Bytes a cache of this shape and type takes.
+    pub fn planned_bytes(n_layer: usize, kv_dim: usize, n_ctx: usize, kv_type: KvType) -> usize {
+        2 * n_layer * kv_type.bytes_for(n_ctx * kv_dim)
+    }
+
+    pub fn kv_type(&self) -> KvType {
+        self.kv_type
     }
 
     /// Positions stored (the same for every layer once a forward pass has finished).
@@ -69,10 +220,7 @@ impl KvCache {
 
     /// Bytes held by the cache (all of it is allocated up front).
     pub fn bytes(&self) -> usize {
-        self.layers
-            .iter()
-            .map(|l| (l.k.len() + l.v.len()) * std::mem::size_of::<f16>())
-            .sum()
+        self.layers.iter().map(|l| l.store.bytes()).sum()
     }
 
     /// Forgets every position from `len` on; the next token is written at `len`.
@@ -89,8 +237,7 @@ impl KvCache {
     pub(crate) fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
         let l = &mut self.layers[layer];
         let start = l.filled * self.kv_dim;
-        l.k[start..start + k.len()].convert_from_f32_slice(k);
-        l.v[start..start + v.len()].convert_from_f32_slice(v);
+        l.store.write(start, k, v);
         l.filled += k.len() / self.kv_dim;
     }
 
@@ -104,9 +251,163 @@ impl KvCache {
 
     /// Keys and values of one layer for every stored position, including ones appended during
     /// the current forward pass.
-    pub(crate) fn layer(&self, layer: usize) -> (&[f16], &[f16]) {
+    pub(crate) fn layer(&self, layer: usize) -> LayerView<'_> {
         let l = &self.layers[layer];
         let end = l.filled * self.kv_dim;
-        (&l.k[..end], &l.v[..end])
+        match &l.store {
+            Store::F16 { k, v } => LayerView::F16 {
+                k: &k[..end],
+                v: &v[..end],
+            },
+            Store::Q8_0 { k, v } => LayerView::Q8_0 {
+                k: &k[..end / Q8_0_BLOCK],
+                v: &v[..end / Q8_0_BLOCK],
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic values of varied size and sign (no rand needed here).
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
+    }
+
+    fn dequantized(blocks: &[KvBlockQ8_0]) -> Vec<f32> {
+        let mut out = vec![0.0; blocks.len() * Q8_0_BLOCK];
+        for (b, o) in blocks.iter().zip(out.chunks_exact_mut(Q8_0_BLOCK)) {
+            let mut tmp = [0.0; Q8_0_BLOCK];
+            b.dequantize(&mut tmp);
+            o.copy_from_slice(&tmp);
+        }
+        out
+    }
+
+    /// Keys and values of one layer as f32, whatever the storage.
+    fn read_back(c: &KvCache, layer: usize) -> (Vec<f32>, Vec<f32>) {
+        match c.layer(layer) {
+            LayerView::F16 { k, v } => (
+                k.iter().map(|x| x.to_f32()).collect(),
+                v.iter().map(|x| x.to_f32()).collect(),
+            ),
+            LayerView::Q8_0 { k, v } => (dequantized(k), dequantized(v)),
+        }
+    }
+
+    /// Largest error a Q8_0 block allows its values: half a step `max|x| / 127`, plus the f16
+    /// rounding of the stored scale (2^-11 relative, over up to 127 codes).
+    fn q8_budget(x: &[f32]) -> Vec<f32> {
+        x.chunks_exact(Q8_0_BLOCK)
+            .flat_map(|b| {
+                let amax = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let tol = amax / 127.0 * (0.5 + 127.0 * 2f32.powi(-11)) * 1.001;
+                std::iter::repeat_n(tol, Q8_0_BLOCK)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn q8_0_rows_read_back_within_the_block_error() {
+        let (n_layer, kv_dim, hd) = (2, 128, 64);
+        let mut c = KvCache::with_type(KvType::Q8_0, n_layer, kv_dim, hd, 16).unwrap();
+        let (k1, v1) = (values(3 * kv_dim, 1), values(3 * kv_dim, 2));
+        let (k2, v2) = (values(2 * kv_dim, 3), values(2 * kv_dim, 4));
+        for l in 0..n_layer {
+            c.append(l, &k1, &v1);
+        }
+        c.advance(3);
+        for l in 0..n_layer {
+            c.append(l, &k2, &v2);
+        }
+        c.advance(2);
+        assert_eq!(c.len(), 5);
+        let want_k: Vec<f32> = k1.iter().chain(&k2).copied().collect();
+        let want_v: Vec<f32> = v1.iter().chain(&v2).copied().collect();
+        for l in 0..n_layer {
+            let (k, v) = read_back(&c, l);
+            assert_eq!(k.len(), 5 * kv_dim);
+            for (got, want) in [(&k, &want_k), (&v, &want_v)] {
+                for ((g, w), tol) in got.iter().zip(want.iter()).zip(q8_budget(want)) {
+                    assert!((g - w).abs() <= tol, "layer {l}: {w} read back as {g}");
+                }
+            }
+            // The codes are not just f16 in disguise: something moved.
+            assert!(k.iter().zip(&want_k).any(|(g, w)| g != w));
+        }
+    }
+
+    #[test]
+    fn truncate_forgets_positions_and_the_next_append_overwrites_them() {
+        for ty in [KvType::F16, KvType::Q8_0] {
+            let kv_dim = 64;
+            let mut c = KvCache::with_type(ty, 1, kv_dim, 32, 8).unwrap();
+            c.append(0, &values(4 * kv_dim, 5), &values(4 * kv_dim, 6));
+            c.advance(4);
+            c.truncate(2);
+            assert_eq!(c.len(), 2);
+            assert_eq!(read_back(&c, 0).0.len(), 2 * kv_dim);
+            // Truncating past the end is a no-op.
+            c.truncate(7);
+            assert_eq!(c.len(), 2);
+            let new_k = values(kv_dim, 7);
+            c.append(0, &new_k, &values(kv_dim, 8));
+            c.advance(1);
+            let (k, _) = read_back(&c, 0);
+            let (kept, _) = {
+                let mut fresh = KvCache::with_type(ty, 1, kv_dim, 32, 8).unwrap();
+                fresh.append(0, &values(4 * kv_dim, 5), &values(4 * kv_dim, 6));
+                fresh.advance(4);
+                read_back(&fresh, 0)
+            };
+            assert_eq!(&k[..2 * kv_dim], &kept[..2 * kv_dim], "{ty}");
+            let row2 = &k[2 * kv_dim..];
+            for ((g, w), tol) in row2.iter().zip(&new_k).zip(q8_budget(&new_k)) {
+                assert!((g - w).abs() <= tol, "{ty}: {w} read back as {g}");
+            }
+        }
+    }
+
+    #[test]
+    fn bytes_are_the_planned_bytes() {
+        let (n_layer, kv_dim, n_ctx) = (3, 256, 40);
+        for ty in [KvType::F16, KvType::Q8_0] {
+            let c = KvCache::with_type(ty, n_layer, kv_dim, 64, n_ctx).unwrap();
+            assert_eq!(
+                c.bytes(),
+                KvCache::planned_bytes(n_layer, kv_dim, n_ctx, ty)
+            );
+        }
+        let f16 = KvCache::planned_bytes(n_layer, kv_dim, n_ctx, KvType::F16);
+        let q8 = KvCache::planned_bytes(n_layer, kv_dim, n_ctx, KvType::Q8_0);
+        assert_eq!(f16, 2 * n_layer * n_ctx * kv_dim * 2);
+        assert_eq!(q8 * 64, f16 * 34);
+        assert_eq!(KvCache::new(n_layer, kv_dim, n_ctx).bytes(), f16);
+    }
+
+    #[test]
+    fn q8_0_refuses_heads_that_are_not_whole_blocks() {
+        let err = KvCache::with_type(KvType::Q8_0, 2, 64, 16, 8)
+            .err()
+            .expect("a 16-wide head cannot hold q8_0 blocks");
+        assert!(matches!(err, EngineError::InvalidRequest(_)));
+        let msg = err.to_string();
+        assert!(msg.contains("q8_0") && msg.contains("16"), "{msg}");
+        // f16 has no such constraint.
+        assert!(KvCache::with_type(KvType::F16, 2, 64, 16, 8).is_ok());
+    }
+
+    #[test]
+    fn kv_types_parse_and_print_their_cli_names() {
+        for ty in [KvType::F16, KvType::Q8_0] {
+            assert_eq!(ty.to_string().parse::<KvType>().unwrap(), ty);
+        }
+        assert_eq!("Q8_0".parse::<KvType>().unwrap(), KvType::Q8_0);
+        assert_eq!(KvType::default(), KvType::F16);
+        assert!("q4_0".parse::<KvType>().is_err());
     }
 }

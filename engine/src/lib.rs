@@ -23,6 +23,7 @@ pub use generate::{
     generate, generate_observed, spawn, CancelHandle, Event, GenerateRequest, Generation,
     GenerationStats, Observer, StopReason,
 };
+pub use kv_cache::KvType;
 pub use model::Model;
 pub use sampling::SamplingParams;
 pub use session::Session;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{KvCache, KvType};
 use crate::model::{forward, forward_hidden, forward_tapped, Model};
 use crate::{EngineError, Result};
 
@@ -19,8 +19,15 @@ pub struct Session {
 }
 
 impl Session {
-    /// A session with room for `n_ctx` tokens (capped at the model's training context).
+    /// A session with room for `n_ctx` tokens (capped at the model's training context), with
+    /// the default f16 cache.
     pub fn new(model: Arc<Model>, n_ctx: usize) -> Result<Session> {
+        Session::with_kv_type(model, n_ctx, KvType::F16)
+    }
+
+    /// [`Session::new`] with the cache stored as `kv_type`. Q8_0 fails with
+    /// [`EngineError::InvalidRequest`] for a model whose head size is not a multiple of 32.
+    pub fn with_kv_type(model: Arc<Model>, n_ctx: usize, kv_type: KvType) -> Result<Session> {
         if n_ctx == 0 {
             return Err(EngineError::InvalidRequest(
                 "context size must be at least 1".into(),
@@ -28,7 +35,7 @@ impl Session {
         }
         let hp = &model.hparams;
         let n_ctx = n_ctx.min(hp.n_ctx_train);
-        let kv = KvCache::new(hp.n_layer, hp.kv_dim(), n_ctx);
+        let kv = KvCache::with_type(kv_type, hp.n_layer, hp.kv_dim(), hp.head_dim, n_ctx)?;
         Ok(Session {
             model,
             kv,
@@ -51,6 +58,10 @@ impl Session {
 
     pub fn kv_bytes(&self) -> usize {
         self.kv.bytes()
+    }
+
+    pub fn kv_type(&self) -> KvType {
+        self.kv.kv_type()
     }
 
     /// Forgets the conversation.

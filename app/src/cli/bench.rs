@@ -11,7 +11,7 @@ use serde_json::json;
 use kostant_engine::sampling::argmax;
 use kostant_engine::Session;
 
-use super::{load_model, peak_rss_mb, BenchArgs};
+use super::{load_model_kv, peak_rss_mb, BenchArgs};
 
 pub fn run(args: BenchArgs) -> Result<()> {
     anyhow::ensure!(
@@ -21,7 +21,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     anyhow::ensure!(args.gen_tokens >= 1, "--gen-tokens must be at least 1");
     anyhow::ensure!(args.repetitions >= 1, "--repetitions must be at least 1");
     let load_start = Instant::now();
-    let model = load_model(&args.model)?;
+    let kv_type = args.kv.kv_type;
+    let model = load_model_kv(&args.model, kv_type)?;
     let load_ms = load_start.elapsed().as_secs_f64() * 1e3;
     let threads = super::threads();
     let n_vocab = model.hparams.n_vocab as u32;
@@ -29,7 +30,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let prompt: Vec<u32> = (0..args.prompt_tokens)
         .map(|_| rng.gen_range(0..n_vocab))
         .collect();
-    let mut session = Session::new(model.clone(), args.model.ctx)?;
+    let mut session = Session::with_kv_type(model.clone(), args.model.ctx, kv_type)?;
     anyhow::ensure!(
         args.prompt_tokens + args.gen_tokens <= session.n_ctx(),
         "--prompt-tokens plus --gen-tokens ({}) exceed the context of {} tokens (raise --ctx)",
@@ -65,7 +66,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let prefill_tok_s = args.prompt_tokens as f64 * 1e3 / mean(&prefill_ms);
     let decode_tok_s = args.gen_tokens as f64 * 1e3 / mean(&decode_ms);
     let gb_s = model.weight_bytes_per_token() as f64 * decode_tok_s / 1e9;
-    let plan = model.memory_plan(session.n_ctx());
+    let plan = model.memory_plan_with_kv(session.n_ctx(), kv_type);
     let peak = peak_rss_mb();
     // Measured after the model's runs so its peak above is the model's own.
     let bandwidth = args
@@ -102,6 +103,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "ttft_ms": mean(&ttft_ms),
         "decode_weight_gb_s": gb_s,
         "n_ctx": session.n_ctx(),
+        "kv_type": kv_type.name(),
         "kv_cache_mb": session.kv_bytes() as f64 / (1024.0 * 1024.0),
         "planned_mb": mb(plan.total()),
         "planned_weights_mb": mb(plan.weights),
@@ -140,10 +142,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
             args.prompt_tokens
         );
         println!(
-            "memory plan  {:>8.1} MiB    (weights {:.1}, kv cache {:.1} for {} tokens, scratch {:.1})",
+            "memory plan  {:>8.1} MiB    (weights {:.1}, kv cache {:.1} as {} for {} tokens, scratch {:.1})",
             mb(plan.total()),
             mb(plan.weights),
             mb(plan.kv),
+            kv_type,
             session.n_ctx(),
             mb(plan.scratch)
         );

@@ -14,7 +14,7 @@ use kostant_engine::{
 use kostant_safety::pipeline::{self, Reply, ReplyEvent, StreamEvent};
 use kostant_safety::{policy, Guard};
 
-use super::{load_model, peak_rss_mb, ChatArgs};
+use super::{load_model_kv, peak_rss_mb, ChatArgs};
 
 pub fn run(args: ChatArgs) -> Result<()> {
     let sampling = SamplingParams {
@@ -35,10 +35,10 @@ pub fn run(args: ChatArgs) -> Result<()> {
         true => None,
         false => Some(crate::history::Recorder::open(args.data_dir.as_deref())?),
     };
-    let model = load_model(&args.model)?;
+    let model = load_model_kv(&args.model, args.kv.kv_type)?;
     let path = crate::model_path::resolve(args.model.model.as_deref())?;
     let guard = super::guard::load_guard(&args.guard, &model, &path)?;
-    let session = Session::new(model.clone(), args.model.ctx)?;
+    let session = Session::with_kv_type(model.clone(), args.model.ctx, args.kv.kv_type)?;
     // The tone rules ride along with any system prompt, the user's own included.
     let system = match &args.system {
         Some(s) => format!("{s}\n\n{}", policy::TONE_RULES),

@@ -14,6 +14,7 @@ pub mod synth;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use kostant_engine::KvType;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -64,11 +65,23 @@ pub struct ModelArgs {
     pub memory_budget: usize,
 }
 
+/// The kv cache's storage, for the commands that run one conversation (chat, bench).
+#[derive(Args, Debug, Clone)]
+pub struct KvArgs {
+    /// How the kv cache stores keys and values: f16 (as llama.cpp by default; greedy replies
+    /// match it token for token) or q8_0 (17/32 of the memory, needs heads a multiple of 32
+    /// wide; scores and outputs move by its rounding).
+    #[arg(long, default_value_t = KvType::F16)]
+    pub kv_type: KvType,
+}
+
 /// Also a `Parser`, so that `kostant` with no subcommand can build the default chat arguments.
 #[derive(Parser, Debug)]
 pub struct ChatArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
     /// Answer this one prompt and exit. Without it, chat interactively.
     #[arg(long)]
     pub prompt: Option<String>,
@@ -109,6 +122,8 @@ pub struct ChatArgs {
 pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
     /// Prompt length for the prefill measurement.
     #[arg(long, default_value_t = 512)]
     pub prompt_tokens: usize,
@@ -133,8 +148,17 @@ pub struct BenchArgs {
     pub guard_args: guard::GuardArgs,
 }
 
-/// Sets the kernel thread count, finds the model and maps it.
+/// Sets the kernel thread count, finds the model and maps it, its budget checked with the
+/// default f16 kv cache.
 pub fn load_model(args: &ModelArgs) -> anyhow::Result<std::sync::Arc<kostant_engine::Model>> {
+    load_model_kv(args, KvType::F16)
+}
+
+/// [`load_model`] for a session whose kv cache is stored as `kv_type`.
+pub fn load_model_kv(
+    args: &ModelArgs,
+    kv_type: KvType,
+) -> anyhow::Result<std::sync::Arc<kostant_engine::Model>> {
     use anyhow::Context;
     let threads = match args.threads {
         Some(0) => anyhow::bail!("--threads must be at least 1"),
@@ -147,7 +171,7 @@ pub fn load_model(args: &ModelArgs) -> anyhow::Result<std::sync::Arc<kostant_eng
     let model = kostant_engine::Model::load(&path)
         .with_context(|| format!("cannot load model {}", path.display()))?;
     model
-        .check_memory_budget(args.ctx, args.memory_budget << 20)
+        .check_memory_budget_with_kv(args.ctx, kv_type, args.memory_budget << 20)
         .with_context(|| format!("cannot load model {}", path.display()))?;
     Ok(model)
 }

@@ -9,12 +9,15 @@ use half::f16;
 use rayon::prelude::*;
 
 use kostant_kernels::attention::{dot_f16_rows, hsum8, weighted_sum_f16_rows, F16SumOrder};
+use kostant_kernels::attention_q8::{
+    dot_q8_0_rows, quantize_q8_0_kv, weighted_sum_q8_0_rows, KvBlockQ8_0, Q8_0_BLOCK,
+};
 use kostant_kernels::{dequantize_row, exp_f32, matmul};
 
 use super::hparams::{HParams, RopeLayout};
 use super::weights::{LayerWeights, TensorRef};
 use super::Model;
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{KvCache, LayerView};
 use crate::{EngineError, Result};
 
 /// Runs `tokens` at positions `kv.len()..` through the model, appends their keys and values to
@@ -220,39 +223,54 @@ fn attention(
     rope(&mut k, kv_dim, hp, &model.rope, pos);
     kv.append(l, &k, &v);
 
-    let (keys, values) = kv.layer(l); // (pos + n, kv_dim) each, f16
+    let cached = kv.layer(l); // (pos + n, kv_dim) keys and values
     let group = hp.n_head / hp.n_head_kv;
     let scale = 1.0 / (hd as f32).sqrt();
     let mut out = vec![0.0f32; n * q_dim]; // (n, n_head * head_dim)
     let order = F16SumOrder::for_batch(n);
 
     // One task per (token, kv head): it serves the `group` query heads that share that head's
-    // cached keys and values (read in place from the f16 cache) and writes only its own slice
+    // cached keys and values (read in place from the cache) and writes only its own slice
     // of `out` (those query heads are adjacent), so tasks never share mutable state. Scratch
     // is made once per rayon job, not per head.
     let visible_max = pos + n;
     out.par_chunks_mut(group * hd).enumerate().for_each_init(
         || {
             (
-                vec![0.0f32; hd],                 // the query head, rounded to f16
-                vec![0.0f32; visible_max],        // scores, then probabilities
-                vec![0.0f32; order.lanes() * hd], // the weighted sum's lanes
+                vec![0.0f32; hd],                              // the query head, rounded to f16
+                vec![0.0f32; visible_max],                     // scores, then probabilities
+                vec![0.0f32; order.lanes() * hd],              // the weighted sum's lanes
+                vec![KvBlockQ8_0::default(); hd / Q8_0_BLOCK], // the query head as Q8_0
             )
         },
-        |(q_h, probs, lanes), (i, o)| {
+        |(q_h, probs, lanes, q_blocks), (i, o)| {
             let (t, g) = (i / hp.n_head_kv, i % hp.n_head_kv);
             let visible = pos + t + 1; // causal: the token sees itself and everything before it
             let probs = &mut probs[..visible];
             for (j, o_h) in o.chunks_exact_mut(hd).enumerate() {
                 let h = g * group + j;
-                // The query meets the f16 keys at f16 precision, as in llama.cpp.
                 let q_src = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
-                for (a, &b) in q_h.iter_mut().zip(q_src) {
-                    *a = f16::from_f32(b).to_f32();
+                match cached {
+                    LayerView::F16 { k, v } => {
+                        // The query meets the f16 keys at f16 precision, as in llama.cpp.
+                        for (a, &b) in q_h.iter_mut().zip(q_src) {
+                            *a = f16::from_f32(b).to_f32();
+                        }
+                        dot_f16_rows(q_h, k, kv_dim, g * hd, scale, order, probs);
+                        softmax(probs);
+                        weighted_sum_f16_rows(probs, v, kv_dim, g * hd, order, lanes, o_h);
+                    }
+                    LayerView::Q8_0 { k, v } => {
+                        // The query is quantized like the keys, so each block's dot is exact
+                        // in integers (as llama.cpp does with a q8_0 K cache). The cache made
+                        // sure heads are whole blocks.
+                        quantize_q8_0_kv(q_src, q_blocks);
+                        let (stride, at) = (kv_dim / Q8_0_BLOCK, g * hd / Q8_0_BLOCK);
+                        dot_q8_0_rows(q_blocks, k, stride, at, scale, probs);
+                        softmax(probs);
+                        weighted_sum_q8_0_rows(probs, v, stride, at, o_h);
+                    }
                 }
-                dot_f16_rows(q_h, keys, kv_dim, g * hd, scale, order, probs);
-                softmax(probs);
-                weighted_sum_f16_rows(probs, values, kv_dim, g * hd, order, lanes, o_h);
             }
         },
     );

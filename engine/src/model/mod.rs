@@ -14,7 +14,7 @@ pub(crate) use llama::{forward, forward_hidden, forward_tapped};
 
 use crate::chat_template::ChatTemplate;
 use crate::gguf::Gguf;
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{KvCache, KvType};
 use crate::tokenizer::Tokenizer;
 use crate::{EngineError, Result};
 use weights::ModelWeights;
@@ -24,8 +24,10 @@ use weights::ModelWeights;
 pub struct MemoryPlan {
     /// Mapped weights that forward passes read (they become resident as they are touched).
     pub weights: usize,
-    /// The f16 kv cache for `n_ctx` tokens.
+    /// The kv cache for `n_ctx` tokens.
     pub kv: usize,
+    /// How the kv cache stores keys and values.
+    pub kv_type: KvType,
     /// Activations and buffers of one prefill chunk.
     pub scratch: usize,
     pub n_ctx: usize,
@@ -127,8 +129,13 @@ impl Model {
 
     /// What running this model with a context of `n_ctx` tokens will hold in memory: the
     /// mapped weights every forward pass touches, the kv cache (allocated whole when a session
-    /// starts) and the scratch of one prefill chunk.
+    /// starts) and the scratch of one prefill chunk. The cache is the default f16 one.
     pub fn memory_plan(&self, n_ctx: usize) -> MemoryPlan {
+        self.memory_plan_with_kv(n_ctx, KvType::F16)
+    }
+
+    /// [`Model::memory_plan`] with the kv cache stored as `kv_type`.
+    pub fn memory_plan_with_kv(&self, n_ctx: usize, kv_type: KvType) -> MemoryPlan {
         let hp = &self.hparams;
         let w = &self.weights;
         let n_ctx = n_ctx.min(hp.n_ctx_train);
@@ -140,7 +147,7 @@ impl Model {
             w.token_embd.size / w.token_embd.rows * n_ctx.min(w.token_embd.rows)
         };
         let weights = self.weight_bytes_per_token() - w.token_embd.size / w.token_embd.rows + embd;
-        let kv = KvCache::planned_bytes(hp.n_layer, hp.kv_dim(), n_ctx);
+        let kv = KvCache::planned_bytes(hp.n_layer, hp.kv_dim(), n_ctx, kv_type);
         // One prefill chunk's activations in f32: the residual stream and its norm, q, k, v,
         // attention output, gate and up, the logits, and per thread one kv head's keys and
         // values widened to f32 plus its scores.
@@ -155,6 +162,7 @@ impl Model {
         MemoryPlan {
             weights,
             kv,
+            kv_type,
             scratch,
             n_ctx,
         }
@@ -163,7 +171,17 @@ impl Model {
     /// Fails with [`EngineError::MemoryBudget`] when [`Model::memory_plan`] for `n_ctx` tokens
     /// exceeds `budget_bytes`.
     pub fn check_memory_budget(&self, n_ctx: usize, budget_bytes: usize) -> Result<MemoryPlan> {
-        let plan = self.memory_plan(n_ctx);
+        self.check_memory_budget_with_kv(n_ctx, KvType::F16, budget_bytes)
+    }
+
+    /// [`Model::check_memory_budget`] with the kv cache stored as `kv_type`.
+    pub fn check_memory_budget_with_kv(
+        &self,
+        n_ctx: usize,
+        kv_type: KvType,
+        budget_bytes: usize,
+    ) -> Result<MemoryPlan> {
+        let plan = self.memory_plan_with_kv(n_ctx, kv_type);
         if plan.total() > budget_bytes {
             let mb = |b: usize| b.div_ceil(1 << 20);
             return Err(EngineError::MemoryBudget {
@@ -217,6 +235,25 @@ mod tests {
         assert_eq!(plan.total(), plan.weights + plan.kv + plan.scratch);
         // The context is capped at the model's training context, as a session caps it.
         assert_eq!(model.memory_plan(1 << 20).n_ctx, hp.n_ctx_train);
+    }
+
+    #[test]
+    fn the_q8_0_plan_counts_the_smaller_cache_and_the_budget_follows_it() {
+        let model = tiny();
+        let f16 = model.memory_plan(128);
+        let q8 = model.memory_plan_with_kv(128, KvType::Q8_0);
+        assert_eq!((f16.kv_type, q8.kv_type), (KvType::F16, KvType::Q8_0));
+        assert_eq!(q8.kv * 64, f16.kv * 34);
+        assert_eq!((q8.weights, q8.scratch), (f16.weights, f16.scratch));
+        // A budget the q8_0 plan fits but the f16 plan does not.
+        let budget = q8.total();
+        assert!(model.check_memory_budget(128, budget).is_err());
+        assert_eq!(
+            model
+                .check_memory_budget_with_kv(128, KvType::Q8_0, budget)
+                .unwrap(),
+            q8
+        );
     }
 
     #[test]

@@ -1,0 +1,197 @@
+//! The Q8_0 kv cache against the f16 one: the same model and tokens, run through both, must
+//! give close logits (the codes round keys and values by at most half a step of their block's
+//! `max|x| / 127`), on a tiny random model and on the real default model.
+
+use std::sync::Arc;
+
+use kostant_engine::gguf::Gguf;
+use kostant_engine::sampling::argmax;
+use kostant_engine::testing::{tiny_model_bytes, TinySpec};
+use kostant_engine::{EngineError, KvType, Message, Model, Role, Session};
+
+fn tiny(spec: &TinySpec) -> Arc<Model> {
+    Model::from_gguf(Gguf::from_bytes(tiny_model_bytes(spec).unwrap()).unwrap()).unwrap()
+}
+
+/// Heads 32 wide: one Q8_0 block each.
+fn spec_32() -> TinySpec {
+    TinySpec {
+        n_embd: 128,
+        n_head: 4,
+        n_head_kv: 2,
+        ..Default::default()
+    }
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn spread(a: &[f32]) -> f32 {
+    let (lo, hi) = a
+        .iter()
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(l, h), &v| {
+            (l.min(v), h.max(v))
+        });
+    hi - lo
+}
+
+/// Logits after a batched prefill and after each of a few single-token steps.
+fn run(model: &Arc<Model>, kv: KvType, prompt: &[u32], steps: &[u32]) -> Vec<Vec<f32>> {
+    let mut s = Session::with_kv_type(model.clone(), 256, kv).unwrap();
+    assert_eq!(s.kv_type(), kv);
+    let mut out = vec![s.prefill(prompt).unwrap().0];
+    for &t in steps {
+        out.push(s.step(t).unwrap());
+    }
+    out
+}
+
+#[test]
+fn tiny_model_q8_0_logits_stay_close_to_f16() {
+    let model = tiny(&spec_32());
+    let prompt: Vec<u32> = (0..60).map(|i| 3 + (i * 37) % 250).collect();
+    let steps = [10, 200, 77, 5];
+    let f16 = run(&model, KvType::F16, &prompt, &steps);
+    let q8 = run(&model, KvType::Q8_0, &prompt, &steps);
+    for (i, (a, b)) in f16.iter().zip(&q8).enumerate() {
+        let (d, s) = (max_abs_diff(a, b), spread(a));
+        eprintln!("position {i}: max |q8_0 - f16| {d}, logit spread {s}");
+        assert!(
+            d > 0.0,
+            "position {i}: the q8_0 cache changed nothing, so it was not used"
+        );
+        // Measured: at most 3.5% of the spread (random weights make the logits touchy); a head
+        // read at the wrong offset or an unscaled block moves them by tens of percent.
+        assert!(
+            d <= 0.06 * s,
+            "position {i}: max diff {d} over a spread of {s}"
+        );
+    }
+}
+
+#[test]
+fn q8_0_needs_heads_that_are_whole_blocks() {
+    // The default tiny model has 16-wide heads.
+    let model = tiny(&TinySpec::default());
+    assert_eq!(model.hparams.head_dim, 16);
+    let err = Session::with_kv_type(model.clone(), 64, KvType::Q8_0)
+        .err()
+        .expect("q8_0 over 16-wide heads");
+    assert!(matches!(err, EngineError::InvalidRequest(_)), "{err}");
+    assert!(err.to_string().contains("multiple of 32"), "{err}");
+    assert_eq!(Session::new(model, 64).unwrap().kv_type(), KvType::F16);
+}
+
+#[test]
+fn the_memory_plan_and_the_session_agree_on_the_q8_0_cache() {
+    let model = tiny(&spec_32());
+    for kv in [KvType::F16, KvType::Q8_0] {
+        let s = Session::with_kv_type(model.clone(), 128, kv).unwrap();
+        let plan = model.memory_plan_with_kv(128, kv);
+        assert_eq!(plan.kv_type, kv);
+        assert_eq!(plan.kv, s.kv_bytes(), "{kv}");
+    }
+}
+
+/// A ~100-token prompt on the real model: the next-token logits of the q8_0 cache against the
+/// f16 cache's, and 20 greedy tokens from each.
+#[test]
+fn real_model_q8_0_cache_agrees_with_f16() {
+    let model = Model::load(&kostant_engine::testing::real_model_path()).unwrap();
+    let question = "I am planning a small vegetable garden behind my house. The soil is \
+        heavy clay, the spot gets about six hours of sun in summer, and I have never grown \
+        anything before. Which three vegetables should a beginner start with, when should I \
+        plant them, and how do I improve the clay so the roots do not rot after heavy rain?";
+    let prompt = model
+        .chat_template
+        .render(
+            &model.tokenizer,
+            &[Message::new(Role::User, question)],
+            true,
+        )
+        .unwrap()
+        .tokens;
+    assert!(prompt.len() >= 90, "prompt of {} tokens", prompt.len());
+    let mut gens = Vec::new();
+    let mut firsts = Vec::new();
+    for kv in [KvType::F16, KvType::Q8_0] {
+        let mut s = Session::with_kv_type(model.clone(), 512, kv).unwrap();
+        let (mut logits, _) = s.prefill(&prompt).unwrap();
+        firsts.push(logits.clone());
+        let mut got = Vec::new();
+        for _ in 0..20 {
+            let t = argmax(&logits);
+            got.push(t);
+            logits = s.step(t).unwrap();
+        }
+        gens.push(got);
+    }
+    let d = max_abs_diff(&firsts[0], &firsts[1]);
+    eprintln!(
+        "prompt {} tokens: max |q8_0 - f16| next-token logit {d} (spread {}); f16 {:?} q8_0 {:?}",
+        prompt.len(),
+        spread(&firsts[0]),
+        gens[0],
+        gens[1]
+    );
+    assert_eq!(argmax(&firsts[0]), argmax(&firsts[1]));
+    assert!(
+        d > 0.0,
+        "the q8_0 cache changed nothing, so it was not used"
+    );
+    // Measured 0.85 over a spread of 34. That is the format's rounding, not the kernels':
+    // rounding the keys and values through Q8_0 but attending over them with the f16 path
+    // moved the same logits by up to 1.05.
+    assert!(d < 1.5, "max next-token logit difference {d}");
+    let agree = gens[0]
+        .iter()
+        .zip(&gens[1])
+        .take_while(|(a, b)| a == b)
+        .count();
+    // Measured: 19 of 20 (the last token differs).
+    assert!(
+        agree >= 15,
+        "greedy tokens agree for only {agree} of 20: {gens:?}"
+    );
+}
+
+/// A measurement, not a check (run with `--ignored --nocapture`): perplexity of the real model
+/// over the first 1024 tokens of assets/evals/perplexity.txt, windows of 512 from a cleared
+/// cache (as `kostant eval`'s perplexity suite), with each cache type.
+#[test]
+#[ignore]
+fn real_model_perplexity_f16_vs_q8_0() {
+    let model = Model::load(&kostant_engine::testing::real_model_path()).unwrap();
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/evals/perplexity.txt"),
+    )
+    .unwrap();
+    let ids = model.tokenizer.encode(&text, false).unwrap();
+    let ids = &ids[..ids.len().min(1024)];
+    for kv in [KvType::F16, KvType::Q8_0] {
+        let mut s = Session::with_kv_type(model.clone(), 512, kv).unwrap();
+        let (mut total, mut n) = (0.0f64, 0usize);
+        for window in ids.chunks(511) {
+            s.reset();
+            let mut logits = s.prefill(&window[..1]).unwrap().0;
+            for (i, &t) in window[1..].iter().enumerate() {
+                let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+                let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+                total += -(logits[t as usize] as f64 - max - sum.ln());
+                n += 1;
+                if i + 2 < window.len() {
+                    logits = s.step(t).unwrap();
+                }
+            }
+        }
+        eprintln!(
+            "{kv}: {n} tokens, mean nll {:.5}, perplexity {:.4}",
+            total / n as f64,
+            (total / n as f64).exp()
+        );
+    }
+}

@@ -1,0 +1,471 @@
+//! Attention over a Q8_0 kv cache: rows quantized into ggml's `block_q8_0` layout (32 values,
+//! an f16 scale `d = max|x| / 127` and i8 codes `round(x / d)`), read in place.
+//!
+//! Numerics, chosen so every path gives the scalar reference's bits:
+//! - Scores: the query head is quantized to Q8_0 once (as ggml quantizes the query for a q8_0
+//!   K cache), each 32-block's dot is an exact i32, and the blocks are combined in f32 in block
+//!   order, `acc += (d_k * d_q) * sumi`, then times `scale`. Only the integer sums are SIMD, and
+//!   integers add the same in any order.
+//! - Values: `out[d] += (p_j * d_j) * q_j[d]` over positions in order, each step one fused
+//!   multiply-add (`mul_add` in the reference, FMA lanes in SIMD), so the rounding is the same
+//!   on every path. Probabilities stay f32; there is no f16 rounding to match here, since
+//!   llama.cpp's q8_0 cache does not follow the f16 cache's order anyway.
+
+use half::f16;
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use crate::dispatch::{kernels, KernelPath};
+
+/// Values per block.
+pub const Q8_0_BLOCK: usize = 32;
+
+/// One block of a Q8_0 cache row, ggml's `block_q8_0` (34 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvBlockQ8_0 {
+    d: f16,
+    qs: [i8; Q8_0_BLOCK],
+}
+const _: () = assert!(size_of::<KvBlockQ8_0>() == 34);
+
+impl Default for KvBlockQ8_0 {
+    fn default() -> KvBlockQ8_0 {
+        KvBlockQ8_0 {
+            d: f16::ZERO,
+            qs: [0; Q8_0_BLOCK],
+        }
+    }
+}
+
+impl KvBlockQ8_0 {
+    /// The block's values, `d * q`.
+    pub fn dequantize(&self, out: &mut [f32; Q8_0_BLOCK]) {
+        let d = self.d.to_f32();
+        for (o, &q) in out.iter_mut().zip(&self.qs) {
+            *o = d * f32::from(q);
+        }
+    }
+}
+
+/// Quantizes `x` into `out`, 32 values a block.
+///
+/// # Panics
+/// If `x.len() != 32 * out.len()`.
+pub fn quantize_q8_0_kv(x: &[f32], out: &mut [KvBlockQ8_0]) {
+    assert_eq!(
+        x.len(),
+        Q8_0_BLOCK * out.len(),
+        "q8_0 kv quantize: length mismatch"
+    );
+    for (xb, b) in x.chunks_exact(Q8_0_BLOCK).zip(out.iter_mut()) {
+        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        // The codes use the unrounded scale; only the stored scale is f16 (ggml's choice too).
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        for (q, &v) in b.qs.iter_mut().zip(xb) {
+            *q = (v * id).round().clamp(-127.0, 127.0) as i8;
+        }
+        b.d = f16::from_f32(d);
+    }
+}
+
+/// `scores[p] = scale * dot(q, row p)` where row p is `cache[p * stride + offset ..][..q.len()]`
+/// (in blocks) and `q` is the query head already quantized with [`quantize_q8_0_kv`].
+///
+/// # Panics
+/// If a row's blocks would run past `cache`.
+pub fn dot_q8_0_rows(
+    q: &[KvBlockQ8_0],
+    cache: &[KvBlockQ8_0],
+    stride: usize,
+    offset: usize,
+    scale: f32,
+    scores: &mut [f32],
+) {
+    check_rows(cache.len(), stride, offset, q.len(), scores.len());
+    #[cfg(target_arch = "x86_64")]
+    if kernels().path == KernelPath::Avx2Fma {
+        // SAFETY: the AVX2 table is only selected after detecting avx2+fma+f16c; every row's
+        // blocks were checked to lie inside `cache` above.
+        unsafe { avx2::dot_rows(q, cache, stride, offset, scale, scores) };
+        return;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if kernels().path == KernelPath::Neon {
+        // SAFETY: the NEON table is only selected after detecting neon; rows checked above.
+        unsafe { neon::dot_rows(q, cache, stride, offset, scale, scores) };
+        return;
+    }
+    dot_rows_scalar(q, cache, stride, offset, scale, scores);
+}
+
+/// `out = Σ_p probs[p] * dequantized row p` (rows as in [`dot_q8_0_rows`], `out.len() / 32`
+/// blocks wide).
+///
+/// # Panics
+/// If `out.len()` is not a multiple of 32 or a row would run past `cache`.
+pub fn weighted_sum_q8_0_rows(
+    probs: &[f32],
+    cache: &[KvBlockQ8_0],
+    stride: usize,
+    offset: usize,
+    out: &mut [f32],
+) {
+    assert!(
+        out.len().is_multiple_of(Q8_0_BLOCK),
+        "q8_0 weighted sum: {} outputs is not whole blocks",
+        out.len()
+    );
+    check_rows(
+        cache.len(),
+        stride,
+        offset,
+        out.len() / Q8_0_BLOCK,
+        probs.len(),
+    );
+    out.fill(0.0);
+    #[cfg(target_arch = "x86_64")]
+    if kernels().path == KernelPath::Avx2Fma {
+        // SAFETY: as in `dot_q8_0_rows`.
+        unsafe { avx2::weighted_sum_rows(probs, cache, stride, offset, out) };
+        return;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if kernels().path == KernelPath::Neon {
+        // SAFETY: as in `dot_q8_0_rows`.
+        unsafe { neon::weighted_sum_rows(probs, cache, stride, offset, out) };
+        return;
+    }
+    weighted_sum_rows_scalar(probs, cache, stride, offset, out);
+}
+
+fn check_rows(len: usize, stride: usize, offset: usize, width: usize, rows: usize) {
+    if rows > 0 {
+        let end = (rows - 1) * stride + offset + width;
+        assert!(
+            end <= len,
+            "q8_0 attention rows: {rows} rows of {width} blocks at offset {offset}, stride {stride}, run past a cache of {len}"
+        );
+    }
+}
+
+fn dot_rows_scalar(
+    q: &[KvBlockQ8_0],
+    cache: &[KvBlockQ8_0],
+    stride: usize,
+    offset: usize,
+    scale: f32,
+    scores: &mut [f32],
+) {
+    let nb = q.len();
+    for (p, s) in scores.iter_mut().enumerate() {
+        let k = &cache[p * stride + offset..p * stride + offset + nb];
+        let mut acc = 0.0f32;
+        for (kb, qb) in k.iter().zip(q) {
+            let sumi: i32 = kb
+                .qs
+                .iter()
+                .zip(&qb.qs)
+                .map(|(&a, &b)| i32::from(a) * i32::from(b))
+                .sum();
+            acc += (kb.d.to_f32() * qb.d.to_f32()) * sumi as f32;
+        }
+        *s = acc * scale;
+    }
+}
+
+fn weighted_sum_rows_scalar(
+    probs: &[f32],
+    cache: &[KvBlockQ8_0],
+    stride: usize,
+    offset: usize,
+    out: &mut [f32],
+) {
+    let nb = out.len() / Q8_0_BLOCK;
+    for (p, &prob) in probs.iter().enumerate() {
+        let v = &cache[p * stride + offset..p * stride + offset + nb];
+        for (vb, o) in v.iter().zip(out.chunks_exact_mut(Q8_0_BLOCK)) {
+            let w = prob * vb.d.to_f32();
+            for (o, &q) in o.iter_mut().zip(&vb.qs) {
+                *o = w.mul_add(f32::from(q), *o);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{KvBlockQ8_0, Q8_0_BLOCK};
+    use crate::x86::{hsum_epi32, load_i8x32, mul_sum_i8_i8};
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn dot_rows(
+        q: &[KvBlockQ8_0],
+        cache: &[KvBlockQ8_0],
+        stride: usize,
+        offset: usize,
+        scale: f32,
+        scores: &mut [f32],
+    ) {
+        let nb = q.len();
+        for (p, s) in scores.iter_mut().enumerate() {
+            let k = &cache[p * stride + offset..p * stride + offset + nb];
+            let mut acc = 0.0f32;
+            for (kb, qb) in k.iter().zip(q) {
+                // Codes stay within ±127, the bound `mul_sum_i8_i8` needs.
+                let sumi = hsum_epi32(mul_sum_i8_i8(load_i8x32(&kb.qs), load_i8x32(&qb.qs)));
+                acc += (kb.d.to_f32() * qb.d.to_f32()) * sumi as f32;
+            }
+            *s = acc * scale;
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn weighted_sum_rows(
+        probs: &[f32],
+        cache: &[KvBlockQ8_0],
+        stride: usize,
+        offset: usize,
+        out: &mut [f32],
+    ) {
+        let nb = out.len() / Q8_0_BLOCK;
+        for (p, &prob) in probs.iter().enumerate() {
+            let v = &cache[p * stride + offset..p * stride + offset + nb];
+            for (vb, o) in v.iter().zip(out.chunks_exact_mut(Q8_0_BLOCK)) {
+                let w = _mm256_set1_ps(prob * vb.d.to_f32());
+                let codes = load_i8x32(&vb.qs);
+                let lo = _mm256_castsi256_si128(codes);
+                let hi = _mm256_extracti128_si256::<1>(codes);
+                let parts = [
+                    _mm256_cvtepi8_epi32(lo),
+                    _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo)),
+                    _mm256_cvtepi8_epi32(hi),
+                    _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi)),
+                ];
+                for (i, part) in parts.into_iter().enumerate() {
+                    // SAFETY: 8i + 8 <= 32 = o.len().
+                    unsafe {
+                        let ptr = o.as_mut_ptr().add(8 * i);
+                        let a = _mm256_fmadd_ps(w, _mm256_cvtepi32_ps(part), _mm256_loadu_ps(ptr));
+                        _mm256_storeu_ps(ptr, a);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::arch::aarch64::*;
+
+    use super::{KvBlockQ8_0, Q8_0_BLOCK};
+    use crate::neon::{load_i8x32, sum_i8x32};
+
+    #[target_feature(enable = "neon")]
+    pub(super) fn dot_rows(
+        q: &[KvBlockQ8_0],
+        cache: &[KvBlockQ8_0],
+        stride: usize,
+        offset: usize,
+        scale: f32,
+        scores: &mut [f32],
+    ) {
+        let nb = q.len();
+        for (p, s) in scores.iter_mut().enumerate() {
+            let k = &cache[p * stride + offset..p * stride + offset + nb];
+            let mut acc = 0.0f32;
+            for (kb, qb) in k.iter().zip(q) {
+                let sumi = sum_i8x32(load_i8x32(&kb.qs), load_i8x32(&qb.qs));
+                acc += (kb.d.to_f32() * qb.d.to_f32()) * sumi as f32;
+            }
+            *s = acc * scale;
+        }
+    }
+
+    /// Eight codes widened to two f32x4.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn widen8(c: int8x8_t) -> (float32x4_t, float32x4_t) {
+        let h = vmovl_s8(c);
+        (
+            vcvtq_f32_s32(vmovl_s16(vget_low_s16(h))),
+            vcvtq_f32_s32(vmovl_high_s16(h)),
+        )
+    }
+
+    #[target_feature(enable = "neon")]
+    pub(super) fn weighted_sum_rows(
+        probs: &[f32],
+        cache: &[KvBlockQ8_0],
+        stride: usize,
+        offset: usize,
+        out: &mut [f32],
+    ) {
+        let nb = out.len() / Q8_0_BLOCK;
+        for (p, &prob) in probs.iter().enumerate() {
+            let v = &cache[p * stride + offset..p * stride + offset + nb];
+            for (vb, o) in v.iter().zip(out.chunks_exact_mut(Q8_0_BLOCK)) {
+                let w = vdupq_n_f32(prob * vb.d.to_f32());
+                let (c0, c1) = load_i8x32(&vb.qs);
+                let eights = [
+                    vget_low_s8(c0),
+                    vget_high_s8(c0),
+                    vget_low_s8(c1),
+                    vget_high_s8(c1),
+                ];
+                for (i, c) in eights.into_iter().enumerate() {
+                    let (a, b) = widen8(c);
+                    // SAFETY: 8i + 8 <= 32 = o.len(); each access reads or writes 4 floats.
+                    unsafe {
+                        let ptr = o.as_mut_ptr().add(8 * i);
+                        vst1q_f32(ptr, vfmaq_f32(vld1q_f32(ptr), a, w));
+                        let ptr = ptr.add(4);
+                        vst1q_f32(ptr, vfmaq_f32(vld1q_f32(ptr), b, w));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::*;
+
+    fn quantized(r: &mut Rng, n_blocks: usize, scale: f32) -> Vec<KvBlockQ8_0> {
+        let mut b = vec![KvBlockQ8_0::default(); n_blocks];
+        quantize_q8_0_kv(&random_f32(r, n_blocks * Q8_0_BLOCK, scale), &mut b);
+        b
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// The dispatched path (AVX2, NEON or scalar) gives the reference's bits: integer block sums
+    /// are exact, and the float steps are the same operations in the same order.
+    #[test]
+    fn simd_paths_equal_the_reference_bit_for_bit() {
+        let mut r = rng(120);
+        // (head blocks, row stride, head offset), all in blocks: 64- and 128-wide heads inside
+        // wider rows, and one head alone.
+        for (nb, stride, offset) in [(2, 6, 2), (4, 32, 28), (1, 1, 0), (3, 9, 6)] {
+            for rows in [1, 7, 37] {
+                let cache = quantized(&mut r, rows * stride, 2.0);
+                let q = quantized(&mut r, nb, 1.0);
+                let mut want = vec![0.0; rows];
+                dot_rows_scalar(&q, &cache, stride, offset, 0.125, &mut want);
+                let mut got = vec![0.0; rows];
+                dot_q8_0_rows(&q, &cache, stride, offset, 0.125, &mut got);
+                assert_eq!(bits(&got), bits(&want), "dot nb {nb} rows {rows}");
+
+                let probs: Vec<f32> = random_f32(&mut r, rows, 1.0);
+                let mut want = vec![0.0; nb * Q8_0_BLOCK];
+                weighted_sum_rows_scalar(&probs, &cache, stride, offset, &mut want);
+                let mut got = vec![1.0; nb * Q8_0_BLOCK];
+                weighted_sum_q8_0_rows(&probs, &cache, stride, offset, &mut got);
+                assert_eq!(bits(&got), bits(&want), "weighted sum nb {nb} rows {rows}");
+            }
+        }
+    }
+
+    /// Each value comes back within half a step of its block's scale (plus the f16 rounding of
+    /// the stored scale, up to 127 codes times 2^-11 relative).
+    #[test]
+    fn quantized_rows_come_back_within_half_a_step() {
+        let mut r = rng(121);
+        let x = random_f32(&mut r, 8 * Q8_0_BLOCK, 3.0);
+        let mut b = vec![KvBlockQ8_0::default(); 8];
+        quantize_q8_0_kv(&x, &mut b);
+        let mut back = [0.0f32; Q8_0_BLOCK];
+        for (xb, blk) in x.chunks_exact(Q8_0_BLOCK).zip(&b) {
+            blk.dequantize(&mut back);
+            let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let tol = amax / 127.0 * (0.5 + 127.0 * 2f32.powi(-11)) * 1.001;
+            for (&a, &y) in xb.iter().zip(&back) {
+                assert!((a - y).abs() <= tol, "{a} came back as {y} (tol {tol})");
+            }
+        }
+        // An all-zero block stays zero instead of dividing by zero.
+        let mut z = [KvBlockQ8_0::default()];
+        quantize_q8_0_kv(&[0.0; Q8_0_BLOCK], &mut z);
+        z[0].dequantize(&mut back);
+        assert!(back.iter().all(|&v| v == 0.0));
+    }
+
+    /// The quantized score stays within the error of quantizing both sides: per element, each
+    /// side moves by at most 0.51 of a step `amax / 127` (f16 scale included), so the dot moves
+    /// by at most Σ (|q| · step_k + |k| · step_q + step_q · step_k) / 2-ish; we take the sum of
+    /// the three terms, which bounds it.
+    #[test]
+    fn scores_are_close_to_the_f64_dot() {
+        let mut r = rng(122);
+        let (nb, rows) = (4, 5);
+        let n = nb * Q8_0_BLOCK;
+        let kx = random_f32(&mut r, rows * n, 1.0);
+        let qx = random_f32(&mut r, n, 1.0);
+        let mut k = vec![KvBlockQ8_0::default(); rows * nb];
+        quantize_q8_0_kv(&kx, &mut k);
+        let mut q = vec![KvBlockQ8_0::default(); nb];
+        quantize_q8_0_kv(&qx, &mut q);
+        let mut got = vec![0.0; rows];
+        dot_q8_0_rows(&q, &k, nb, 0, 1.0, &mut got);
+        let step = |xb: &[f32]| xb.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0 * 0.51;
+        for (p, &g) in got.iter().enumerate() {
+            let row = &kx[p * n..(p + 1) * n];
+            let exact: f64 = row
+                .iter()
+                .zip(&qx)
+                .map(|(&a, &b)| a as f64 * b as f64)
+                .sum();
+            let mut budget = 0.0f64;
+            for (kb, qb) in row.chunks_exact(32).zip(qx.chunks_exact(32)) {
+                let (sk, sq) = (step(kb) as f64, step(qb) as f64);
+                for (&a, &b) in kb.iter().zip(qb) {
+                    budget += (b.abs() as f64) * sk + (a.abs() as f64) * sq + sk * sq;
+                }
+            }
+            assert!(
+                (g as f64 - exact).abs() <= budget * 1.01 + 1e-5,
+                "row {p}: {g} vs {exact}, budget {budget}"
+            );
+        }
+    }
+
+    /// The weighted sum is `Σ p · d · q` up to f32 rounding: one rounding for `p · d` and one
+    /// per fused step, each at most ε relative, so within `2·rows·ε·Σ|terms|` of the f64 sum.
+    #[test]
+    fn the_weighted_sum_is_close_to_the_f64_sum() {
+        let mut r = rng(123);
+        let (nb, rows, offset, stride) = (4, 9, 2, 6);
+        let cache = quantized(&mut r, rows * stride, 1.0);
+        let probs = random_f32(&mut r, rows, 0.3);
+        let mut got = vec![0.0; nb * Q8_0_BLOCK];
+        weighted_sum_q8_0_rows(&probs, &cache, stride, offset, &mut got);
+        let mut row = [0.0f32; Q8_0_BLOCK];
+        for (d, &g) in got.iter().enumerate() {
+            let (mut exact, mut abs) = (0.0f64, 0.0f64);
+            for (p, &prob) in probs.iter().enumerate() {
+                cache[p * stride + offset + d / Q8_0_BLOCK].dequantize(&mut row);
+                let term = f64::from(prob) * f64::from(row[d % Q8_0_BLOCK]);
+                exact += term;
+                abs += term.abs();
+            }
+            let tol = 2.0 * rows as f64 * f64::from(f32::EPSILON) * abs + 1e-30;
+            assert!((f64::from(g) - exact).abs() <= tol, "{d}: {g} vs {exact}");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "run past a cache")]
+    fn rows_past_the_cache_panic() {
+        let cache = vec![KvBlockQ8_0::default(); 3];
+        let q = vec![KvBlockQ8_0::default(); 2];
+        let mut s = vec![0.0; 2];
+        dot_q8_0_rows(&q, &cache, 2, 0, 1.0, &mut s);
+    }
+}
