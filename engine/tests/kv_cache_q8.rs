@@ -159,39 +159,40 @@ fn real_model_q8_0_cache_agrees_with_f16() {
     );
 }
 
-/// A measurement, not a check (run with `--ignored --nocapture`): perplexity of the real model
-/// over the first 1024 tokens of assets/evals/perplexity.txt, windows of 512 from a cleared
-/// cache (as `kostant eval`'s perplexity suite), with each cache type.
+/// Perplexity of the real model over the first 192 tokens of assets/evals/perplexity.txt from
+/// a cleared cache, with each cache type: the q8_0 cache may cost at most 2% of it. (Over 1021
+/// tokens in windows of 512 it measured 22.2265 with f16 and 22.2583 with q8_0, +0.14%.)
 #[test]
-#[ignore]
-fn real_model_perplexity_f16_vs_q8_0() {
+fn real_model_perplexity_q8_0_within_two_percent_of_f16() {
     let model = Model::load(&kostant_engine::testing::real_model_path()).unwrap();
     let text = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/evals/perplexity.txt"),
     )
     .unwrap();
     let ids = model.tokenizer.encode(&text, false).unwrap();
-    let ids = &ids[..ids.len().min(1024)];
-    for kv in [KvType::F16, KvType::Q8_0] {
-        let mut s = Session::with_kv_type(model.clone(), 512, kv).unwrap();
-        let (mut total, mut n) = (0.0f64, 0usize);
-        for window in ids.chunks(511) {
-            s.reset();
-            let mut logits = s.prefill(&window[..1]).unwrap().0;
-            for (i, &t) in window[1..].iter().enumerate() {
-                let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-                let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
-                total += -(logits[t as usize] as f64 - max - sum.ln());
-                n += 1;
-                if i + 2 < window.len() {
-                    logits = s.step(t).unwrap();
-                }
+    let ids = &ids[..ids.len().min(192)];
+    let perplexity = |kv: KvType| {
+        let mut s = Session::with_kv_type(model.clone(), 256, kv).unwrap();
+        let mut logits = s.prefill(&ids[..1]).unwrap().0;
+        let mut total = 0.0f64;
+        for (i, &t) in ids[1..].iter().enumerate() {
+            let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+            total += -(logits[t as usize] as f64 - max - sum.ln());
+            if i + 2 < ids.len() {
+                logits = s.step(t).unwrap();
             }
         }
-        eprintln!(
-            "{kv}: {n} tokens, mean nll {:.5}, perplexity {:.4}",
-            total / n as f64,
-            (total / n as f64).exp()
-        );
-    }
+        (total / (ids.len() - 1) as f64).exp()
+    };
+    let (f16, q8) = (perplexity(KvType::F16), perplexity(KvType::Q8_0));
+    assert!(f16.is_finite() && f16 > 1.0, "f16 perplexity {f16}");
+    assert!(
+        (q8 / f16 - 1.0).abs() < 0.02,
+        "perplexity f16 {f16:.4}, q8_0 {q8:.4}"
+    );
+    eprintln!(
+        "perplexity over {} tokens: f16 {f16:.4}, q8_0 {q8:.4}",
+        ids.len()
+    );
 }
