@@ -1,4 +1,4 @@
-//! Q4_0 and Q4_1 layer matrices are repacked at load where the AVX2 kernels run (8 rows interleaved per
+//! Q4_0, Q4_1 and Q8_0 matrices are repacked at load where the AVX2 kernels run (8 rows interleaved per
 //! block); the model must answer as it does from the GGUF layout. Own test binary: it switches
 //! the process-wide kernel path.
 
@@ -20,7 +20,7 @@ fn logits(model: &Arc<Model>, tokens: &[u32]) -> Vec<f32> {
 
 #[test]
 fn repacked_4_bit_models_answer_as_the_gguf_layout_does() {
-    for matrix_type in [GgmlType::Q4_0, GgmlType::Q4_1] {
+    for matrix_type in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
         check_repacked(TinySpec {
             matrix_type,
             embd_type: GgmlType::F16,
@@ -48,8 +48,8 @@ fn check_repacked(spec: TinySpec) {
         0
     };
     assert_eq!(packed.repacked_matrices(), expected);
-    // The repacked matmuls keep a GGUF kernel's bits (Q4_0 the scalar one's, Q4_1 the AVX2
-    // one's); against the forced-scalar run, results differ at most by summation order.
+    // The repacked matmuls keep a GGUF kernel's bits (Q4_0 the scalar one's, Q4_1 and Q8_0
+    // the AVX2 one's); against the forced-scalar run, results differ at most by summation order.
     let got = logits(&packed, &prompt);
     let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     for (i, (a, b)) in got.iter().zip(&want).enumerate() {
@@ -61,7 +61,7 @@ fn check_repacked(spec: TinySpec) {
 
 #[test]
 fn other_formats_are_read_in_place() {
-    for matrix_type in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16] {
+    for matrix_type in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16] {
         let spec = TinySpec {
             matrix_type,
             n_embd: 256,

@@ -11,9 +11,10 @@ use crate::formats::f16::F16;
 use crate::formats::q4_0::BlockQ4_0;
 use crate::formats::q4_1::BlockQ4_1;
 use crate::formats::q4_k::BlockQ4K;
-use crate::formats::q4x8::{self, BlockQ4_0x8, BlockQ4_1x8, Q4x8};
+use crate::formats::q4x8::{self, BlockQ4_0x8, BlockQ4_1x8};
 use crate::formats::q6_k::BlockQ6K;
 use crate::formats::q8_0::BlockQ8_0;
+use crate::formats::q8_0x8::{self, BlockQ8_0x8};
 use crate::formats::q8_1::BlockQ8_1;
 use crate::formats::q8_k::BlockQ8K;
 use crate::formats::{f16, f32, q4_0, q4_1, q4_k, q6_k, q8_0, q8_1, q8_k};
@@ -97,6 +98,7 @@ pub(crate) struct Kernels {
     rows_q8_0: RowsFn<BlockQ8_0, BlockQ8_1>,
     gemm_q4_0x8: GemmFn<BlockQ4_0x8, BlockQ8_1>,
     gemm_q4_1x8: GemmFn<BlockQ4_1x8, BlockQ8_1>,
+    gemm_q8_0x8: GemmFn<BlockQ8_0x8, BlockQ8_1>,
 }
 
 static SCALAR: Kernels = Kernels {
@@ -117,6 +119,7 @@ static SCALAR: Kernels = Kernels {
     rows_q8_0: q8_0::dot_rows_scalar,
     gemm_q4_0x8: q4x8::gemm_scalar,
     gemm_q4_1x8: q4x8::gemm_scalar,
+    gemm_q8_0x8: q8_0x8::gemm_scalar,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -138,6 +141,7 @@ static AVX2: Kernels = Kernels {
     rows_q8_0: q8_0::avx2::dot_rows,
     gemm_q4_0x8: q4x8::avx2::gemm,
     gemm_q4_1x8: q4x8::avx2::gemm,
+    gemm_q8_0x8: q8_0x8::avx2::gemm,
 };
 
 #[cfg(target_arch = "aarch64")]
@@ -160,6 +164,7 @@ static NEON: Kernels = Kernels {
     // Weights are only repacked where the AVX2 kernel runs; this entry serves a forced repack.
     gemm_q4_0x8: q4x8::gemm_scalar,
     gemm_q4_1x8: q4x8::gemm_scalar,
+    gemm_q8_0x8: q8_0x8::gemm_scalar,
 };
 
 /// True when the AVX2 kernels may run here.
@@ -383,14 +388,14 @@ impl Kernels {
     /// One group of 8 interleaved rows (`w`, one block per column block) against
     /// `out.len() / 8` tokens (at most 4) of `w.len()` blocks each, with their integer sums.
     #[inline]
-    pub fn gemm_q4x8<B: GemmEntry>(&self, w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+    pub fn gemm_x8<B: GemmEntry>(&self, w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
         let t = out.len() / q4x8::ROWS;
         assert!(
             out.len().is_multiple_of(q4x8::ROWS)
                 && t <= q4x8::MAX_TOKENS
                 && a.len() == w.len() * t
                 && sums.len() == a.len(),
-            "gemm_q4x8: shape mismatch"
+            "gemm_x8: shape mismatch"
         );
         // SAFETY: as in `dot_f32`.
         unsafe { (B::entry(self))(w, a, sums, out) }
@@ -398,7 +403,7 @@ impl Kernels {
 }
 
 /// The kernel-table entry for an interleaved block type.
-pub(crate) trait GemmEntry: Q4x8 {
+pub(crate) trait GemmEntry: Copy + Sync + 'static {
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1>;
 }
 
@@ -411,5 +416,11 @@ impl GemmEntry for BlockQ4_0x8 {
 impl GemmEntry for BlockQ4_1x8 {
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemm_q4_1x8
+    }
+}
+
+impl GemmEntry for BlockQ8_0x8 {
+    fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
+        k.gemm_q8_0x8
     }
 }

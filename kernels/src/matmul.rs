@@ -359,11 +359,11 @@ fn run<W: Sync, A: Sync>(
     });
 }
 
-/// [`matmul`] over 4-bit weights interleaved 8 rows to a block (`blocks`: `rows / 8` groups of
+/// [`matmul`] over weights interleaved 8 rows to a block (`blocks`: `rows / 8` groups of
 /// `cols / 32`): activations quantized once (with their integer sums, which fold in Q4_0's
 /// offset), then each task takes a run of row groups and walks the tokens four at a time, so a
 /// group's unpacked weights serve four tokens.
-pub(crate) fn matmul_q4x8<B: GemmEntry>(
+pub(crate) fn matmul_x8<B: GemmEntry>(
     blocks: &[B],
     p: &PackedWeights,
     x: &[f32],
@@ -398,7 +398,7 @@ pub(crate) fn matmul_q4x8<B: GemmEntry>(
             if n_tokens == 1 {
                 let body = |(c, o): (usize, &mut [f32])| {
                     for (i, o) in o.chunks_exact_mut(G).enumerate() {
-                        k.gemm_q4x8(group(c * per_task + i), act, sums, o);
+                        k.gemm_x8(group(c * per_task + i), act, sums, o);
                     }
                 };
                 if use_pool(shape) {
@@ -415,7 +415,7 @@ pub(crate) fn matmul_q4x8<B: GemmEntry>(
                         let t1 = (t0 + q4x8::MAX_TOKENS).min(n_tokens);
                         let (a, su) = (&act[t0 * nb..t1 * nb], &sums[t0 * nb..t1 * nb]);
                         for (i, s) in s.chunks_exact_mut(n_tokens * G).enumerate() {
-                            k.gemm_q4x8(group(c * per_task + i), a, su, &mut s[t0 * G..t1 * G]);
+                            k.gemm_x8(group(c * per_task + i), a, su, &mut s[t0 * G..t1 * G]);
                         }
                     }
                 };

@@ -1,15 +1,18 @@
 //! Weights repacked once at load into a layout this CPU's kernels stream faster than GGUF's
-//! own. Today: Q4_0 and Q4_1 as 8-row interleaved blocks ([`crate::formats::q4x8`]) where the
-//! AVX2 kernels run. Everything else, and every other CPU, keeps reading the GGUF bytes in place.
+//! own. Today: Q4_0, Q4_1 and Q8_0 as 8-row interleaved blocks ([`crate::formats::q4x8`],
+//! [`crate::formats::q8_0x8`]) where the AVX2 kernels run. Everything else, and every other CPU, keeps reading the GGUF bytes in place.
 
 use crate::block::cast_blocks;
 use crate::dispatch::{kernels, KernelPath};
 use crate::formats::q4x8::{self, BlockQ4_0x8, BlockQ4_1x8, Q4x8};
+use crate::formats::q8_0::BlockQ8_0;
+use crate::formats::q8_0x8::{self, BlockQ8_0x8};
 use crate::{GgmlType, KernelError, Weights};
 
 enum Blocks {
     Q4_0(Vec<BlockQ4_0x8>),
     Q4_1(Vec<BlockQ4_1x8>),
+    Q8_0(Vec<BlockQ8_0x8>),
 }
 
 /// A weight matrix in a repacked layout; multiply with [`PackedWeights::matmul`].
@@ -22,8 +25,8 @@ pub struct PackedWeights {
 
 impl PackedWeights {
     /// Repacks `w` when this CPU has a faster kernel for it in another layout; `None` means
-    /// "use `w` as it is". Q4_0 and Q4_1 matrices with a multiple of 8 rows are repacked where
-    /// the AVX2 kernels run (not when the scalar kernels are forced).
+    /// "use `w` as it is". Q4_0, Q4_1 and Q8_0 matrices with a multiple of 8 rows are repacked
+    /// where the AVX2 kernels run (not when the scalar kernels are forced).
     pub fn pack(w: &Weights) -> Result<Option<PackedWeights>, KernelError> {
         if kernels().path != KernelPath::Avx2Fma {
             return Ok(None);
@@ -32,7 +35,7 @@ impl PackedWeights {
     }
 
     /// [`PackedWeights::pack`] whatever the CPU (for tests of the portable kernel); `None` if
-    /// `w` is neither Q4_0 nor Q4_1 or its rows are not a multiple of 8.
+    /// `w` is not Q4_0, Q4_1 or Q8_0, or its rows are not a multiple of 8.
     pub fn pack_any_cpu(w: &Weights) -> Result<Option<PackedWeights>, KernelError> {
         w.check()?;
         if w.rows == 0 || !w.rows.is_multiple_of(q4x8::ROWS) {
@@ -41,6 +44,7 @@ impl PackedWeights {
         let blocks = match w.ty {
             GgmlType::Q4_0 => Blocks::Q4_0(interleave(w)),
             GgmlType::Q4_1 => Blocks::Q4_1(interleave(w)),
+            GgmlType::Q8_0 => Blocks::Q8_0(interleave_q8_0(w)),
             _ => return Ok(None),
         };
         Ok(Some(PackedWeights {
@@ -63,14 +67,16 @@ impl PackedWeights {
         match &self.blocks {
             Blocks::Q4_0(b) => size_of_val(&b[..]),
             Blocks::Q4_1(b) => size_of_val(&b[..]),
+            Blocks::Q8_0(b) => size_of_val(&b[..]),
         }
     }
 
     /// `out[t*rows + r] = dot(row r, x[t*cols .. (t+1)*cols])`, as [`crate::matmul`].
     pub fn matmul(&self, x: &[f32], n_tokens: usize, out: &mut [f32]) -> Result<(), KernelError> {
         match &self.blocks {
-            Blocks::Q4_0(b) => crate::matmul::matmul_q4x8(b, self, x, n_tokens, out),
-            Blocks::Q4_1(b) => crate::matmul::matmul_q4x8(b, self, x, n_tokens, out),
+            Blocks::Q4_0(b) => crate::matmul::matmul_x8(b, self, x, n_tokens, out),
+            Blocks::Q4_1(b) => crate::matmul::matmul_x8(b, self, x, n_tokens, out),
+            Blocks::Q8_0(b) => crate::matmul::matmul_x8(b, self, x, n_tokens, out),
         }
     }
 }
@@ -84,5 +90,17 @@ fn interleave<B: Q4x8>(w: &Weights) -> Vec<B> {
     }
     src.chunks_exact(q4x8::ROWS * nb)
         .flat_map(|rows| q4x8::pack::<B>(rows, nb))
+        .collect()
+}
+
+/// Every group of 8 rows of a Q8_0 matrix interleaved, group after group.
+fn interleave_q8_0(w: &Weights) -> Vec<BlockQ8_0x8> {
+    let nb = w.cols / 32;
+    if nb == 0 {
+        return Vec::new();
+    }
+    cast_blocks::<BlockQ8_0>(w.data)
+        .chunks_exact(q4x8::ROWS * nb)
+        .flat_map(|rows| q8_0x8::pack(rows, nb))
         .collect()
 }

@@ -1,5 +1,5 @@
-//! Q4_0 and Q4_1 weights repacked 8 rows to a block (`PackedWeights`): the same products as the
-//! GGUF layout, at every shape, token count and thread count the engine uses.
+//! Q4_0, Q4_1 and Q8_0 weights repacked 8 rows to a block (`PackedWeights`): the same products
+//! as the GGUF layout, at every shape, token count and thread count the engine uses.
 
 mod common;
 
@@ -11,7 +11,7 @@ use kostant_kernels::{
 #[test]
 fn packed_matches_the_f64_reference() {
     let mut r = rng(300);
-    for (ty, cols) in [GgmlType::Q4_0, GgmlType::Q4_1]
+    for (ty, cols) in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0]
         .into_iter()
         .flat_map(|ty| [32, 96, 576].map(|c| (ty, c)))
     {
@@ -32,8 +32,8 @@ fn packed_matches_the_f64_reference() {
 
 /// The packed kernels keep a GGUF kernel's arithmetic bit for bit, whatever the token or
 /// thread count: Q4_0 the scalar reference's (exact block integers, `d·d_a·sumi` added in block
-/// order), Q4_1 the AVX2 row dot's (ggml's lanes, which equal llama.cpp's). Elsewhere than
-/// AVX2 only Q4_0 is checked here; the reference test above covers Q4_1.
+/// order), Q4_1 and Q8_0 the AVX2 row dot's (ggml's lanes, which equal llama.cpp's). Elsewhere
+/// than AVX2 only Q4_0 is checked here; the reference test above covers the others.
 #[test]
 fn packed_equals_the_gguf_matmul_bit_for_bit() {
     let mut r = rng(301);
@@ -47,7 +47,7 @@ fn packed_equals_the_gguf_matmul_bit_for_bit() {
         })
         .collect();
     let shapes = [(8, 32, 1), (40, 64, 3), (1536, 576, 1), (576, 1536, 7)];
-    for (ty, (rows, cols, n_tokens)) in [GgmlType::Q4_0, GgmlType::Q4_1]
+    for (ty, (rows, cols, n_tokens)) in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0]
         .into_iter()
         .flat_map(|ty| shapes.map(|s| (ty, s)))
     {
@@ -56,7 +56,7 @@ fn packed_equals_the_gguf_matmul_bit_for_bit() {
         let p = PackedWeights::pack_any_cpu(&w).unwrap().unwrap();
         let x = random_f32(&mut r, n_tokens * cols, 1.0);
         let avx2 = cpu_features().best == KernelPath::Avx2Fma;
-        if ty == GgmlType::Q4_1 && !avx2 {
+        if ty != GgmlType::Q4_0 && !avx2 {
             continue;
         }
         let mut want = vec![0.0; n_tokens * rows];
@@ -77,10 +77,10 @@ fn packed_equals_the_gguf_matmul_bit_for_bit() {
 }
 
 #[test]
-fn only_4_bit_legacy_formats_with_whole_row_groups_are_packed() {
+fn only_legacy_formats_with_whole_row_groups_are_packed() {
     let mut r = rng(302);
     for (ty, rows) in [
-        (GgmlType::Q8_0, 16),
+        (GgmlType::Q8_0, 12),
         (GgmlType::Q4_K, 8),
         (GgmlType::Q4_0, 12),
         (GgmlType::Q4_1, 20),

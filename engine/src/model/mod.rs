@@ -200,8 +200,8 @@ impl Model {
         self.file.file_bytes()
     }
 
-    /// How many weight matrices were repacked at load for this CPU's kernels (Q4_0 and Q4_1 on
-    /// AVX2);
+    /// How many weight matrices were repacked at load for this CPU's kernels (Q4_0, Q4_1 and Q8_0
+    /// on AVX2);
     /// the rest are read in place from the file.
     pub fn repacked_matrices(&self) -> usize {
         self.weights.packed.len()

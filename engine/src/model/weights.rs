@@ -105,7 +105,7 @@ impl ModelWeights {
     pub fn from_gguf(g: &Gguf, hp: &HParams) -> Result<ModelWeights> {
         let (e, ff, q_dim, kv_dim) = (hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim, hp.kv_dim());
         let token_embd = find(g, "token_embd.weight", hp.n_vocab, e)?;
-        let output = match g.tensor("output.weight") {
+        let mut output = match g.tensor("output.weight") {
             Some(_) => find(g, "output.weight", hp.n_vocab, e)?,
             None => token_embd,
         };
@@ -140,7 +140,7 @@ impl ModelWeights {
                 Some(v)
             }
         };
-        let packed = repack(g, &mut layers)?;
+        let packed = repack(g, &mut layers, &mut output)?;
         Ok(ModelWeights {
             token_embd,
             layers,
@@ -152,31 +152,36 @@ impl ModelWeights {
     }
 }
 
-/// Repacks the layer matrices this CPU multiplies faster in another layout (Q4_0 and Q4_1 on
-/// AVX2: 8 rows interleaved per block, 3x the GGUF layout's speed in
-/// `cargo bench --bench matvec -- q4x8`),
-/// once, at load. A repacked matrix's mapped pages are handed back to the OS, so the weights
-/// are held once, not twice. The embedding and lm head stay in place: the embedding is read a
-/// row at a time from the mapping.
-fn repack(g: &Gguf, layers: &mut [LayerWeights]) -> Result<Vec<PackedWeights>> {
+/// Repacks the matrices this CPU multiplies faster in another layout (Q4_0, Q4_1 and Q8_0 on
+/// AVX2: 8 rows interleaved per block; `cargo bench -p kostant-kernels --bench matvec -- q4x8`),
+/// once, at load: the layers' and the lm head. A repacked matrix's mapped pages are handed back
+/// to the OS, so the weights are held once, not twice. The token embedding stays in the
+/// mapping even when the lm head is tied to it: it is read one row per token, and those rows
+/// simply fault back in.
+fn repack(
+    g: &Gguf,
+    layers: &mut [LayerWeights],
+    output: &mut TensorRef,
+) -> Result<Vec<PackedWeights>> {
     let mut packed = Vec::new();
-    for layer in layers {
-        for t in [
-            &mut layer.wq,
-            &mut layer.wk,
-            &mut layer.wv,
-            &mut layer.wo,
-            &mut layer.w_gate,
-            &mut layer.w_up,
-            &mut layer.w_down,
-        ] {
-            let p = PackedWeights::pack(&t.weights(g))
-                .map_err(|e| EngineError::Model(format!("repacking a {:?} matrix: {e}", t.ty)))?;
-            if let Some(p) = p {
-                t.packed = Some(packed.len());
-                packed.push(p);
-                g.release(t.offset, t.size);
-            }
+    let matrices = layers.iter_mut().flat_map(|l| {
+        [
+            &mut l.wq,
+            &mut l.wk,
+            &mut l.wv,
+            &mut l.wo,
+            &mut l.w_gate,
+            &mut l.w_up,
+            &mut l.w_down,
+        ]
+    });
+    for t in matrices.chain(std::iter::once(output)) {
+        let p = PackedWeights::pack(&t.weights(g))
+            .map_err(|e| EngineError::Model(format!("repacking a {:?} matrix: {e}", t.ty)))?;
+        if let Some(p) = p {
+            t.packed = Some(packed.len());
+            packed.push(p);
+            g.release(t.offset, t.size);
         }
     }
     Ok(packed)

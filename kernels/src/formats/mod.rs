@@ -9,6 +9,7 @@ pub(crate) mod q4_k;
 pub(crate) mod q4x8;
 pub(crate) mod q6_k;
 pub(crate) mod q8_0;
+pub(crate) mod q8_0x8;
 pub(crate) mod q8_1;
 pub(crate) mod q8_k;
 

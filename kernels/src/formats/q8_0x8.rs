@@ -1,0 +1,177 @@
+//! Q8_0 repacked for the AVX2 kernels: eight rows interleaved block by block, as
+//! [`super::q4x8`] does for the 4-bit formats. For the default model this is the 49152-row lm
+//! head (its tied embedding), a third of the bytes each decoded token reads.
+//!
+//! Layout of one [`BlockQ8_0x8`]: the 8 rows' f16 scales, then 256 bytes where byte
+//! `32k + 4r + i` is row r's element `4k + i` (k < 8, i < 4): one 32-byte load is quad k of all
+//! 8 rows, lane r holding row r's.
+//!
+//! Numerics: ggml's order, as the GGUF layout's AVX2 dot ([`super::q8_0`]) adds: per block, lane
+//! k's i32 sum of elements 4k..4k+4 (through the same sign trick, so the same saturation rules)
+//! scaled into its own accumulator with a fused multiply-add, the eight lanes added at the end
+//! as ggml's `hsum` adds them. Every row equals that dot, and llama.cpp's, bit for bit.
+
+use super::q4x8::ROWS;
+use super::q8_0::BlockQ8_0;
+use super::q8_1::BlockQ8_1;
+use crate::block::{f16_to_f32, ByteBlock};
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BlockQ8_0x8 {
+    pub d: [[u8; 2]; ROWS],
+    pub qs: [i8; 32 * ROWS],
+}
+const _: () = assert!(size_of::<BlockQ8_0x8>() == ROWS * size_of::<BlockQ8_0>());
+// SAFETY: repr(C), only u8/i8 arrays: alignment 1, no padding, every bit pattern valid.
+unsafe impl ByteBlock for BlockQ8_0x8 {}
+
+/// Interleaves 8 rows of `nb` GGUF blocks each (`rows.len() == 8 * nb`, row after row).
+pub(crate) fn pack(rows: &[BlockQ8_0], nb: usize) -> Vec<BlockQ8_0x8> {
+    assert_eq!(rows.len(), ROWS * nb, "q8_0x8 pack: length mismatch");
+    (0..nb)
+        .map(|b| {
+            let mut out = BlockQ8_0x8 {
+                d: [[0; 2]; ROWS],
+                qs: [0; 32 * ROWS],
+            };
+            for r in 0..ROWS {
+                let src = &rows[r * nb + b];
+                out.d[r] = src.d;
+                for k in 0..8 {
+                    let at = 32 * k + 4 * r;
+                    out.qs[at..at + 4].copy_from_slice(&src.qs[4 * k..4 * k + 4]);
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+/// Scalar reference: one group of 8 rows (`w`, `nb` blocks) against `t = out.len() / 8` tokens
+/// (`a`: `t * nb` blocks, token after token; `_sums` unused, Q8_0 has no offset).
+pub(crate) fn gemm_scalar(w: &[BlockQ8_0x8], a: &[BlockQ8_1], _sums: &[i32], out: &mut [f32]) {
+    let nb = w.len();
+    for (t, o) in out.chunks_exact_mut(ROWS).enumerate() {
+        let a = &a[t * nb..(t + 1) * nb];
+        for (r, o) in o.iter_mut().enumerate() {
+            let mut lanes = [0.0f32; 8];
+            for (wb, ab) in w.iter().zip(a) {
+                let dd = f16_to_f32(wb.d[r]) * ab.d;
+                for (k, lane) in lanes.iter_mut().enumerate() {
+                    let quad: i32 = (0..4)
+                        .map(|i| i32::from(wb.qs[32 * k + 4 * r + i]) * i32::from(ab.qs[4 * k + i]))
+                        .sum();
+                    *lane = dd.mul_add(quad as f32, *lane);
+                }
+            }
+            *o = crate::attention::hsum8(&lanes);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{BlockQ8_0x8, BlockQ8_1, ROWS};
+    use crate::x86::mul_sum_i8_i8;
+
+    /// [`super::gemm_scalar`] with AVX2, two tokens per pass (eight accumulators each).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn gemm(w: &[BlockQ8_0x8], a: &[BlockQ8_1], _sums: &[i32], out: &mut [f32]) {
+        let nb = w.len();
+        for (a, out) in a.chunks(2 * nb).zip(out.chunks_mut(2 * ROWS)) {
+            match out.len() / ROWS {
+                1 => gemm_n::<1>(w, a, out),
+                _ => gemm_n::<2>(w, a, out),
+            }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn gemm_n<const T: usize>(w: &[BlockQ8_0x8], a: &[BlockQ8_1], out: &mut [f32]) {
+        let nb = w.len();
+        assert!(a.len() >= T * nb && out.len() >= T * ROWS);
+        let mut acc = [[_mm256_setzero_ps(); 8]; T];
+        for (b, wb) in w.iter().enumerate() {
+            // SAFETY: 8 halves are 16 readable bytes, the width of the load.
+            let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(wb.d.as_ptr().cast()) });
+            for k in 0..8 {
+                // SAFETY: 32k + 32 <= 256, the length of `qs`.
+                let v = unsafe { _mm256_loadu_si256(wb.qs.as_ptr().add(32 * k).cast()) };
+                for (t, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= a.len() (asserted).
+                    let ab = unsafe { a.get_unchecked(t * nb + b) };
+                    // SAFETY: 4k + 4 <= 32, the activation block's length.
+                    let four = unsafe { ab.qs.as_ptr().add(4 * k).cast::<i32>().read_unaligned() };
+                    let p = mul_sum_i8_i8(v, _mm256_set1_epi32(four));
+                    let dd = _mm256_mul_ps(d, _mm256_set1_ps(ab.d));
+                    acc[k] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[k]);
+                }
+            }
+        }
+        for (t, l) in acc.iter().enumerate() {
+            // ggml's hsum, lane-wise over rows: (l0+l4, l1+l5, l2+l6, l3+l7), then
+            // (t0+t2) + (t1+t3).
+            let t4: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(l[j], l[j + 4]));
+            let r = _mm256_add_ps(_mm256_add_ps(t4[0], t4[2]), _mm256_add_ps(t4[1], t4[3]));
+            // SAFETY: 8t + 8 <= T·8 <= out.len() (asserted above).
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(ROWS * t), r) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::{cast_blocks, cast_blocks_mut};
+    use crate::formats::q8_0;
+    use crate::testutil::{random_f32, random_q8_1, rng};
+
+    #[test]
+    fn packed_rows_equal_the_gguf_row_dot() {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (nb, t) in [(1, 1), (2, 2), (18, 3), (18, 1), (7, 4)] {
+            let mut r = rng(60 + nb as u64);
+            let w = random_f32(&mut r, ROWS * 32 * nb, 0.05);
+            let mut wq = vec![0u8; ROWS * nb * size_of::<BlockQ8_0>()];
+            q8_0::quantize(&w, cast_blocks_mut(&mut wq));
+            let rows = cast_blocks::<BlockQ8_0>(&wq);
+            let mut a = random_q8_1(&mut r, t * nb);
+            a[0].qs = [-127; 32];
+            let p = pack(rows, nb);
+            let dot = |row: usize, tok: usize| {
+                let (w, a) = (
+                    &rows[row * nb..(row + 1) * nb],
+                    &a[tok * nb..(tok + 1) * nb],
+                );
+                #[cfg(target_arch = "x86_64")]
+                if crate::dispatch::has_avx2() {
+                    // SAFETY: AVX2, FMA and F16C were detected just above.
+                    return unsafe { q8_0::avx2::dot(w, a) };
+                }
+                q8_0::dot_scalar(w, a)
+            };
+            let want: Vec<f32> = (0..t)
+                .flat_map(|tok| (0..ROWS).map(move |row| (row, tok)))
+                .map(|(row, tok)| dot(row, tok))
+                .collect();
+            let mut got = vec![0.0; ROWS * t];
+            gemm_scalar(&p, &a, &[], &mut got);
+            #[cfg(target_arch = "x86_64")]
+            if crate::dispatch::has_avx2() {
+                assert_eq!(bits(&got), bits(&want), "scalar, nb {nb}, {t} tokens");
+                let mut simd = vec![0.0; ROWS * t];
+                // SAFETY: detected above.
+                unsafe { avx2::gemm(&p, &a, &[], &mut simd) };
+                assert_eq!(bits(&simd), bits(&want), "avx2, nb {nb}, {t} tokens");
+                continue;
+            }
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{g} vs {w}");
+            }
+        }
+    }
+}
