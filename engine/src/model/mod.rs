@@ -139,8 +139,9 @@ impl Model {
         let hp = &self.hparams;
         let w = &self.weights;
         let n_ctx = n_ctx.min(hp.n_ctx_train);
-        let tied = w.output.offset == w.token_embd.offset;
-        // Untied, the embedding is read one row per token; tied, the lm head reads all of it.
+        // Tied and read in place, the lm head reads all of the embedding; otherwise (untied, or
+        // the lm head repacked into its own copy) the mapped embedding is read one row per token.
+        let tied = w.output.offset == w.token_embd.offset && w.output.packed.is_none();
         let embd = if tied {
             0
         } else {
