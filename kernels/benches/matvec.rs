@@ -41,6 +41,14 @@ fn data(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// A `rows` x `cols` matrix of `ty` quantized from [`data`].
+fn matrix(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    data(rows * cols, seed)
+        .chunks_exact(cols)
+        .flat_map(|row| quantize_row(ty, row).unwrap())
+        .collect()
+}
+
 fn bench(c: &mut Criterion) {
     let pools: Vec<(usize, rayon::ThreadPool)> = [1, 2]
         .into_iter()
@@ -62,11 +70,7 @@ fn bench(c: &mut Criterion) {
         &both[..]
     };
     for &(ty, rows, cols) in SHAPES {
-        let src = data(rows * cols, 1);
-        let bytes: Vec<u8> = src
-            .chunks_exact(cols)
-            .flat_map(|row| quantize_row(ty, row).unwrap())
-            .collect();
+        let bytes = matrix(ty, rows, cols, 1);
         let w = Weights::new(ty, &bytes, rows, cols).unwrap();
         let mut group = c.benchmark_group(format!("{}_{rows}x{cols}", ty.name().to_lowercase()));
         group
@@ -116,19 +120,11 @@ fn decode_token(c: &mut Criterion) {
     let mut mats: Vec<(GgmlType, Vec<u8>, usize, usize)> = Vec::new();
     for l in 0..30 {
         for (i, &(rows, cols)) in layer.iter().enumerate() {
-            let src = data(rows * cols, (10 * l + i) as u64);
-            let bytes = src
-                .chunks_exact(cols)
-                .flat_map(|row| quantize_row(GgmlType::Q4_1, row).unwrap())
-                .collect();
+            let bytes = matrix(GgmlType::Q4_1, rows, cols, (10 * l + i) as u64);
             mats.push((GgmlType::Q4_1, bytes, rows, cols));
         }
     }
-    let src = data(49152 * 576, 7);
-    let bytes = src
-        .chunks_exact(576)
-        .flat_map(|row| quantize_row(GgmlType::Q8_0, row).unwrap())
-        .collect();
+    let bytes = matrix(GgmlType::Q8_0, 49152, 576, 7);
     mats.push((GgmlType::Q8_0, bytes, 49152, 576));
     let total: usize = mats.iter().map(|m| m.1.len()).sum();
     let x = data(1536, 3);
@@ -161,16 +157,12 @@ fn decode_token(c: &mut Criterion) {
     group.finish();
 }
 
-/// Q4_0 and Q4_1 in the GGUF layout against the same matrix repacked 8 rows to a block (what the engine
+/// Q4_0, Q4_1 and Q8_0 in the GGUF layout against the same matrix repacked 8 rows to a block (what the engine
 /// runs on AVX2), for decode and a 64-token prefill: `cargo bench -p kostant-kernels -- q4x8`.
 fn packed(c: &mut Criterion) {
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1] {
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
         let (rows, cols) = (1536, 576);
-        let src = data(rows * cols, 1);
-        let bytes: Vec<u8> = src
-            .chunks_exact(cols)
-            .flat_map(|row| quantize_row(ty, row).unwrap())
-            .collect();
+        let bytes = matrix(ty, rows, cols, 1);
         let w = Weights::new(ty, &bytes, rows, cols).unwrap();
         let p = PackedWeights::pack_any_cpu(&w).unwrap().unwrap();
         let mut group =

@@ -404,22 +404,27 @@ impl Kernels {
 
 /// The kernel-table entry for an interleaved block type.
 pub(crate) trait GemmEntry: Copy + Sync + 'static {
+    /// Whether the kernel reads the activations' integer block sums (Q4_0's offset).
+    const NEEDS_SUMS: bool;
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1>;
 }
 
 impl GemmEntry for BlockQ4_0x8 {
+    const NEEDS_SUMS: bool = true;
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemm_q4_0x8
     }
 }
 
 impl GemmEntry for BlockQ4_1x8 {
+    const NEEDS_SUMS: bool = false;
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemm_q4_1x8
     }
 }
 
 impl GemmEntry for BlockQ8_0x8 {
+    const NEEDS_SUMS: bool = false;
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemm_q8_0x8
     }

@@ -394,7 +394,9 @@ pub(crate) fn matmul_x8<B: GemmEntry>(
     with_buffer(&ACT_Q8_1, nb * n_tokens, |act| {
         quantize_tokens(x, p.cols, act, nb, shape, |x, a| k.quantize_q8_1(x, a));
         with_buffer(&ACT_SUMS, nb * n_tokens, |sums| {
-            q4x8::activation_sums(act, sums);
+            if B::NEEDS_SUMS {
+                q4x8::activation_sums(act, sums);
+            }
             if n_tokens == 1 {
                 let body = |(c, o): (usize, &mut [f32])| {
                     for (i, o) in o.chunks_exact_mut(G).enumerate() {

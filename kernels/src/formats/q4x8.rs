@@ -65,6 +65,8 @@ pub(crate) trait Q4x8: ByteBlock + Copy + Send + Sync + 'static {
     fn d(&self) -> &[[u8; 2]; ROWS];
     /// Q4_1's minimums; `None` for Q4_0, whose codes are centred on 8 instead.
     fn m(&self) -> Option<&[[u8; 2]; ROWS]>;
+    /// Whether [`Q4x8::m`] is `Some`: the minimum terms are summed apart and added last.
+    const HAS_MIN: bool;
     fn qs(&self) -> &[u8; 16 * ROWS];
     /// One interleaved block from block b of each of 8 rows.
     fn interleave(rows: [&Self::Source; ROWS]) -> Self;
@@ -85,6 +87,7 @@ fn interleave_qs(qs: [&[u8; 16]; ROWS]) -> [u8; 16 * ROWS] {
 impl Q4x8 for BlockQ4_0x8 {
     type Source = BlockQ4_0;
     const GGML_LANES: bool = false;
+    const HAS_MIN: bool = false;
     fn d(&self) -> &[[u8; 2]; ROWS] {
         &self.d
     }
@@ -105,6 +108,7 @@ impl Q4x8 for BlockQ4_0x8 {
 impl Q4x8 for BlockQ4_1x8 {
     type Source = BlockQ4_1;
     const GGML_LANES: bool = true;
+    const HAS_MIN: bool = true;
     fn d(&self) -> &[[u8; 2]; ROWS] {
         &self.d
     }
@@ -170,8 +174,7 @@ pub(crate) fn gemm_scalar<B: Q4x8>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: 
                         *lane = dd.mul_add(quad(k) as f32, *lane);
                     }
                 } else {
-                    let sumi =
-                        (0..8).map(quad).sum::<i32>() - if wb.m().is_none() { 8 * s } else { 0 };
+                    let sumi = (0..8).map(quad).sum::<i32>() - if B::HAS_MIN { 0 } else { 8 * s };
                     lanes[0] += dd * sumi as f32;
                 }
                 if let Some(m) = wb.m() {
@@ -183,11 +186,7 @@ pub(crate) fn gemm_scalar<B: Q4x8>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: 
             } else {
                 lanes[0]
             };
-            *o = if w.first().is_some_and(|b| b.m().is_some()) {
-                acc + off
-            } else {
-                acc
-            };
+            *o = if B::HAS_MIN { acc + off } else { acc };
         }
     }
 }
@@ -233,7 +232,6 @@ pub(crate) mod avx2 {
         const { assert!(T <= MAX_TOKENS) };
         let nb = w.len();
         assert!(a.len() >= T * nb && sums.len() >= T * nb && out.len() >= T * ROWS);
-        let has_min = w.first().is_some_and(|b| b.m().is_some());
         let low4 = _mm256_set1_epi8(0x0F);
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); T];
@@ -263,7 +261,7 @@ pub(crate) mod avx2 {
                     s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(*v, _mm256_set1_epi32(four)));
                 }
                 let mut sumi = _mm256_madd_epi16(s16, ones);
-                if m.is_none() {
+                if !B::HAS_MIN {
                     sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(8 * s));
                 }
                 // (d·d_a)·sumi, then added: the scalar reference's rounding, lane per row.
@@ -275,7 +273,7 @@ pub(crate) mod avx2 {
             }
         }
         for t in 0..T {
-            let r = if has_min {
+            let r = if B::HAS_MIN {
                 _mm256_add_ps(acc[t], off[t])
             } else {
                 acc[t]
@@ -339,16 +337,12 @@ pub(crate) mod avx2 {
             let l = &acc[t];
             let t4: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(l[j], l[j + 4]));
             let mut r = _mm256_add_ps(_mm256_add_ps(t4[0], t4[2]), _mm256_add_ps(t4[1], t4[3]));
-            if m_present(w) {
+            if B::HAS_MIN {
                 r = _mm256_add_ps(r, off[t]);
             }
             // SAFETY: 8t + 8 <= T·8 <= out.len() (asserted above).
             unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(ROWS * t), r) };
         }
-    }
-
-    fn m_present<B: Q4x8>(w: &[B]) -> bool {
-        w.first().is_some_and(|b| b.m().is_some())
     }
 }
 
