@@ -82,25 +82,14 @@ impl PackedWeights {
 }
 
 /// Every group of 8 rows of `w` interleaved, group after group.
-fn interleave<B: Q4x8>(w: &Weights) -> Vec<B> {
-    let nb = w.cols / 32;
-    let src = cast_blocks::<B::Source>(w.data);
-    if nb == 0 {
-        return Vec::new();
-    }
-    src.chunks_exact(q4x8::ROWS * nb)
-        .flat_map(|rows| q4x8::pack::<B>(rows, nb))
-        .collect()
+fn interleave<B: Q4x8>(w: &Weights) -> Vec<B>
+where
+    B::Source: Sync,
+{
+    q4x8::pack::<B>(cast_blocks::<B::Source>(w.data), w.cols / 32)
 }
 
 /// Every group of 8 rows of a Q8_0 matrix interleaved, group after group.
 fn interleave_q8_0(w: &Weights) -> Vec<BlockQ8_0x8> {
-    let nb = w.cols / 32;
-    if nb == 0 {
-        return Vec::new();
-    }
-    cast_blocks::<BlockQ8_0>(w.data)
-        .chunks_exact(q4x8::ROWS * nb)
-        .flat_map(|rows| q8_0x8::pack(rows, nb))
-        .collect()
+    q8_0x8::pack(cast_blocks::<BlockQ8_0>(w.data), w.cols / 32)
 }

@@ -127,12 +127,38 @@ impl Q4x8 for BlockQ4_1x8 {
     }
 }
 
-/// Interleaves 8 rows of `nb` GGUF blocks each (`rows.len() == 8 * nb`, row after row) into
-/// `nb` blocks.
-pub(crate) fn pack<B: Q4x8>(rows: &[B::Source], nb: usize) -> Vec<B> {
-    assert_eq!(rows.len(), ROWS * nb, "q4x8 pack: length mismatch");
-    (0..nb)
-        .map(|b| B::interleave(std::array::from_fn(|r| &rows[r * nb + b])))
+/// Interleaves a whole matrix (`rows.len() == 8g * nb`: 8g rows of `nb` GGUF blocks, row after
+/// row) into `g * nb` blocks, group after group. Runs on the rayon pool and writes each block
+/// once in place: it is model start-up work, gigabytes for a 3B model.
+pub(crate) fn pack<B: Q4x8>(rows: &[B::Source], nb: usize) -> Vec<B>
+where
+    B::Source: Sync,
+{
+    interleave_all(rows.len(), nb, |g, b| {
+        B::interleave(std::array::from_fn(|r| &rows[(g * ROWS + r) * nb + b]))
+    })
+}
+
+/// `make(g, b)` for every block b of every 8-row group g of a matrix of `n_blocks` GGUF blocks,
+/// `nb` to a row, collected in parallel straight into place.
+pub(crate) fn interleave_all<B: Send>(
+    n_blocks: usize,
+    nb: usize,
+    make: impl Fn(usize, usize) -> B + Sync + Send,
+) -> Vec<B> {
+    use rayon::prelude::*;
+    assert!(
+        nb > 0 || n_blocks == 0,
+        "interleave: rows of no blocks hold nothing"
+    );
+    assert_eq!(
+        n_blocks % (ROWS * nb.max(1)),
+        0,
+        "interleave: partial row group"
+    );
+    (0..n_blocks / ROWS)
+        .into_par_iter()
+        .map(|i| make(i / nb, i % nb))
         .collect()
 }
 

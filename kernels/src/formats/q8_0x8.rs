@@ -26,26 +26,24 @@ const _: () = assert!(size_of::<BlockQ8_0x8>() == ROWS * size_of::<BlockQ8_0>())
 // SAFETY: repr(C), only u8/i8 arrays: alignment 1, no padding, every bit pattern valid.
 unsafe impl ByteBlock for BlockQ8_0x8 {}
 
-/// Interleaves 8 rows of `nb` GGUF blocks each (`rows.len() == 8 * nb`, row after row).
+/// Interleaves a whole matrix (8g rows of `nb` GGUF blocks, row after row) into `g * nb`
+/// blocks, group after group, in parallel (see [`super::q4x8::pack`]).
 pub(crate) fn pack(rows: &[BlockQ8_0], nb: usize) -> Vec<BlockQ8_0x8> {
-    assert_eq!(rows.len(), ROWS * nb, "q8_0x8 pack: length mismatch");
-    (0..nb)
-        .map(|b| {
-            let mut out = BlockQ8_0x8 {
-                d: [[0; 2]; ROWS],
-                qs: [0; 32 * ROWS],
-            };
-            for r in 0..ROWS {
-                let src = &rows[r * nb + b];
-                out.d[r] = src.d;
-                for k in 0..8 {
-                    let at = 32 * k + 4 * r;
-                    out.qs[at..at + 4].copy_from_slice(&src.qs[4 * k..4 * k + 4]);
-                }
+    super::q4x8::interleave_all(rows.len(), nb, |g, b| {
+        let mut out = BlockQ8_0x8 {
+            d: [[0; 2]; ROWS],
+            qs: [0; 32 * ROWS],
+        };
+        for r in 0..ROWS {
+            let src = &rows[(g * ROWS + r) * nb + b];
+            out.d[r] = src.d;
+            for k in 0..8 {
+                let at = 32 * k + 4 * r;
+                out.qs[at..at + 4].copy_from_slice(&src.qs[4 * k..4 * k + 4]);
             }
-            out
-        })
-        .collect()
+        }
+        out
+    })
 }
 
 /// Scalar reference: one group of 8 rows (`w`, `nb` blocks) against `t = out.len() / 8` tokens
