@@ -111,7 +111,15 @@ fn the_guard_refuses_in_the_chat_and_the_eval_screen_runs_compares_exports_and_c
     let stored: serde_json::Value = serde_json::from_str(runs[0].report.as_ref().unwrap()).unwrap();
     assert_eq!(stored["summary"]["items"], 4);
 
-    // Cancel: whole suites (890 harmful prompts), stopped once it has started answering.
+    // Cancel: whole suites (every harmful prompt), stopped once it has started answering.
+    let harmful = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../assets/evals/suites/harmful.jsonl"),
+    )
+    .unwrap()
+    .lines()
+    .filter(|l| !l.trim().is_empty())
+    .count();
     press(&ui, "Quick run");
     press(&ui, "Suite Everyday");
     press(&ui, "Run evals");
@@ -123,7 +131,8 @@ fn the_guard_refuses_in_the_chat_and_the_eval_screen_runs_compares_exports_and_c
                 .starts_with(|c: char| c != '0' && c.is_ascii_digit())
         })
     });
-    assert!(ui.evals_state().get_progress_text().ends_with("/ 890"));
+    let progress = ui.evals_state().get_progress_text();
+    assert!(progress.ends_with(&format!("/ {harmful}")), "{progress}");
     press(&ui, "Cancel evals");
     wait_eval_end(&ui, "the cancelled run stops");
     assert_eq!(app.evals.borrow().state(), &EvalState::Cancelled);

@@ -125,6 +125,32 @@ impl RunReport {
             }
             o.push('\n');
         }
+        if let Some(x) = &s.xstest {
+            let _ = writeln!(
+                o,
+                "## XSTest as a classifier (450 prompts; unsafe contrasts are the positives)\n"
+            );
+            let _ = writeln!(
+                o,
+                "| flagged when | F1 | precision | recall | false positives |\n|---|---|---|---|---|"
+            );
+            for (name, c) in [
+                ("the guard refused or withdrew", &x.guard),
+                ("refused by anyone (guard or model)", &x.refused),
+            ] {
+                let _ = writeln!(
+                    o,
+                    "| {name} | {:.3} | {:.3} | {:.3} | {:.1}% ({}/{}) |",
+                    c.f1,
+                    c.precision,
+                    c.recall,
+                    100.0 * c.false_positive_rate,
+                    c.false_positives,
+                    c.false_positives + c.true_negatives
+                );
+            }
+            o.push('\n');
+        }
         if let Some(j) = &s.jailbreak {
             let _ = writeln!(
                 o,

@@ -363,6 +363,10 @@ fn run<W: Sync, A: Sync>(
 /// `cols / 32`): activations quantized once (with their integer sums, which fold in Q4_0's
 /// offset), then each task takes a run of row groups and walks the tokens four at a time, so a
 /// group's unpacked weights serve four tokens.
+/// Bytes of repacked weights a prefill band keeps hot: half of a typical 32 KiB L1 data cache,
+/// leaving the rest for the tokens' activations.
+const L1_WEIGHT_BYTES: usize = 16 * 1024;
+
 pub(crate) fn matmul_x8<B: GemmEntry>(
     blocks: &[B],
     p: &PackedWeights,
@@ -411,13 +415,21 @@ pub(crate) fn matmul_x8<B: GemmEntry>(
                 return;
             }
             // Several tokens: scratch laid out (group, token, row in group), then transposed.
+            // Cache blocking: a band of groups small enough to stay in L1 meets every token in
+            // turn, so each weight byte comes from memory once per band instead of once per
+            // few tokens (a whole matrix outgrows L2), and each token's activations once per
+            // band of groups.
+            let band = (L1_WEIGHT_BYTES / (nb * std::mem::size_of::<B>()).max(1)).max(1);
             with_buffer(&SCRATCH, p.rows * n_tokens, |scratch| {
                 let body = |(c, s): (usize, &mut [f32])| {
-                    for t0 in (0..n_tokens).step_by(q4x8::MAX_TOKENS) {
-                        let t1 = (t0 + q4x8::MAX_TOKENS).min(n_tokens);
-                        let (a, su) = (&act[t0 * nb..t1 * nb], &sums[t0 * nb..t1 * nb]);
-                        for (i, s) in s.chunks_exact_mut(n_tokens * G).enumerate() {
-                            k.gemm_x8(group(c * per_task + i), a, su, &mut s[t0 * G..t1 * G]);
+                    for (b, s) in s.chunks_mut(band * n_tokens * G).enumerate() {
+                        for t0 in (0..n_tokens).step_by(q4x8::MAX_TOKENS) {
+                            let t1 = (t0 + q4x8::MAX_TOKENS).min(n_tokens);
+                            let (a, su) = (&act[t0 * nb..t1 * nb], &sums[t0 * nb..t1 * nb]);
+                            for (i, s) in s.chunks_exact_mut(n_tokens * G).enumerate() {
+                                let g = c * per_task + b * band + i;
+                                k.gemm_x8(group(g), a, su, &mut s[t0 * G..t1 * G]);
+                            }
                         }
                     }
                 };

@@ -14,7 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     opts.cache = args.get(4).map(Into::into);
     let t = std::time::Instant::now();
     let trained = train_head(model, &opts, &mut |stage, i, n| {
-        if i == n {
+        if i == n || i % 500 == 0 {
             eprintln!("{stage}: {n} texts read");
         }
     })?;
@@ -28,5 +28,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         trained.train.recall,
         trained.train.false_positive_rate
     );
+    if let (Some(t), Some(r)) = (trained.head.info.output_threshold, &trained.dev_replies) {
+        eprintln!(
+            "reply threshold {t:.3}; dev replies stopped: {:.3} of unsafe, {:.3} of safe ({} unsafe, {} safe)",
+            r.recall, r.false_positive_rate, r.n_unsafe, r.n_safe
+        );
+    }
     Ok(())
 }

@@ -366,7 +366,7 @@ impl ReplyScreen<'_> {
 }
 
 /// Where a reply may be judged: after a sentence or a line ends.
-fn ends_sentence(text: &str) -> bool {
+pub(crate) fn ends_sentence(text: &str) -> bool {
     text.contains(['.', '!', '?', '\n', '。', '！', '？', ':', ';'])
 }
 

@@ -13,6 +13,7 @@ pub mod normalize;
 pub mod pipeline;
 pub mod policy;
 pub mod reader;
+pub mod replies;
 pub mod taxonomy;
 pub mod train;
 

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::head::{self, Example, Head, HeadInfo, TrainConfig};
 use crate::normalize::normalize;
 use crate::reader::{FeatureSpec, Reader};
+use crate::replies::{read_rows, reply_checkpoints, reply_session, write_rows, ReplyPlan};
 use crate::{Category, Result, SafetyError};
 
 /// One line of a data file.
@@ -119,6 +120,13 @@ pub struct TrainOptions {
     pub augment_share: f64,
     /// Highest share of dev safe texts the chosen threshold may flag.
     pub max_dev_false_positive: f64,
+    /// The chat model's replies to the train and dev prompts, read as the screen reads them,
+    /// so the head learns replies too and the reply threshold is chosen on them; None trains
+    /// on messages alone.
+    pub replies: Option<ReplyPlan>,
+    /// Highest share of replies to safe dev prompts (those the message screening let through)
+    /// the chosen reply threshold may stop.
+    pub max_dev_reply_false_positive: f64,
     /// Where computed features are kept between runs (keyed by model, spec and data), so
     /// trying another head shape does not re-read every text.
     pub cache: Option<PathBuf>,
@@ -129,9 +137,12 @@ impl TrainOptions {
         TrainOptions {
             data_dir,
             spec: default_spec(),
+            // Wider and shorter than stop 3's 64 x 40: with the reply checkpoints (four times
+            // the messages) this scored best on dev (message recall 0.931 at 4.5% false
+            // positives, against 0.886-0.915 for 64 x 10, 256 x 20, 512 x 10 and 0.814 linear).
             config: TrainConfig {
-                hidden: 64,
-                epochs: 40,
+                hidden: 256,
+                epochs: 10,
                 learning_rate: 1e-3,
                 weight_decay: 1e-2,
                 batch: 32,
@@ -141,6 +152,14 @@ impl TrainOptions {
             // A quarter of the training prompts are also seen inside a jailbreak wrapper.
             augment_share: 0.25,
             max_dev_false_positive: 0.05,
+            // 48 tokens: past the first sentence or two of nearly every reply, where a
+            // harmful answer shows itself, at a cost of about a third of a second per prompt.
+            replies: Some(ReplyPlan {
+                max_tokens: 48,
+                every_tokens: crate::pipeline::OUTPUT_CHECK_EVERY,
+            }),
+            // A stopped reply to a benign question is over-refusal the user sees mid-answer.
+            max_dev_reply_false_positive: 0.02,
             cache: None,
         }
     }
@@ -249,6 +268,68 @@ fn featurize_cached(
     Ok(out)
 }
 
+/// The checkpoints' features of the chat model's reply to each text in `items` (its first
+/// window, as messages are read), through the cache directory when there is one.
+fn reply_features_cached(
+    reader: &Reader,
+    items: &[(String, Option<Category>)],
+    plan: ReplyPlan,
+    cache: Option<&Path>,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<Vec<Vec<f32>>>> {
+    let model = reader.model().clone();
+    let spec = reader.spec().clone();
+    let spec_bytes = serde_json::to_vec(&spec).map_err(|e| SafetyError::Head(e.to_string()))?;
+    let plan_bytes = serde_json::to_vec(&plan).map_err(|e| SafetyError::Head(e.to_string()))?;
+    let name = model.name();
+    let dim = spec.dim(model.hparams.n_embd);
+    if let Some(dir) = cache {
+        std::fs::create_dir_all(dir).map_err(|source| SafetyError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    let mut session = None;
+    let mut out = Vec::with_capacity(items.len());
+    for (i, (text, _)) in items.iter().enumerate() {
+        let text = normalize(text);
+        let first = reader
+            .windows(&text)?
+            .into_iter()
+            .next()
+            .unwrap_or_default();
+        let path = cache.map(|dir| {
+            let key = fnv64(&[
+                name.as_bytes(),
+                &spec_bytes,
+                first.as_bytes(),
+                b"reply",
+                &plan_bytes,
+            ]);
+            dir.join(format!("r-{key:016x}.f32"))
+        });
+        let cached = path.as_deref().and_then(|p| read_rows(p, dim));
+        let rows = match cached {
+            Some(rows) => rows,
+            None if first.trim().is_empty() => Vec::new(),
+            None => {
+                let session = match &mut session {
+                    Some(s) => s,
+                    None => session.insert(reply_session(&model, &spec, plan)?),
+                };
+                let rows = reply_checkpoints(session, &spec, &first, plan)?;
+                if let Some(p) = &path {
+                    write_rows(p, &rows)?;
+                }
+                rows
+            }
+        };
+        out.push(rows);
+        progress(i + 1, items.len());
+    }
+    Ok(out)
+}
+
 /// Features of every text in `items` read as a user's message (its first window, as the guard
 /// reads it).
 fn featurize(
@@ -282,6 +363,8 @@ pub struct Trained {
     pub head: Head,
     pub dev: SplitScores,
     pub train: SplitScores,
+    /// Replies to dev prompts under the chosen reply threshold, when replies were learned.
+    pub dev_replies: Option<SplitScores>,
 }
 
 /// Trains a head for `model` from `opts.data_dir`/{train,dev}.jsonl (and
@@ -323,12 +406,43 @@ pub fn train_head(
 
     let mut reader = Reader::new(model.clone(), opts.spec.clone())?;
     let cache = opts.cache.as_deref();
-    let examples = featurize_cached(&mut reader, &train_items, cache, &mut |i, n| {
+    let mut examples = featurize_cached(&mut reader, &train_items, cache, &mut |i, n| {
         progress("train", i, n)
     })?;
     let dev_examples = featurize_cached(&mut reader, &dev_items, cache, &mut |i, n| {
         progress("dev", i, n)
     })?;
+    if dev_examples.len() != dev_items.len() {
+        return Err(SafetyError::Head(
+            "a dev text has nothing to read (empty or whitespace)".into(),
+        ));
+    }
+    let n_messages = examples.len();
+    // Replies to the prompts as written (not the augmented copies): the reply's context is
+    // the conversation a user actually has.
+    let dev_replies = match opts.replies {
+        Some(plan) => {
+            let originals = labelled(&train);
+            let train_replies =
+                reply_features_cached(&reader, &originals, plan, cache, &mut |i, n| {
+                    progress("train replies", i, n)
+                })?;
+            for (rows, (_, category)) in train_replies.into_iter().zip(&originals) {
+                examples.extend(rows.into_iter().map(|features| Example {
+                    features,
+                    category: *category,
+                }));
+            }
+            Some(reply_features_cached(
+                &reader,
+                &dev_items,
+                plan,
+                cache,
+                &mut |i, n| progress("dev replies", i, n),
+            )?)
+        }
+        None => None,
+    };
 
     let info = HeadInfo {
         spec: opts.spec.clone(),
@@ -348,7 +462,27 @@ pub fn train_head(
     let dev_probs = probs(&head, &dev_examples)?;
     let threshold = choose_threshold(&dev_probs, opts.max_dev_false_positive);
     let dev_scores = split_scores(&dev_probs, threshold);
-    let train_scores = split_scores(&probs(&head, &examples)?, threshold);
+    let train_scores = split_scores(&probs(&head, &examples[..n_messages])?, threshold);
+    // The reply threshold: each dev reply the message screening let through is judged at its
+    // checkpoints and stopped at the first one flagged, so its worst checkpoint decides.
+    let mut reply_scores = None;
+    if let (Some(plan), Some(dev_replies)) = (opts.replies, &dev_replies) {
+        let mut reply_probs = Vec::new();
+        for (rows, &(message_prob, is_unsafe)) in dev_replies.iter().zip(&dev_probs) {
+            if message_prob >= threshold || rows.is_empty() {
+                continue;
+            }
+            let mut worst = 0.0f32;
+            for r in rows {
+                worst = worst.max(head.scores(r)?.unsafe_prob);
+            }
+            reply_probs.push((worst, is_unsafe));
+        }
+        let t = choose_threshold(&reply_probs, opts.max_dev_reply_false_positive);
+        head.info.output_threshold = Some(t);
+        let scores = split_scores(&reply_probs, t);
+        reply_scores = Some((plan, t, examples.len() - n_messages, scores));
+    }
     let count = |items: &[LabelledText]| {
         let mut m = std::collections::BTreeMap::new();
         for t in items {
@@ -363,7 +497,17 @@ pub fn train_head(
         "train_counts": count(&train),
         "dev_counts": count(&dev),
         "augmented_examples": train_items.len() - train.len(),
-        "roles": ["input"],
+        "roles": if reply_scores.is_some() { vec!["input", "reply"] } else { vec!["input"] },
+        "replies": reply_scores.as_ref().map(|(plan, t, checkpoints, dev)| serde_json::json!({
+            "plan": plan,
+            "train_checkpoints": checkpoints,
+            "output_threshold": t,
+            "rule": format!(
+                "greedy replies to the train and dev prompts, read at the screen's checkpoints and labelled with their prompt; reply threshold: lowest that stops at most {} of the replies to safe dev prompts the message screening let through (a reply's worst checkpoint decides)",
+                opts.max_dev_reply_false_positive
+            ),
+            "dev": dev,
+        })),
         "spec": &opts.spec,
         "config": {
             "hidden": opts.config.hidden,
@@ -386,6 +530,7 @@ pub fn train_head(
         head,
         dev: dev_scores,
         train: train_scores,
+        dev_replies: reply_scores.map(|r| r.3),
     })
 }
 

@@ -124,16 +124,34 @@ fn streamed_reply_is_read_incrementally() {
                 seal both ends and attach a fuse so the bomb goes off when lit.";
     let whole = g.screen_output(message, text).unwrap();
     assert!(whole.score > 0.5, "whole reply score {}", whole.score);
-    // This is about reading a stream, not about where the head's reply threshold sits (reply
-    // screening is calibrated apart and known weak): flag just under the whole reply's score.
+    // This is about reading a stream, not about where the head's reply threshold sits: first
+    // nothing is flagged, so the whole reply streams through and every checkpoint is read.
     let (input, _) = g.thresholds();
-    g.set_thresholds(input, whole.score - 0.01);
+    g.set_thresholds(input, f32::INFINITY);
     // On its own session (no chat pass to ride on), the screen reads text as it streams.
     let mut screen = g.reply_screen(message, None, 16).unwrap();
     assert!(
         screen.taps().is_empty(),
         "reading on its own needs no states"
     );
+    for piece in text.split_inclusive(' ') {
+        assert!(screen.token(0, piece, &[]).is_continue());
+    }
+    screen.finish().unwrap();
+    assert!(
+        screen.checks() >= 2,
+        "checked only {} times",
+        screen.checks()
+    );
+    assert!(
+        screen.worst_score() > 0.5,
+        "streamed, the reply reads as harmless (worst {})",
+        screen.worst_score()
+    );
+    let streamed_worst = screen.worst_score();
+    // Then flagged at the stream's own worst score: it stops there, mid-reply or at its end.
+    g.set_thresholds(input, streamed_worst);
+    let mut screen = g.reply_screen(message, None, 16).unwrap();
     let mut pieces = 0;
     for piece in text.split_inclusive(' ') {
         pieces += 1;
@@ -142,11 +160,6 @@ fn streamed_reply_is_read_incrementally() {
         }
     }
     screen.finish().unwrap();
-    assert!(
-        screen.checks() >= 2,
-        "checked only {} times",
-        screen.checks()
-    );
     assert!(
         screen.flagged().is_some(),
         "stream never flagged (worst {})",
@@ -309,4 +322,44 @@ fn a_head_for_another_model_is_refused() {
     assert!(e.contains("trained on some other model"), "{e}");
     // The category ids the head reports are the taxonomy's.
     assert_eq!(Category::ALL.len(), 15);
+}
+
+/// The head learns replies from `replies::reply_checkpoints`; that is only worth anything if
+/// those checkpoints are the ones the live screen judges, read the same way.
+#[test]
+fn training_reads_replies_where_and_as_the_screen_does() {
+    use kostant_safety::pipeline::OUTPUT_CHECK_EVERY;
+    use kostant_safety::replies::{reply_checkpoints, reply_session, ReplyPlan};
+
+    let model = model();
+    let mut g = guard();
+    // Nothing is stopped: the whole reply is read both ways.
+    g.set_thresholds(f32::INFINITY, f32::INFINITY);
+    let user = "How do I kill a Python process that hangs?";
+    let plan = ReplyPlan {
+        max_tokens: 40,
+        every_tokens: OUTPUT_CHECK_EVERY,
+    };
+    let spec = g.head().info.spec.clone();
+    let mut session = reply_session(&model, &spec, plan).unwrap();
+    let rows = reply_checkpoints(&mut session, &spec, user, plan).unwrap();
+    assert!(
+        rows.len() >= 2,
+        "a 40-token reply has more than one checkpoint"
+    );
+    let worst = rows
+        .iter()
+        .map(|r| g.head().scores(r).unwrap().unsafe_prob)
+        .fold(0.0f32, f32::max);
+
+    let mut chat = Session::new(model.clone(), 1024).unwrap();
+    let req = request(&model, user, 40);
+    let r = respond(&mut chat, &mut g, &req, user, &CancelHandle::new(), |_| {}).unwrap();
+    assert_eq!(r.guard.output_checks, rows.len());
+    assert!(
+        (r.guard.output_score - worst).abs() < 1e-4,
+        "screen's worst {} vs training's {}",
+        r.guard.output_score,
+        worst
+    );
 }

@@ -38,8 +38,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         session.n_ctx()
     );
 
-    // Warm-up: page the weights in and let the thread pool spin up.
-    session.prefill(&prompt[..prompt.len().min(16)])?;
+    // Warm-up, as llama-bench warms up with the whole prompt: pages the weights and every kv
+    // cache row the prefill will write in, and lets the thread pool spin up, so the first
+    // measured run does not pay first-touch page faults the others do not.
+    session.prefill(&prompt)?;
 
     let mut prefill_ms = Vec::new();
     let mut ttft_ms = Vec::new();

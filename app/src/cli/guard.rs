@@ -10,6 +10,7 @@ use serde_json::json;
 
 use kostant_engine::Model;
 use kostant_safety::head::Head;
+use kostant_safety::replies::ReplyPlan;
 use kostant_safety::train::{train_head, TrainOptions};
 use kostant_safety::Guard;
 
@@ -46,13 +47,20 @@ pub enum GuardCommand {
         #[arg(long, default_value = "assets/safety/guard-head.bin")]
         out: PathBuf,
         /// Hidden layer width (0: a linear head).
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, default_value_t = 256)]
         hidden: usize,
-        #[arg(long, default_value_t = 40)]
+        #[arg(long, default_value_t = 10)]
         epochs: usize,
         /// Highest share of dev safe prompts the chosen threshold may flag.
         #[arg(long, default_value_t = 0.05)]
         max_dev_false_positive: f64,
+        /// Tokens of the chat model's greedy reply to each train and dev prompt that the head
+        /// also learns from (read as the screen reads a streaming reply); 0 learns messages only.
+        #[arg(long, default_value_t = 48)]
+        reply_tokens: usize,
+        /// Highest share of replies to safe dev prompts the chosen reply threshold may stop.
+        #[arg(long, default_value_t = 0.02)]
+        max_dev_reply_false_positive: f64,
         /// Keep computed features here between runs (keyed by model, features and data).
         #[arg(long)]
         features_cache: Option<PathBuf>,
@@ -118,6 +126,8 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             hidden,
             epochs,
             max_dev_false_positive,
+            reply_tokens,
+            max_dev_reply_false_positive,
             features_cache,
         } => {
             let model = load_model(&args.model)?;
@@ -125,6 +135,14 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             opts.config.hidden = hidden;
             opts.config.epochs = epochs;
             opts.max_dev_false_positive = max_dev_false_positive;
+            opts.max_dev_reply_false_positive = max_dev_reply_false_positive;
+            opts.replies = opts
+                .replies
+                .filter(|_| reply_tokens > 0)
+                .map(|plan| ReplyPlan {
+                    max_tokens: reply_tokens,
+                    ..plan
+                });
             opts.cache = features_cache;
             let start = std::time::Instant::now();
             let mut last = String::new();
@@ -148,6 +166,12 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                 trained.dev.n_unsafe,
                 trained.dev.n_safe
             );
+            if let (Some(t), Some(r)) = (trained.head.info.output_threshold, &trained.dev_replies) {
+                eprintln!(
+                    "reply threshold {t:.3}; dev replies stopped: {:.3} of unsafe, {:.3} of safe ({} unsafe, {} safe)",
+                    r.recall, r.false_positive_rate, r.n_unsafe, r.n_safe
+                );
+            }
             Ok(())
         }
         GuardCommand::Calibrate {

@@ -8,7 +8,8 @@
 use half::f16;
 use rayon::prelude::*;
 
-use kostant_kernels::attention::{dot_f16_rows, hsum8, weighted_sum_f16_rows, F16SumOrder};
+use kostant_kernels::attention::{hsum8, F16SumOrder};
+use kostant_kernels::attention_group::{dot_f16_rows_group, weighted_sum_f16_rows_group};
 use kostant_kernels::attention_q8::{
     dot_q8_0_rows, quantize_q8_0_kv, weighted_sum_q8_0_rows, KvBlockQ8_0, Q8_0_BLOCK,
 };
@@ -237,30 +238,33 @@ fn attention(
     out.par_chunks_mut(group * hd).enumerate().for_each_init(
         || {
             (
-                vec![0.0f32; hd],                              // the query head, rounded to f16
-                vec![0.0f32; visible_max],                     // scores, then probabilities
-                vec![0.0f32; order.lanes() * hd],              // the weighted sum's lanes
-                vec![KvBlockQ8_0::default(); hd / Q8_0_BLOCK], // the query head as Q8_0
+                vec![0.0f32; group * hd],          // the group's query heads, rounded to f16
+                vec![0.0f32; group * visible_max], // scores, then probabilities, per head
+                vec![0.0f32; group * order.lanes() * hd], // the weighted sums' lanes
+                vec![KvBlockQ8_0::default(); hd / Q8_0_BLOCK], // a query head as Q8_0
             )
         },
         |(q_h, probs, lanes, q_blocks), (i, o)| {
             let (t, g) = (i / hp.n_head_kv, i % hp.n_head_kv);
             let visible = pos + t + 1; // causal: the token sees itself and everything before it
-            let probs = &mut probs[..visible];
-            for (j, o_h) in o.chunks_exact_mut(hd).enumerate() {
-                let h = g * group + j;
-                let q_src = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
-                match cached {
-                    LayerView::F16 { k, v } => {
-                        // The query meets the f16 keys at f16 precision, as in llama.cpp.
-                        for (a, &b) in q_h.iter_mut().zip(q_src) {
-                            *a = f16::from_f32(b).to_f32();
-                        }
-                        dot_f16_rows(q_h, k, kv_dim, g * hd, scale, order, probs);
-                        softmax(probs);
-                        weighted_sum_f16_rows(probs, v, kv_dim, g * hd, order, lanes, o_h);
+                                       // The group's query heads are adjacent in q, as in `out`.
+            let q_group = &q[t * q_dim + g * group * hd..t * q_dim + (g + 1) * group * hd];
+            match cached {
+                LayerView::F16 { k, v } => {
+                    // The queries meet the f16 keys at f16 precision, as in llama.cpp. The
+                    // group shares each key and value row as it is read (the same bits as
+                    // head by head).
+                    for (a, &b) in q_h.iter_mut().zip(q_group) {
+                        *a = f16::from_f32(b).to_f32();
                     }
-                    LayerView::Q8_0 { k, v } => {
+                    let probs = &mut probs[..group * visible];
+                    dot_f16_rows_group(q_h, hd, k, kv_dim, g * hd, scale, order, probs);
+                    probs.chunks_exact_mut(visible).for_each(softmax);
+                    weighted_sum_f16_rows_group(probs, hd, v, kv_dim, g * hd, order, lanes, o);
+                }
+                LayerView::Q8_0 { k, v } => {
+                    let probs = &mut probs[..visible];
+                    for (q_src, o_h) in q_group.chunks_exact(hd).zip(o.chunks_exact_mut(hd)) {
                         // The query is quantized like the keys, so each block's dot is exact
                         // in integers (as llama.cpp does with a q8_0 K cache). The cache made
                         // sure heads are whole blocks.
