@@ -11,6 +11,7 @@ use crate::attention::{dot_f16_rows, weighted_sum_f16_rows, F16SumOrder};
 use crate::dispatch::{kernels, KernelPath};
 
 /// Most query heads per kv head the SIMD paths take in one pass; larger groups go in parts.
+#[cfg(target_arch = "x86_64")]
 const MAX_GROUP: usize = 4;
 
 /// `scores[j * rows + p] = dot(q_j, key p) * scale` for each query head j of `qs` (`g` heads of
