@@ -114,7 +114,7 @@ pub fn weighted_sum_f16_rows(
     weighted_sum_rows_scalar(probs, cache, stride, offset, order, acc, out);
 }
 
-fn check_rows(cache: &[f16], stride: usize, offset: usize, width: usize, rows: usize) {
+pub(crate) fn check_rows(cache: &[f16], stride: usize, offset: usize, width: usize, rows: usize) {
     if rows > 0 {
         let end = (rows - 1) * stride + offset + width;
         assert!(
@@ -180,7 +180,7 @@ fn reduce_columns(order: F16SumOrder, acc: &[f32], out: &mut [f32], from: usize)
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use half::f16;
@@ -193,7 +193,7 @@ mod avx2 {
     /// `p` must point at 8 readable halves; the CPU must have F16C.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn load8(p: *const f16) -> __m256 {
+    pub(crate) unsafe fn load8(p: *const f16) -> __m256 {
         // SAFETY: the caller guarantees 16 readable bytes at `p`.
         _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
     }
@@ -321,8 +321,20 @@ mod avx2 {
                 }
             }
         }
-        // The lanes reduced column by column, 8 columns at a time, with the additions of
-        // `F16SumOrder::reduce` done lane-wise across columns.
+        reduce_lanes(order, acc, out);
+    }
+
+    /// `out[d] = order.reduce(column d of acc)`, acc being (order.lanes(), out.len()): the
+    /// additions of `F16SumOrder::reduce` done lane-wise across 8 columns at a time, the
+    /// columns past the last whole 8 by `reduce_columns`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn reduce_lanes(order: F16SumOrder, acc: &[f32], out: &mut [f32]) {
+        let (hd, lanes) = (out.len(), order.lanes());
+        assert!(
+            acc.len() >= lanes * hd,
+            "acc holds every lane of every column"
+        );
+        let whole = hd / 8 * 8;
         let row = |l: usize, d: usize| {
             // SAFETY: l < lanes and d + 8 <= whole <= hd: inside `acc`, (lanes, hd).
             unsafe { _mm256_loadu_ps(acc.as_ptr().add(l * hd + d)) }

@@ -6,7 +6,7 @@
 
 use half::f16;
 
-use crate::attention::{dot_f16_rows, weighted_sum_f16_rows, F16SumOrder};
+use crate::attention::{check_rows, dot_f16_rows, weighted_sum_f16_rows, F16SumOrder};
 #[cfg(target_arch = "x86_64")]
 use crate::dispatch::{kernels, KernelPath};
 
@@ -45,11 +45,7 @@ pub fn dot_f16_rows_group(
     if rows == 0 {
         return;
     }
-    assert!(
-        (rows - 1) * stride + offset + hd <= cache.len(),
-        "attention rows: {rows} rows of {hd} at offset {offset}, stride {stride}, run past a cache of {}",
-        cache.len()
-    );
+    check_rows(cache, stride, offset, hd, rows);
     #[cfg(target_arch = "x86_64")]
     if kernels().path == KernelPath::Avx2Fma && hd.is_multiple_of(order.lanes()) {
         for (q, s) in qs
@@ -105,11 +101,7 @@ pub fn weighted_sum_f16_rows_group(
         out.fill(0.0);
         return;
     }
-    assert!(
-        (rows - 1) * stride + offset + hd <= cache.len(),
-        "attention rows: {rows} rows of {hd} at offset {offset}, stride {stride}, run past a cache of {}",
-        cache.len()
-    );
+    check_rows(cache, stride, offset, hd, rows);
     round_to_f16(probs);
     #[cfg(target_arch = "x86_64")]
     if kernels().path == KernelPath::Avx2Fma && hd.is_multiple_of(32) {
@@ -153,18 +145,8 @@ mod avx2 {
     use half::f16;
 
     use super::MAX_GROUP;
+    use crate::attention::avx2::{load8, reduce_lanes};
     use crate::attention::F16SumOrder;
-
-    /// 8 halves from `p` widened to f32.
-    ///
-    /// # Safety
-    /// `p` must point at 8 readable halves; the CPU must have F16C.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn load8(p: *const f16) -> __m256 {
-        // SAFETY: the caller guarantees 16 readable bytes at `p`.
-        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
-    }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn round_to_f16(x: &mut [f32]) {
@@ -330,7 +312,7 @@ mod avx2 {
 
     /// Lane l of head h gathers positions l, l + lanes, ... in order, 32 columns at a time in
     /// registers, each value row widened once for the G heads; then each head's lanes are
-    /// reduced column-wise in `order`, as `attention::weighted_sum_f16_rows` does.
+    /// reduced by the per-head path's own `reduce_lanes`.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -370,33 +352,12 @@ mod avx2 {
                 }
             }
         }
-        for h in 0..G {
-            let acc = &acc[h * lanes * hd..(h + 1) * lanes * hd];
-            let row = |l: usize, d: usize| {
-                // SAFETY: l < lanes and d + 8 <= hd: inside this head's (lanes, hd) block.
-                unsafe { _mm256_loadu_ps(acc.as_ptr().add(l * hd + d)) }
-            };
-            for d in (0..hd).step_by(8) {
-                let r = match order {
-                    F16SumOrder::TinyBlas => {
-                        let t: [__m256; 4] =
-                            std::array::from_fn(|i| _mm256_add_ps(row(i, d), row(i + 4, d)));
-                        _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]))
-                    }
-                    F16SumOrder::VecDot => {
-                        let s: [__m256; 8] = std::array::from_fn(|i| {
-                            _mm256_add_ps(
-                                _mm256_add_ps(row(i, d), row(16 + i, d)),
-                                _mm256_add_ps(row(8 + i, d), row(24 + i, d)),
-                            )
-                        });
-                        let t: [__m256; 4] = std::array::from_fn(|i| _mm256_add_ps(s[i], s[i + 4]));
-                        _mm256_add_ps(_mm256_add_ps(t[0], t[1]), _mm256_add_ps(t[2], t[3]))
-                    }
-                };
-                // SAFETY: h·hd + d + 8 <= G·hd <= out.len() (asserted).
-                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(h * hd + d), r) };
-            }
+        for (acc, out) in acc
+            .chunks_exact(lanes * hd)
+            .zip(out.chunks_exact_mut(hd))
+            .take(G)
+        {
+            reduce_lanes(order, acc, out);
         }
     }
 }

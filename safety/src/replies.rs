@@ -10,7 +10,6 @@
 //! conversation whatever it says so far, and the reply to a safe one is safe.
 
 use std::ops::ControlFlow;
-use std::path::Path;
 use std::sync::Arc;
 
 use kostant_engine::{
@@ -124,34 +123,4 @@ pub fn reply_session(model: &Arc<Model>, spec: &FeatureSpec, plan: ReplyPlan) ->
         model.clone(),
         spec.window + 256 + plan.max_tokens + 1,
     )?)
-}
-
-/// Reads a cache file of rows of `dim` f32s; None when absent or not whole rows.
-pub(crate) fn read_rows(path: &Path, dim: usize) -> Option<Vec<Vec<f32>>> {
-    let bytes = std::fs::read(path).ok()?;
-    if dim == 0 || bytes.len() % (dim * 4) != 0 {
-        return None;
-    }
-    Some(
-        bytes
-            .chunks_exact(dim * 4)
-            .map(|row| {
-                row.chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect()
-            })
-            .collect(),
-    )
-}
-
-pub(crate) fn write_rows(path: &Path, rows: &[Vec<f32>]) -> Result<()> {
-    let bytes: Vec<u8> = rows
-        .iter()
-        .flatten()
-        .flat_map(|v| v.to_le_bytes())
-        .collect();
-    std::fs::write(path, bytes).map_err(|source| SafetyError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
 }

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::head::{self, Example, Head, HeadInfo, TrainConfig};
 use crate::normalize::normalize;
 use crate::reader::{FeatureSpec, Reader};
-use crate::replies::{read_rows, reply_checkpoints, reply_session, write_rows, ReplyPlan};
+use crate::replies::{reply_checkpoints, reply_session, ReplyPlan};
 use crate::{Category, Result, SafetyError};
 
 /// One line of a data file.
@@ -232,20 +232,19 @@ fn featurize_cached(
         let key = fnv64(&[name.as_bytes(), &spec, text.as_bytes(), b"message"]);
         dir.join(format!("f-{key:016x}.f32"))
     };
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| SafetyError::Io { path, source }
-    };
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    std::fs::create_dir_all(dir).map_err(|source| SafetyError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let mut out = Vec::with_capacity(items.len());
     for (i, (text, category)) in items.iter().enumerate() {
         let path = path_of(text);
-        let cached = std::fs::read(&path).ok().filter(|b| b.len() == dim * 4);
+        let cached = read_rows(&path, dim).and_then(|mut rows| match rows.len() {
+            1 => rows.pop(),
+            _ => None,
+        });
         let features = match cached {
-            Some(bytes) => bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
+            Some(row) => row,
             None => {
                 let Some(e) =
                     featurize(reader, &[(text.clone(), *category)], &mut |_, _| {})?.pop()
@@ -254,8 +253,7 @@ fn featurize_cached(
                     progress(i + 1, items.len());
                     continue;
                 };
-                let bytes: Vec<u8> = e.features.iter().flat_map(|v| v.to_le_bytes()).collect();
-                std::fs::write(&path, bytes).map_err(io(&path))?;
+                write_rows(&path, std::slice::from_ref(&e.features))?;
                 e.features
             }
         };
@@ -328,6 +326,36 @@ fn reply_features_cached(
         progress(i + 1, items.len());
     }
     Ok(out)
+}
+
+/// Reads a cache file of rows of `dim` f32s; None when absent or not whole rows.
+fn read_rows(path: &Path, dim: usize) -> Option<Vec<Vec<f32>>> {
+    let bytes = std::fs::read(path).ok()?;
+    if dim == 0 || bytes.len() % (dim * 4) != 0 {
+        return None;
+    }
+    Some(
+        bytes
+            .chunks_exact(dim * 4)
+            .map(|row| {
+                row.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            })
+            .collect(),
+    )
+}
+
+fn write_rows(path: &Path, rows: &[Vec<f32>]) -> Result<()> {
+    let bytes: Vec<u8> = rows
+        .iter()
+        .flatten()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    std::fs::write(path, bytes).map_err(|source| SafetyError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Features of every text in `items` read as a user's message (its first window, as the guard
