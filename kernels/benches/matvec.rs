@@ -106,7 +106,9 @@ fn bench(c: &mut Criterion) {
 
 /// One decode step's matmuls for the default model (30 layers of q, k, v, o, gate, up, down in
 /// Q4_1, then the 49152-row Q8_0 output projection): about 91 MiB of distinct weights, more than
-/// the L3 cache, so this measures weights streamed from memory, as real decoding does.
+/// the L3 cache, so this measures weights streamed from memory, as real decoding does. In the
+/// GGUF layout (`gguf/`) and repacked as the engine runs them on AVX2 (`packed/`, also with
+/// Q4_0 layers): `cargo bench -p kostant-kernels -- decode_token`.
 fn decode_token(c: &mut Criterion) {
     let layer: [(usize, usize); 7] = [
         (576, 576),
@@ -130,6 +132,26 @@ fn decode_token(c: &mut Criterion) {
     let x = data(1536, 3);
     let mut out = vec![0.0f32; 49152];
 
+    let mut mats_q4_0: Vec<(GgmlType, Vec<u8>, usize, usize)> = Vec::new();
+    for (l, chunk) in mats[..mats.len() - 1].chunks(layer.len()).enumerate() {
+        for (i, m) in chunk.iter().enumerate() {
+            let bytes = matrix(GgmlType::Q4_0, m.2, m.3, (10 * l + i) as u64);
+            mats_q4_0.push((GgmlType::Q4_0, bytes, m.2, m.3));
+        }
+    }
+    let head = mats[mats.len() - 1].clone();
+    mats_q4_0.push(head);
+    let packed = |mats: &[(GgmlType, Vec<u8>, usize, usize)]| -> Vec<PackedWeights> {
+        mats.iter()
+            .map(|(ty, bytes, rows, cols)| {
+                let w = Weights::new(*ty, bytes, *rows, *cols).unwrap();
+                PackedWeights::pack_any_cpu(&w).unwrap().unwrap()
+            })
+            .collect()
+    };
+    let packed_q4_1 = packed(&mats);
+    let packed_q4_0 = packed(&mats_q4_0);
+
     let mut group = c.benchmark_group("decode_token_q4_1_model");
     group
         .throughput(Throughput::Bytes(total as u64))
@@ -143,7 +165,8 @@ fn decode_token(c: &mut Criterion) {
             .build()
             .unwrap();
         // Inside the pool, as an engine using `in_pool` runs it.
-        group.bench_function(format!("t{threads}"), |b| {
+        group.throughput(Throughput::Bytes(total as u64));
+        group.bench_function(format!("gguf/t{threads}"), |b| {
             pool.install(|| {
                 b.iter(|| {
                     for (ty, bytes, rows, cols) in &mats {
@@ -153,6 +176,19 @@ fn decode_token(c: &mut Criterion) {
                 })
             })
         });
+        for (name, ps) in [("packed_q4_1", &packed_q4_1), ("packed_q4_0", &packed_q4_0)] {
+            let bytes: usize = ps.iter().map(|p| p.bytes()).sum();
+            group.throughput(Throughput::Bytes(bytes as u64));
+            group.bench_function(format!("{name}/t{threads}"), |b| {
+                pool.install(|| {
+                    b.iter(|| {
+                        for p in ps.iter() {
+                            p.matmul(&x[..p.cols()], 1, &mut out[..p.rows()]).unwrap();
+                        }
+                    })
+                })
+            });
+        }
     }
     group.finish();
 }

@@ -99,6 +99,9 @@ pub(crate) struct Kernels {
     gemm_q4_0x8: GemmFn<BlockQ4_0x8, BlockQ8_1>,
     gemm_q4_1x8: GemmFn<BlockQ4_1x8, BlockQ8_1>,
     gemm_q8_0x8: GemmFn<BlockQ8_0x8, BlockQ8_1>,
+    gemv_q4_0x8: GemmFn<BlockQ4_0x8, BlockQ8_1>,
+    gemv_q4_1x8: GemmFn<BlockQ4_1x8, BlockQ8_1>,
+    gemv_q8_0x8: GemmFn<BlockQ8_0x8, BlockQ8_1>,
 }
 
 static SCALAR: Kernels = Kernels {
@@ -120,6 +123,9 @@ static SCALAR: Kernels = Kernels {
     gemm_q4_0x8: q4x8::gemm_scalar,
     gemm_q4_1x8: q4x8::gemm_scalar,
     gemm_q8_0x8: q8_0x8::gemm_scalar,
+    gemv_q4_0x8: q4x8::gemv_scalar,
+    gemv_q4_1x8: q4x8::gemv_scalar,
+    gemv_q8_0x8: q8_0x8::gemv_scalar,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -142,6 +148,9 @@ static AVX2: Kernels = Kernels {
     gemm_q4_0x8: q4x8::avx2::gemm,
     gemm_q4_1x8: q4x8::avx2::gemm,
     gemm_q8_0x8: q8_0x8::avx2::gemm,
+    gemv_q4_0x8: q4x8::avx2::gemv,
+    gemv_q4_1x8: q4x8::avx2::gemv,
+    gemv_q8_0x8: q8_0x8::avx2::gemv,
 };
 
 #[cfg(target_arch = "aarch64")]
@@ -165,6 +174,9 @@ static NEON: Kernels = Kernels {
     gemm_q4_0x8: q4x8::gemm_scalar,
     gemm_q4_1x8: q4x8::gemm_scalar,
     gemm_q8_0x8: q8_0x8::gemm_scalar,
+    gemv_q4_0x8: q4x8::gemv_scalar,
+    gemv_q4_1x8: q4x8::gemv_scalar,
+    gemv_q8_0x8: q8_0x8::gemv_scalar,
 };
 
 /// True when the AVX2 kernels may run here.
@@ -400,6 +412,20 @@ impl Kernels {
         // SAFETY: as in `dot_f32`.
         unsafe { (B::entry(self))(w, a, sums, out) }
     }
+
+    /// Decode: every group of 8 interleaved rows in `w` (`out.len() / 8` groups of `a.len()`
+    /// blocks, group after group) against one token `a` with its integer sums.
+    #[inline]
+    pub fn gemv_x8<B: GemmEntry>(&self, w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+        assert!(
+            out.len().is_multiple_of(q4x8::ROWS)
+                && w.len() == a.len() * (out.len() / q4x8::ROWS)
+                && sums.len() == a.len(),
+            "gemv_x8: shape mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (B::gemv(self))(w, a, sums, out) }
+    }
 }
 
 /// The kernel-table entry for an interleaved block type.
@@ -407,12 +433,17 @@ pub(crate) trait GemmEntry: Copy + Sync + 'static {
     /// Whether the kernel reads the activations' integer block sums (Q4_0's offset).
     const NEEDS_SUMS: bool;
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1>;
+    /// Its many-groups, one-token entry ([`Kernels::gemv_x8`]).
+    fn gemv(k: &Kernels) -> GemmFn<Self, BlockQ8_1>;
 }
 
 impl GemmEntry for BlockQ4_0x8 {
     const NEEDS_SUMS: bool = true;
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemm_q4_0x8
+    }
+    fn gemv(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
+        k.gemv_q4_0x8
     }
 }
 
@@ -421,11 +452,17 @@ impl GemmEntry for BlockQ4_1x8 {
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemm_q4_1x8
     }
+    fn gemv(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
+        k.gemv_q4_1x8
+    }
 }
 
 impl GemmEntry for BlockQ8_0x8 {
     const NEEDS_SUMS: bool = false;
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemm_q8_0x8
+    }
+    fn gemv(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
+        k.gemv_q8_0x8
     }
 }

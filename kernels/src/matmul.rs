@@ -403,9 +403,9 @@ pub(crate) fn matmul_x8<B: GemmEntry>(
             }
             if n_tokens == 1 {
                 let body = |(c, o): (usize, &mut [f32])| {
-                    for (i, o) in o.chunks_exact_mut(G).enumerate() {
-                        k.gemm_x8(group(c * per_task + i), act, sums, o);
-                    }
+                    let g0 = c * per_task;
+                    let w = &blocks[g0 * nb..(g0 + o.len() / G) * nb];
+                    k.gemv_x8(w, act, sums, o);
                 };
                 if use_pool(shape) {
                     out.par_chunks_mut(per_task * G).enumerate().for_each(body);

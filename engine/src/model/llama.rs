@@ -137,14 +137,17 @@ fn transformer(
 
     let mut x = embed(model, tokens)?; // (n, n_embd)
     let mut xb = vec![0.0f32; n * hp.n_embd];
+    let mut scratch = Scratch::default();
+    // Every layer rotates the same positions: their angles are computed once per pass.
+    let angles = model.rope.angles_for(hp, pos, n);
     for (l, layer) in w.layers.iter().enumerate().take(n_layers) {
         rms_norm(&x, &layer.attn_norm, hp.rms_eps, &mut xb);
-        let att = attention(model, layer, l, kv, &xb, n, pos)?;
-        add_in_place(&mut x, &att);
+        let att = attention(model, layer, l, kv, &xb, n, pos, &angles, &mut scratch)?;
+        add_in_place(&mut x, att);
 
         rms_norm(&x, &layer.ffn_norm, hp.rms_eps, &mut xb);
-        let ffn = swiglu(model, layer, &xb, n)?;
-        add_in_place(&mut x, &ffn);
+        let ffn = swiglu(model, layer, &xb, n, &mut scratch)?;
+        add_in_place(&mut x, ffn);
         after_layer(l, &x);
     }
     kv.advance(n);
@@ -177,12 +180,51 @@ fn embed(model: &Model, tokens: &[u32]) -> Result<Vec<f32>> {
 
 /// y = x W^T for n tokens: (n, cols) -> (n, rows).
 fn linear(model: &Model, w: &TensorRef, x: &[f32], n: usize) -> Result<Vec<f32>> {
-    let mut out = vec![0.0f32; n * w.rows];
+    let mut out = Vec::new();
+    linear_into(model, w, x, n, &mut out)?;
+    Ok(out)
+}
+
+/// [`linear`] into a buffer that is reused: resized (and so written) only when its length
+/// changes, since the matmul overwrites every element.
+fn linear_into<'a>(
+    model: &Model,
+    w: &TensorRef,
+    x: &[f32],
+    n: usize,
+    out: &'a mut Vec<f32>,
+) -> Result<&'a mut [f32]> {
+    sized(out, n * w.rows);
     match w.packed {
-        Some(i) => model.weights.packed[i].matmul(x, n, &mut out)?,
-        None => matmul(&w.weights(&model.file), x, n, &mut out)?,
+        Some(i) => model.weights.packed[i].matmul(x, n, out)?,
+        None => matmul(&w.weights(&model.file), x, n, out)?,
     }
     Ok(out)
+}
+
+/// `buf` at length `len`, its contents unspecified (zeros where it grew).
+fn sized(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if buf.len() != len {
+        buf.clear();
+        buf.resize(len, 0.0);
+    }
+    buf
+}
+
+/// The activation buffers of one forward pass, made by its first layer and reused by the
+/// others: a prompt's are megabytes, and allocated per layer they were page-faulted in per
+/// layer (a few percent of a prefill).
+#[derive(Default)]
+struct Scratch {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    heads: Vec<f32>,
+    att: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    ffn: Vec<f32>,
+    exp: Vec<f32>,
 }
 
 /// RMSNorm (Zhang & Sennrich 2019) of each row of `x`, scaled by `weight`.
@@ -202,7 +244,8 @@ fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 
 /// Multi-head self-attention with grouped-query heads (Ainslie et al. 2023) over the kv cache.
 /// Writes this chunk's keys and values into the cache. Returns the output projection, (n, n_embd).
-fn attention(
+#[allow(clippy::too_many_arguments)]
+fn attention<'s>(
     model: &Model,
     layer: &LayerWeights,
     l: usize,
@@ -210,24 +253,36 @@ fn attention(
     xb: &[f32],
     n: usize,
     pos: usize,
-) -> Result<Vec<f32>> {
+    angles: &Angles,
+    scratch: &'s mut Scratch,
+) -> Result<&'s [f32]> {
     let hp = &model.hparams;
     let (hd, kv_dim, q_dim) = (hp.head_dim, hp.kv_dim(), hp.n_head * hp.head_dim);
+    let Scratch {
+        q,
+        k,
+        v,
+        heads,
+        att,
+        ..
+    } = scratch;
 
-    let mut q = linear(model, &layer.wq, xb, n)?; // (n, n_head * head_dim)
-    let mut k = linear(model, &layer.wk, xb, n)?; // (n, n_head_kv * head_dim)
-    let mut v = linear(model, &layer.wv, xb, n)?; // (n, n_head_kv * head_dim)
-    add_bias(&mut q, layer.bq.as_deref());
-    add_bias(&mut k, layer.bk.as_deref());
-    add_bias(&mut v, layer.bv.as_deref());
-    rope(&mut q, q_dim, hp, &model.rope, pos);
-    rope(&mut k, kv_dim, hp, &model.rope, pos);
-    kv.append(l, &k, &v);
+    let q = linear_into(model, &layer.wq, xb, n, q)?; // (n, n_head * head_dim)
+    let k = linear_into(model, &layer.wk, xb, n, k)?; // (n, n_head_kv * head_dim)
+    let v = linear_into(model, &layer.wv, xb, n, v)?; // (n, n_head_kv * head_dim)
+    add_bias(q, layer.bq.as_deref());
+    add_bias(k, layer.bk.as_deref());
+    add_bias(v, layer.bv.as_deref());
+    rope(q, q_dim, hp, angles);
+    rope(k, kv_dim, hp, angles);
+    kv.append(l, k, v);
+    let q = &*q;
 
     let cached = kv.layer(l); // (pos + n, kv_dim) keys and values
     let group = hp.n_head / hp.n_head_kv;
     let scale = 1.0 / (hd as f32).sqrt();
-    let mut out = vec![0.0f32; n * q_dim]; // (n, n_head * head_dim)
+    // (n, n_head * head_dim); every head's slice is written whole below.
+    let out = sized(heads, n * q_dim);
     let order = F16SumOrder::for_batch(n);
 
     // One task per (token, kv head): it serves the `group` query heads that share that head's
@@ -279,18 +334,17 @@ fn attention(
         },
     );
 
-    linear(model, &layer.wo, &out, n)
+    Ok(linear_into(model, &layer.wo, out, n, att)?)
 }
 
 /// Rotary position embedding (Su et al. 2021) on every head of each row of `x`: (n, width),
 /// rows at positions pos, pos+1, ...
-fn rope(x: &mut [f32], width: usize, hp: &HParams, rope: &Rope, pos: usize) {
+fn rope(x: &mut [f32], width: usize, hp: &HParams, angles: &Angles) {
     let hd = hp.head_dim;
-    let half = hp.rope_dims / 2;
-    let mut cos = vec![0.0f32; half];
-    let mut sin = vec![0.0f32; half];
+    let half = angles.half;
     for (t, row) in x.chunks_exact_mut(width).enumerate() {
-        rope.angles((pos + t) as f32, hp.rope_freq_scale, &mut cos, &mut sin);
+        let cos = &angles.cos[t * half..(t + 1) * half];
+        let sin = &angles.sin[t * half..(t + 1) * half];
         for head in row.chunks_exact_mut(hd) {
             for i in 0..half {
                 let (a, b) = match hp.arch.rope_layout() {
@@ -307,6 +361,14 @@ fn rope(x: &mut [f32], width: usize, hp: &HParams, rope: &Rope, pos: usize) {
     }
 }
 
+/// cos and sin of every rotated pair's angle for the `n` positions of one forward pass, position
+/// after position (`half` pairs each).
+pub(crate) struct Angles {
+    half: usize,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
 /// The rotation speeds: pair i turns by pos * base^(-2i/d) (divided by Llama 3's per-frequency
 /// factor when the file has them).
 pub(crate) struct Rope {
@@ -321,6 +383,20 @@ impl Rope {
             theta_scale: hp.rope_theta.powf(-2.0 / hp.rope_dims as f32),
             factors,
         }
+    }
+
+    /// [`Rope::angles`] for positions `pos..pos + n`.
+    fn angles_for(&self, hp: &HParams, pos: usize, n: usize) -> Angles {
+        let half = hp.rope_dims / 2;
+        let (mut cos, mut sin) = (vec![0.0f32; n * half], vec![0.0f32; n * half]);
+        for (t, (c, s)) in cos
+            .chunks_exact_mut(half.max(1))
+            .zip(sin.chunks_exact_mut(half.max(1)))
+            .enumerate()
+        {
+            self.angles((pos + t) as f32, hp.rope_freq_scale, c, s);
+        }
+        Angles { half, cos, sin }
     }
 
     /// cos and sin of every pair's angle at position `p`. The angle is built by repeated
@@ -360,19 +436,31 @@ fn softmax(x: &mut [f32]) {
 }
 
 /// The SwiGLU feed-forward block (Shazeer 2020): down(silu(gate(x)) * up(x)). (n, n_embd)
-fn swiglu(model: &Model, layer: &LayerWeights, xb: &[f32], n: usize) -> Result<Vec<f32>> {
-    let mut gate = linear(model, &layer.w_gate, xb, n)?; // (n, n_ff)
-    let up = linear(model, &layer.w_up, xb, n)?; // (n, n_ff)
-    silu_mul(&mut gate, &up);
-    linear(model, &layer.w_down, &gate, n)
+fn swiglu<'s>(
+    model: &Model,
+    layer: &LayerWeights,
+    xb: &[f32],
+    n: usize,
+    scratch: &'s mut Scratch,
+) -> Result<&'s [f32]> {
+    let Scratch {
+        gate, up, ffn, exp, ..
+    } = scratch;
+    let gate = linear_into(model, &layer.w_gate, xb, n, gate)?; // (n, n_ff)
+    let up = linear_into(model, &layer.w_up, xb, n, up)?; // (n, n_ff)
+    silu_mul(gate, up, exp);
+    Ok(linear_into(model, &layer.w_down, gate, n, ffn)?)
 }
 
 /// gate = silu(gate) * up, with SiLU as x / (1 + e^-x) on ggml's exp so the feed-forward
-/// activations round as llama.cpp's do.
-fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    let mut e: Vec<f32> = gate.iter().map(|&x| -x).collect();
-    exp_f32(&mut e);
-    for ((g, &u), &e) in gate.iter_mut().zip(up).zip(&e) {
+/// activations round as llama.cpp's do. `e` is scratch.
+fn silu_mul(gate: &mut [f32], up: &[f32], e: &mut Vec<f32>) {
+    let e = sized(e, gate.len());
+    for (e, &g) in e.iter_mut().zip(gate.iter()) {
+        *e = -g;
+    }
+    exp_f32(e);
+    for ((g, &u), &e) in gate.iter_mut().zip(up).zip(e.iter()) {
         *g = *g / (1.0 + e) * u;
     }
 }

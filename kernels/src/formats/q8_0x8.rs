@@ -68,6 +68,14 @@ pub(crate) fn gemm_scalar(w: &[BlockQ8_0x8], a: &[BlockQ8_1], _sums: &[i32], out
     }
 }
 
+/// Scalar reference for decode: every group of 8 rows in `w` (`out.len() / 8` groups of
+/// `a.len()` blocks, group after group) against the one token `a`.
+pub(crate) fn gemv_scalar(w: &[BlockQ8_0x8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+    for (wg, o) in w.chunks_exact(a.len()).zip(out.chunks_exact_mut(ROWS)) {
+        gemm_scalar(wg, a, sums, o);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
@@ -87,6 +95,14 @@ pub(crate) mod avx2 {
         }
     }
 
+    /// [`super::gemv_scalar`] with AVX2: one call for a whole slice of groups.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn gemv(w: &[BlockQ8_0x8], a: &[BlockQ8_1], _sums: &[i32], out: &mut [f32]) {
+        for (wg, o) in w.chunks_exact(a.len()).zip(out.chunks_exact_mut(ROWS)) {
+            gemm_n::<1>(wg, a, o);
+        }
+    }
+
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     fn gemm_n<const T: usize>(w: &[BlockQ8_0x8], a: &[BlockQ8_1], out: &mut [f32]) {
@@ -94,6 +110,9 @@ pub(crate) mod avx2 {
         assert!(a.len() >= T * nb && out.len() >= T * ROWS);
         let mut acc = [[_mm256_setzero_ps(); 8]; T];
         for (b, wb) in w.iter().enumerate() {
+            if T == 1 {
+                crate::x86::prefetch_ahead(wb);
+            }
             // SAFETY: 8 halves are 16 readable bytes, the width of the load.
             let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(wb.d.as_ptr().cast()) });
             for k in 0..8 {
@@ -127,6 +146,37 @@ mod tests {
     use crate::block::{cast_blocks, cast_blocks_mut};
     use crate::formats::q8_0;
     use crate::testutil::{random_f32, random_q8_1, rng};
+
+    /// Decode's many-groups call equals one call per group, bit for bit.
+    #[test]
+    fn gemv_equals_a_gemm_per_group_bit_for_bit() {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for nb in [1, 18] {
+            let mut r = rng(70 + nb as u64);
+            let w = random_f32(&mut r, 3 * ROWS * 32 * nb, 0.05);
+            let mut wq = vec![0u8; 3 * ROWS * nb * size_of::<BlockQ8_0>()];
+            q8_0::quantize(&w, cast_blocks_mut(&mut wq));
+            let p = pack(cast_blocks::<BlockQ8_0>(&wq), nb);
+            let a = random_q8_1(&mut r, nb);
+            let mut want = vec![0.0; 3 * ROWS];
+            for (wg, o) in p.chunks_exact(nb).zip(want.chunks_exact_mut(ROWS)) {
+                gemm_scalar(wg, &a, &[], o);
+            }
+            let mut got = vec![0.0; 3 * ROWS];
+            gemv_scalar(&p, &a, &[], &mut got);
+            assert_eq!(bits(&got), bits(&want), "scalar, nb {nb}");
+            #[cfg(target_arch = "x86_64")]
+            if crate::dispatch::has_avx2() {
+                for (wg, o) in p.chunks_exact(nb).zip(want.chunks_exact_mut(ROWS)) {
+                    // SAFETY: AVX2, FMA and F16C were detected just above.
+                    unsafe { avx2::gemm(wg, &a, &[], o) };
+                }
+                // SAFETY: as above.
+                unsafe { avx2::gemv(&p, &a, &[], &mut got) };
+                assert_eq!(bits(&got), bits(&want), "avx2, nb {nb}");
+            }
+        }
+    }
 
     #[test]
     fn packed_rows_equal_the_gguf_row_dot() {
