@@ -51,7 +51,7 @@ mod testutil;
 pub use dispatch::{cpu_features, set_force_scalar, CpuFeatures, KernelPath};
 pub use error::KernelError;
 pub use matmul::matmul;
-pub use packed::PackedWeights;
+pub use packed::{matvec_fused, PackedWeights};
 pub use threads::{in_pool, init_threads};
 pub use types::{GgmlType, Weights};
 

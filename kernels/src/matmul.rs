@@ -441,12 +441,74 @@ pub(crate) fn matmul_x8<B: GemmEntry>(
                 } else {
                     body((0, &mut *scratch));
                 }
-                for (g, per_group) in scratch.chunks_exact(n_tokens * G).enumerate() {
-                    for (t, v) in per_group.chunks_exact(G).enumerate() {
-                        out[t * p.rows + g * G..t * p.rows + (g + 1) * G].copy_from_slice(v);
+                // Back to (token, row), a token per task: megabytes per prompt matmul, which
+                // on the calling thread alone left the other core idle.
+                let transpose = |(t, row): (usize, &mut [f32])| {
+                    for (g, o) in row.chunks_exact_mut(G).enumerate() {
+                        let at = (g * n_tokens + t) * G;
+                        o.copy_from_slice(&scratch[at..at + G]);
                     }
+                };
+                if use_pool(shape) {
+                    out.par_chunks_mut(p.rows).enumerate().for_each(transpose);
+                } else {
+                    out.chunks_mut(p.rows).enumerate().for_each(transpose);
                 }
             });
+        });
+    });
+    Ok(())
+}
+
+/// [`crate::packed::matvec_fused`] for matrices of one interleaved format: `blocks[i]` holds
+/// `outs[i].len()` rows of `cols` columns.
+pub(crate) fn matvec_x8_fused<B: GemmEntry>(
+    blocks: &[&[B]],
+    cols: usize,
+    x: &[f32],
+    outs: &mut [&mut [f32]],
+) -> Result<(), KernelError> {
+    const G: usize = q4x8::ROWS;
+    expect_len("x", cols, x.len())?;
+    let nb = cols / 32;
+    let mut work = 0usize;
+    for (b, o) in blocks.iter().zip(outs.iter()) {
+        expect_len("out", b.len() / nb.max(1) * G, o.len())?;
+        work = work.saturating_add(std::mem::size_of_val(*b));
+    }
+    let k = kernels();
+    let shape = Shape {
+        rows: outs.iter().map(|o| o.len()).sum(),
+        n_tok: 1,
+        work,
+    };
+    with_buffer(&ACT_Q8_1, nb, |act| {
+        k.quantize_q8_1(x, act);
+        with_buffer(&ACT_SUMS, nb, |sums| {
+            if B::NEEDS_SUMS {
+                q4x8::activation_sums(act, sums);
+            }
+            let (act, sums) = (&*act, &*sums);
+            if !use_pool(shape) {
+                for (w, o) in blocks.iter().zip(outs.iter_mut()) {
+                    k.gemv_x8(w, act, sums, o);
+                }
+                return;
+            }
+            // The same row split as one matrix gets, over every matrix's rows at once.
+            let per_task = rows_per_task(shape.rows).div_ceil(G) * G;
+            let tasks: Vec<(&[B], &mut [f32])> = blocks
+                .iter()
+                .zip(outs.iter_mut())
+                .flat_map(|(w, o)| {
+                    w.chunks(per_task / G * nb)
+                        .zip(o.chunks_mut(per_task))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            tasks
+                .into_par_iter()
+                .for_each(|(w, o)| k.gemv_x8(w, act, sums, o));
         });
     });
     Ok(())

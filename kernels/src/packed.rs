@@ -81,6 +81,50 @@ impl PackedWeights {
     }
 }
 
+/// One token times several matrices that read the same activations (a layer's q, k and v, or
+/// its gate and up): `outs[i] = ws[i] · x`. The activations are quantized once and all the
+/// matrices' rows share one split over the pool, so decode pays one fork-join for the set
+/// instead of one per matrix. Matrices of different formats or widths are run one by one.
+pub fn matvec_fused(
+    ws: &[&PackedWeights],
+    x: &[f32],
+    outs: &mut [&mut [f32]],
+) -> Result<(), KernelError> {
+    if ws.len() != outs.len() {
+        return Err(KernelError::Length {
+            what: "fused outputs",
+            unit: "matrices",
+            expected: ws.len(),
+            got: outs.len(),
+        });
+    }
+    let same_cols = ws.windows(2).all(|p| p[0].cols == p[1].cols);
+    macro_rules! fused {
+        ($variant:ident) => {{
+            let blocks: Vec<&[_]> = ws
+                .iter()
+                .filter_map(|w| match &w.blocks {
+                    Blocks::$variant(b) => Some(&b[..]),
+                    _ => None,
+                })
+                .collect();
+            if same_cols && blocks.len() == ws.len() {
+                return crate::matmul::matvec_x8_fused(&blocks, ws[0].cols, x, outs);
+            }
+        }};
+    }
+    match ws.first().map(|w| &w.blocks) {
+        Some(Blocks::Q4_0(_)) => fused!(Q4_0),
+        Some(Blocks::Q4_1(_)) => fused!(Q4_1),
+        Some(Blocks::Q8_0(_)) => fused!(Q8_0),
+        None => {}
+    }
+    for (w, out) in ws.iter().zip(outs.iter_mut()) {
+        w.matmul(x, 1, out)?;
+    }
+    Ok(())
+}
+
 /// Every group of 8 rows of `w` interleaved, group after group.
 fn interleave<B: Q4x8>(w: &Weights) -> Vec<B>
 where
@@ -92,4 +136,84 @@ where
 /// Every group of 8 rows of a Q8_0 matrix interleaved, group after group.
 fn interleave_q8_0(w: &Weights) -> Vec<BlockQ8_0x8> {
     q8_0x8::pack(cast_blocks::<BlockQ8_0>(w.data), w.cols / 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{random_f32, rng};
+
+    fn packed(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> (Vec<u8>, PackedWeights) {
+        let mut r = rng(seed);
+        let data = random_f32(&mut r, rows * cols, 0.1);
+        let bytes: Vec<u8> = data
+            .chunks_exact(cols)
+            .flat_map(|row| crate::quantize_row(ty, row).unwrap())
+            .collect();
+        let w = Weights::new(ty, &bytes, rows, cols).unwrap();
+        let p = PackedWeights::pack_any_cpu(&w).unwrap().unwrap();
+        (bytes, p)
+    }
+
+    /// A fused call equals one matmul per matrix, bit for bit: on one thread and split over a
+    /// pool, with matrices of one format and (run one by one) of mixed formats.
+    #[test]
+    fn fused_matvec_equals_one_matmul_per_matrix() {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let cols = 576;
+        let x = random_f32(&mut rng(5), cols, 1.0);
+        let sets: [[(GgmlType, usize); 3]; 3] = [
+            [
+                (GgmlType::Q4_0, 576),
+                (GgmlType::Q4_0, 192),
+                (GgmlType::Q4_0, 192),
+            ],
+            [
+                (GgmlType::Q4_1, 1536),
+                (GgmlType::Q4_1, 1536),
+                (GgmlType::Q4_1, 8),
+            ],
+            [
+                (GgmlType::Q4_0, 64),
+                (GgmlType::Q8_0, 64),
+                (GgmlType::Q4_1, 64),
+            ],
+        ];
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            for (i, set) in sets.iter().enumerate() {
+                let ws: Vec<_> = set
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &(ty, rows))| packed(ty, rows, cols, (10 * i + j) as u64).1)
+                    .collect();
+                let mut want: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0; w.rows]).collect();
+                let mut got = want.clone();
+                pool.install(|| {
+                    for (w, o) in ws.iter().zip(want.iter_mut()) {
+                        w.matmul(&x, 1, o).unwrap();
+                    }
+                    let refs: Vec<&PackedWeights> = ws.iter().collect();
+                    let mut outs: Vec<&mut [f32]> = got.iter_mut().map(|o| &mut o[..]).collect();
+                    matvec_fused(&refs, &x, &mut outs).unwrap();
+                });
+                for (g, w) in got.iter().zip(&want) {
+                    assert_eq!(bits(g), bits(w), "set {i}, {threads} threads");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fused_matvec_rejects_a_missing_output() {
+        let (_, w) = packed(GgmlType::Q4_0, 8, 64, 1);
+        let mut o = vec![0.0; 8];
+        let err = matvec_fused(&[&w, &w], &[0.0; 64], &mut [&mut o[..]]);
+        assert!(err.is_err());
+        let mut short = vec![0.0; 4];
+        assert!(matvec_fused(&[&w], &[0.0; 64], &mut [&mut short[..]]).is_err());
+    }
 }

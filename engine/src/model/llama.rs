@@ -13,7 +13,7 @@ use kostant_kernels::attention_group::{dot_f16_rows_group, weighted_sum_f16_rows
 use kostant_kernels::attention_q8::{
     dot_q8_0_rows, quantize_q8_0_kv, weighted_sum_q8_0_rows, KvBlockQ8_0, Q8_0_BLOCK,
 };
-use kostant_kernels::{dequantize_row, exp_f32, matmul};
+use kostant_kernels::{dequantize_row, exp_f32, matmul, matvec_fused, PackedWeights};
 
 use super::hparams::{HParams, RopeLayout};
 use super::weights::{LayerWeights, TensorRef};
@@ -202,6 +202,34 @@ fn linear_into<'a>(
     Ok(out)
 }
 
+/// Several [`linear_into`]s of the same input. For one token with every matrix repacked they
+/// run as one kernel call ([`matvec_fused`]): one quantization of `x` and one fork-join of the
+/// pool for the set instead of one each, a tenth of a 2-thread decode step.
+fn linear_fused<'a, const N: usize>(
+    model: &Model,
+    ws: [&TensorRef; N],
+    x: &[f32],
+    n: usize,
+    mut outs: [&'a mut Vec<f32>; N],
+) -> Result<[&'a mut [f32]; N]> {
+    let packed: Vec<&PackedWeights> = ws
+        .iter()
+        .filter_map(|w| w.packed.map(|i| &model.weights.packed[i]))
+        .collect();
+    if n == 1 && packed.len() == N {
+        for (o, w) in outs.iter_mut().zip(ws) {
+            sized(o, w.rows);
+        }
+        let mut views: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
+        matvec_fused(&packed, x, &mut views)?;
+    } else {
+        for (o, w) in outs.iter_mut().zip(ws) {
+            linear_into(model, w, x, n, o)?;
+        }
+    }
+    Ok(outs.map(|o| &mut o[..]))
+}
+
 /// `buf` at length `len`, its contents unspecified (zeros where it grew).
 fn sized(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
     if buf.len() != len {
@@ -230,7 +258,7 @@ struct Scratch {
 /// RMSNorm (Zhang & Sennrich 2019) of each row of `x`, scaled by `weight`.
 fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let d = weight.len();
-    for (row, o) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+    let one = |(row, o): (&[f32], &mut [f32])| {
         // Squares summed in f64, as llama.cpp does: the mean is then exact to f32 precision
         // whatever the order, so both engines feed identical activations to the next matmul.
         let sum_sq: f64 = row.iter().map(|&v| (v * v) as f64).sum();
@@ -239,8 +267,30 @@ fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
         for ((o, &v), &g) in o.iter_mut().zip(row).zip(weight) {
             *o = v * scale * g;
         }
+    };
+    if x.len() >= PAR_MIN_ELEMENTS {
+        x.par_chunks_exact(d)
+            .zip(out.par_chunks_exact_mut(d))
+            .for_each(one);
+    } else {
+        x.chunks_exact(d).zip(out.chunks_exact_mut(d)).for_each(one);
     }
 }
+
+/// One attention task's scratch: its query heads rounded to f16, their scores, the weighted
+/// sums' lanes, a query head as Q8_0.
+type HeadScratch = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<KvBlockQ8_0>);
+
+/// Below this many multiply-adds (query heads x visible positions x head width) attention runs
+/// on the calling thread.
+const ATTENTION_PAR_MIN_MACS: usize = 1 << 18;
+
+/// Below this many elements the elementwise steps (norms, rope, SiLU, residual adds) run on
+/// the calling thread; above it (a prompt) they are split over the pool in pieces of at least
+/// [`PAR_CHUNK`] elements. Serial, they held the second core idle for about a tenth of a
+/// 2-thread prefill. Each element's arithmetic is the same either way.
+const PAR_MIN_ELEMENTS: usize = 4 * PAR_CHUNK;
+const PAR_CHUNK: usize = 4096;
 
 /// Multi-head self-attention with grouped-query heads (Ainslie et al. 2023) over the kv cache.
 /// Writes this chunk's keys and values into the cache. Returns the output projection, (n, n_embd).
@@ -267,9 +317,8 @@ fn attention<'s>(
         ..
     } = scratch;
 
-    let q = linear_into(model, &layer.wq, xb, n, q)?; // (n, n_head * head_dim)
-    let k = linear_into(model, &layer.wk, xb, n, k)?; // (n, n_head_kv * head_dim)
-    let v = linear_into(model, &layer.wv, xb, n, v)?; // (n, n_head_kv * head_dim)
+    // (n, n_head * head_dim), (n, n_head_kv * head_dim) twice
+    let [q, k, v] = linear_fused(model, [&layer.wq, &layer.wk, &layer.wv], xb, n, [q, k, v])?;
     add_bias(q, layer.bq.as_deref());
     add_bias(k, layer.bk.as_deref());
     add_bias(v, layer.bv.as_deref());
@@ -290,49 +339,59 @@ fn attention<'s>(
     // of `out` (those query heads are adjacent), so tasks never share mutable state. Scratch
     // is made once per rayon job, not per head.
     let visible_max = pos + n;
-    out.par_chunks_mut(group * hd).enumerate().for_each_init(
-        || {
-            (
-                vec![0.0f32; group * hd],          // the group's query heads, rounded to f16
-                vec![0.0f32; group * visible_max], // scores, then probabilities, per head
-                vec![0.0f32; group * order.lanes() * hd], // the weighted sums' lanes
-                vec![KvBlockQ8_0::default(); hd / Q8_0_BLOCK], // a query head as Q8_0
-            )
-        },
-        |(q_h, probs, lanes, q_blocks), (i, o)| {
-            let (t, g) = (i / hp.n_head_kv, i % hp.n_head_kv);
-            let visible = pos + t + 1; // causal: the token sees itself and everything before it
-                                       // The group's query heads are adjacent in q, as in `out`.
-            let q_group = &q[t * q_dim + g * group * hd..t * q_dim + (g + 1) * group * hd];
-            match cached {
-                LayerView::F16 { k, v } => {
-                    // The queries meet the f16 keys at f16 precision, as in llama.cpp. The
-                    // group shares each key and value row as it is read (the same bits as
-                    // head by head).
-                    for (a, &b) in q_h.iter_mut().zip(q_group) {
-                        *a = f16::from_f32(b).to_f32();
-                    }
-                    let probs = &mut probs[..group * visible];
-                    dot_f16_rows_group(q_h, hd, k, kv_dim, g * hd, scale, order, probs);
-                    probs.chunks_exact_mut(visible).for_each(softmax);
-                    weighted_sum_f16_rows_group(probs, hd, v, kv_dim, g * hd, order, lanes, o);
+    let init = || {
+        (
+            vec![0.0f32; group * hd],          // the group's query heads, rounded to f16
+            vec![0.0f32; group * visible_max], // scores, then probabilities, per head
+            vec![0.0f32; group * order.lanes() * hd], // the weighted sums' lanes
+            vec![KvBlockQ8_0::default(); hd / Q8_0_BLOCK], // a query head as Q8_0
+        )
+    };
+    let body = |(q_h, probs, lanes, q_blocks): &mut HeadScratch, (i, o): (usize, &mut [f32])| {
+        let (t, g) = (i / hp.n_head_kv, i % hp.n_head_kv);
+        let visible = pos + t + 1; // causal: the token sees itself and everything before it
+                                   // The group's query heads are adjacent in q, as in `out`.
+        let q_group = &q[t * q_dim + g * group * hd..t * q_dim + (g + 1) * group * hd];
+        match cached {
+            LayerView::F16 { k, v } => {
+                // The queries meet the f16 keys at f16 precision, as in llama.cpp. The
+                // group shares each key and value row as it is read (the same bits as
+                // head by head).
+                for (a, &b) in q_h.iter_mut().zip(q_group) {
+                    *a = f16::from_f32(b).to_f32();
                 }
-                LayerView::Q8_0 { k, v } => {
-                    let probs = &mut probs[..visible];
-                    for (q_src, o_h) in q_group.chunks_exact(hd).zip(o.chunks_exact_mut(hd)) {
-                        // The query is quantized like the keys, so each block's dot is exact
-                        // in integers (as llama.cpp does with a q8_0 K cache). The cache made
-                        // sure heads are whole blocks.
-                        quantize_q8_0_kv(q_src, q_blocks);
-                        let (stride, at) = (kv_dim / Q8_0_BLOCK, g * hd / Q8_0_BLOCK);
-                        dot_q8_0_rows(q_blocks, k, stride, at, scale, probs);
-                        softmax(probs);
-                        weighted_sum_q8_0_rows(probs, v, stride, at, o_h);
-                    }
+                let probs = &mut probs[..group * visible];
+                dot_f16_rows_group(q_h, hd, k, kv_dim, g * hd, scale, order, probs);
+                probs.chunks_exact_mut(visible).for_each(softmax);
+                weighted_sum_f16_rows_group(probs, hd, v, kv_dim, g * hd, order, lanes, o);
+            }
+            LayerView::Q8_0 { k, v } => {
+                let probs = &mut probs[..visible];
+                for (q_src, o_h) in q_group.chunks_exact(hd).zip(o.chunks_exact_mut(hd)) {
+                    // The query is quantized like the keys, so each block's dot is exact
+                    // in integers (as llama.cpp does with a q8_0 K cache). The cache made
+                    // sure heads are whole blocks.
+                    quantize_q8_0_kv(q_src, q_blocks);
+                    let (stride, at) = (kv_dim / Q8_0_BLOCK, g * hd / Q8_0_BLOCK);
+                    dot_q8_0_rows(q_blocks, k, stride, at, scale, probs);
+                    softmax(probs);
+                    weighted_sum_q8_0_rows(probs, v, stride, at, o_h);
                 }
             }
-        },
-    );
+        }
+    };
+    // Decode over a short context is a few microseconds of work: splitting it cost more
+    // than it saved.
+    if n * hp.n_head * visible_max * hd >= ATTENTION_PAR_MIN_MACS {
+        out.par_chunks_mut(group * hd)
+            .enumerate()
+            .for_each_init(init, body);
+    } else {
+        let mut scratch = init();
+        out.chunks_mut(group * hd)
+            .enumerate()
+            .for_each(|c| body(&mut scratch, c));
+    }
 
     Ok(linear_into(model, &layer.wo, out, n, att)?)
 }
@@ -342,7 +401,7 @@ fn attention<'s>(
 fn rope(x: &mut [f32], width: usize, hp: &HParams, angles: &Angles) {
     let hd = hp.head_dim;
     let half = angles.half;
-    for (t, row) in x.chunks_exact_mut(width).enumerate() {
+    let one = |(t, row): (usize, &mut [f32])| {
         let cos = &angles.cos[t * half..(t + 1) * half];
         let sin = &angles.sin[t * half..(t + 1) * half];
         for head in row.chunks_exact_mut(hd) {
@@ -358,6 +417,11 @@ fn rope(x: &mut [f32], width: usize, hp: &HParams, angles: &Angles) {
                 head[b] = x0.mul_add(sin[i], x1 * cos[i]);
             }
         }
+    };
+    if x.len() >= PAR_MIN_ELEMENTS {
+        x.par_chunks_exact_mut(width).enumerate().for_each(one);
+    } else {
+        x.chunks_exact_mut(width).enumerate().for_each(one);
     }
 }
 
@@ -446,8 +510,7 @@ fn swiglu<'s>(
     let Scratch {
         gate, up, ffn, exp, ..
     } = scratch;
-    let gate = linear_into(model, &layer.w_gate, xb, n, gate)?; // (n, n_ff)
-    let up = linear_into(model, &layer.w_up, xb, n, up)?; // (n, n_ff)
+    let [gate, up] = linear_fused(model, [&layer.w_gate, &layer.w_up], xb, n, [gate, up])?; // (n, n_ff)
     silu_mul(gate, up, exp);
     Ok(linear_into(model, &layer.w_down, gate, n, ffn)?)
 }
@@ -456,12 +519,22 @@ fn swiglu<'s>(
 /// activations round as llama.cpp's do. `e` is scratch.
 fn silu_mul(gate: &mut [f32], up: &[f32], e: &mut Vec<f32>) {
     let e = sized(e, gate.len());
-    for (e, &g) in e.iter_mut().zip(gate.iter()) {
-        *e = -g;
-    }
-    exp_f32(e);
-    for ((g, &u), &e) in gate.iter_mut().zip(up).zip(e.iter()) {
-        *g = *g / (1.0 + e) * u;
+    let one = |((gate, up), e): ((&mut [f32], &[f32]), &mut [f32])| {
+        for (e, &g) in e.iter_mut().zip(gate.iter()) {
+            *e = -g;
+        }
+        exp_f32(e);
+        for ((g, &u), &e) in gate.iter_mut().zip(up).zip(e.iter()) {
+            *g = *g / (1.0 + e) * u;
+        }
+    };
+    if gate.len() >= PAR_MIN_ELEMENTS {
+        gate.par_chunks_mut(PAR_CHUNK)
+            .zip(up.par_chunks(PAR_CHUNK))
+            .zip(e.par_chunks_mut(PAR_CHUNK))
+            .for_each(one);
+    } else {
+        one(((gate, up), e));
     }
 }
 
@@ -474,7 +547,16 @@ fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
 }
 
 fn add_in_place(x: &mut [f32], y: &[f32]) {
-    for (a, &b) in x.iter_mut().zip(y) {
-        *a += b;
+    let one = |(x, y): (&mut [f32], &[f32])| {
+        for (a, &b) in x.iter_mut().zip(y) {
+            *a += b;
+        }
+    };
+    if x.len() >= PAR_MIN_ELEMENTS {
+        x.par_chunks_mut(PAR_CHUNK)
+            .zip(y.par_chunks(PAR_CHUNK))
+            .for_each(one);
+    } else {
+        one((x, y));
     }
 }
