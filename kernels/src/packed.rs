@@ -210,10 +210,10 @@ mod tests {
     #[test]
     fn fused_matvec_rejects_a_missing_output() {
         let (_, w) = packed(GgmlType::Q4_0, 8, 64, 1);
-        let mut o = vec![0.0; 8];
+        let mut o = [0.0; 8];
         let err = matvec_fused(&[&w, &w], &[0.0; 64], &mut [&mut o[..]]);
         assert!(err.is_err());
-        let mut short = vec![0.0; 4];
+        let mut short = [0.0; 4];
         assert!(matvec_fused(&[&w], &[0.0; 64], &mut [&mut short[..]]).is_err());
     }
 }
