@@ -72,9 +72,15 @@ pub fn withdrawn_notice(category: Category) -> String {
 pub const TONE_RULES: &str =
     "Stay polite and calm even if the user is rude, and do not insult them back.";
 
-/// The system prompt used when the caller gives none.
+/// The system prompt used when the caller gives none. It asks for a direct answer because the
+/// default 135M model, told only to be "a helpful AI assistant", turned down about one benign
+/// question in eight on its own ("I'm sorry… as a chatbot I'm not equipped…"); refusing is the
+/// guard's job, not the chat model's. The guard head is trained under this prompt
+/// (`FeatureSpec::system_prompt`), so changing it means retraining the head.
 pub fn default_system_prompt() -> String {
-    format!("You are a helpful AI assistant. {TONE_RULES}")
+    format!(
+        "You are a knowledgeable assistant. Give a direct, useful answer to every question. {TONE_RULES}"
+    )
 }
 
 #[cfg(test)]

@@ -166,7 +166,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         if let Some(g) = &guard {
             let f = |k: &str| g[k].as_f64().unwrap_or(f64::NAN);
             println!(
-                "guard ttft   {:>8.1} ms     (plain {:.1} ms, +{:.1}%; {} prompt tokens; screening {:.2} ms)",
+                "guard ttft   {:>8.1} ms     (plain {:.1} ms, {:+.1}%; {} prompt tokens; screening {:.2} ms)",
                 f("ttft_ms_guarded"),
                 f("ttft_ms_plain"),
                 100.0 * f("input_overhead_fraction"),
@@ -174,7 +174,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 f("input_screen_ms")
             );
             println!(
-                "guard decode {:>8.1} tok/s  (plain {:.1} tok/s, +{:.1}% time; screening {:.2} ms a reply)",
+                "guard decode {:>8.1} tok/s  (plain {:.1} tok/s, {:+.1}% time; screening {:.2} ms a reply)",
                 f("decode_tok_s_guarded"),
                 f("decode_tok_s_plain"),
                 100.0 * f("output_overhead_fraction"),

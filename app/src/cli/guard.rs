@@ -52,7 +52,7 @@ pub enum GuardCommand {
         #[arg(long, default_value_t = 10)]
         epochs: usize,
         /// Highest share of dev safe prompts the chosen threshold may flag.
-        #[arg(long, default_value_t = 0.05)]
+        #[arg(long, default_value_t = 0.08)]
         max_dev_false_positive: f64,
         /// Tokens of the chat model's greedy reply to each train and dev prompt that the head
         /// also learns from (read as the screen reads a streaming reply); 0 learns messages only.
