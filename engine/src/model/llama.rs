@@ -204,7 +204,8 @@ fn linear_into<'a>(
 
 /// Several [`linear_into`]s of the same input. For one token with every matrix repacked they
 /// run as one kernel call ([`matvec_fused`]): one quantization of `x` and one fork-join of the
-/// pool for the set instead of one each, a tenth of a 2-thread decode step.
+/// pool for the set instead of one each. (An A/B at 2 threads could not tell it from the
+/// unfused calls through this machine's noise; see BENCHMARKS.md run 5.)
 fn linear_fused<'a, const N: usize>(
     model: &Model,
     ws: [&TensorRef; N],
