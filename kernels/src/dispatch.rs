@@ -423,6 +423,12 @@ impl Kernels {
                 && sums.len() == a.len(),
             "gemv_x8: shape mismatch"
         );
+        if a.is_empty() {
+            // Rows of no columns: every dot is an empty sum (and the kernels' walk over groups
+            // of `a.len()` blocks needs a nonzero length).
+            out.fill(0.0);
+            return;
+        }
         // SAFETY: as in `dot_f32`.
         unsafe { (B::gemv(self))(w, a, sums, out) }
     }

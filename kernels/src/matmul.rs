@@ -473,7 +473,14 @@ pub(crate) fn matvec_x8_fused<B: GemmEntry>(
     let nb = cols / 32;
     let mut work = 0usize;
     for (b, o) in blocks.iter().zip(outs.iter()) {
-        expect_len("out", b.len() / nb.max(1) * G, o.len())?;
+        if !o.len().is_multiple_of(G) || b.len() != o.len() / G * nb {
+            return Err(KernelError::Length {
+                what: "out",
+                unit: "floats",
+                expected: b.len() / nb.max(1) * G,
+                got: o.len(),
+            });
+        }
         work = work.saturating_add(std::mem::size_of_val(*b));
     }
     let k = kernels();

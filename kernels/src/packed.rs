@@ -207,6 +207,20 @@ mod tests {
         }
     }
 
+    /// Rows of no columns (a degenerate but valid shape) give zeros, not a panic.
+    #[test]
+    fn packed_rows_of_no_columns_are_zero() {
+        let w = Weights::new(GgmlType::Q4_0, &[], 8, 0).unwrap();
+        if let Some(p) = PackedWeights::pack_any_cpu(&w).unwrap() {
+            let mut out = [1.0f32; 8];
+            p.matmul(&[], 1, &mut out).unwrap();
+            assert_eq!(out, [0.0; 8]);
+            let mut out = [1.0f32; 8];
+            matvec_fused(&[&p], &[], &mut [&mut out[..]]).unwrap();
+            assert_eq!(out, [0.0; 8]);
+        }
+    }
+
     #[test]
     fn fused_matvec_rejects_a_missing_output() {
         let (_, w) = packed(GgmlType::Q4_0, 8, 64, 1);
