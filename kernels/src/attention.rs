@@ -371,13 +371,6 @@ mod tests {
     use super::*;
     use crate::testutil::*;
 
-    fn halves(r: &mut Rng, n: usize) -> Vec<f16> {
-        random_f32(r, n, 2.0)
-            .into_iter()
-            .map(f16::from_f32)
-            .collect()
-    }
-
     /// Every path gives the scalar reference's bits, for both orders, head sizes with and
     /// without tails, a head at an offset inside wider rows, and fewer positions than lanes.
     #[test]
@@ -391,8 +384,8 @@ mod tests {
                 (40, 80, 40, 9),
                 (7, 7, 0, 37),
             ] {
-                let cache = halves(&mut r, rows * stride);
-                let q: Vec<f32> = halves(&mut r, hd).iter().map(|h| h.to_f32()).collect();
+                let cache = random_f16(&mut r, rows * stride);
+                let q: Vec<f32> = random_f16(&mut r, hd).iter().map(|h| h.to_f32()).collect();
                 let probs = random_f32(&mut r, rows, 1.0);
                 let mut want = vec![0.0; rows];
                 dot_rows_scalar(&q, &cache, stride, offset, 0.125, order, &mut want);
@@ -428,8 +421,8 @@ mod tests {
     #[test]
     fn the_dot_is_close_to_the_f64_dot() {
         let mut r = rng(91);
-        let cache = halves(&mut r, 3 * 64);
-        let q: Vec<f32> = halves(&mut r, 64).iter().map(|h| h.to_f32()).collect();
+        let cache = random_f16(&mut r, 3 * 64);
+        let q: Vec<f32> = random_f16(&mut r, 64).iter().map(|h| h.to_f32()).collect();
         let mut got = vec![0.0; 3];
         dot_f16_rows(&q, &cache, 64, 0, 1.0, F16SumOrder::VecDot, &mut got);
         for (p, g) in got.iter().enumerate() {

@@ -32,16 +32,7 @@ pub fn dot_f16_rows_group(
     order: F16SumOrder,
     scores: &mut [f32],
 ) {
-    assert!(
-        hd > 0 && qs.len().is_multiple_of(hd),
-        "queries are whole heads"
-    );
-    let g = qs.len() / hd;
-    assert!(
-        g > 0 && scores.len().is_multiple_of(g),
-        "a row of scores per head"
-    );
-    let rows = scores.len() / g;
+    let (_, rows) = group_shape(qs.len(), hd, scores.len(), "queries", "scores");
     if rows == 0 {
         return;
     }
@@ -63,6 +54,27 @@ pub fn dot_f16_rows_group(
     }
 }
 
+/// The group's head count and positions per head: `heads_len` floats of whole `hd`-wide heads
+/// (at least one), and `rows_len` floats making a row per head.
+fn group_shape(
+    heads_len: usize,
+    hd: usize,
+    rows_len: usize,
+    heads: &str,
+    rows: &str,
+) -> (usize, usize) {
+    assert!(
+        hd > 0 && heads_len.is_multiple_of(hd),
+        "{heads} are whole heads"
+    );
+    let g = heads_len / hd;
+    assert!(
+        g > 0 && rows_len.is_multiple_of(g),
+        "a row of {rows} per head"
+    );
+    (g, rows_len / g)
+}
+
 /// `out_j = Σ_p f16(probs_j[p]) · value p` for each query head j, as [`weighted_sum_f16_rows`]
 /// computes it head by head. `probs`: `g` rows of `rows` probabilities, rounded to f16 in place
 /// (that rounding is part of the sum's definition); `out`: `g` heads of `hd`; `scratch`: at
@@ -81,16 +93,7 @@ pub fn weighted_sum_f16_rows_group(
     scratch: &mut [f32],
     out: &mut [f32],
 ) {
-    assert!(
-        hd > 0 && out.len().is_multiple_of(hd),
-        "outputs are whole heads"
-    );
-    let g = out.len() / hd;
-    assert!(
-        g > 0 && probs.len().is_multiple_of(g),
-        "a row of probabilities per head"
-    );
-    let rows = probs.len() / g;
+    let (g, rows) = group_shape(out.len(), hd, probs.len(), "outputs", "probabilities");
     let lanes = order.lanes();
     assert!(
         scratch.len() >= g * lanes * hd,
@@ -367,13 +370,6 @@ mod tests {
     use super::*;
     use crate::testutil::*;
 
-    fn halves(r: &mut Rng, n: usize) -> Vec<f16> {
-        random_f32(r, n, 2.0)
-            .into_iter()
-            .map(f16::from_f32)
-            .collect()
-    }
-
     /// The grouped paths give, head by head, the bits of the per-head functions (whose SIMD
     /// paths equal the scalar reference): groups of 1 to 6 heads (6 goes in two parts), both
     /// orders, heads with and without SIMD-sized widths, fewer keys than lanes.
@@ -389,8 +385,11 @@ mod tests {
                     (40, 80, 40, 9),
                     (64, 128, 0, 1),
                 ] {
-                    let cache = halves(&mut r, rows * stride);
-                    let qs: Vec<f32> = halves(&mut r, g * hd).iter().map(|h| h.to_f32()).collect();
+                    let cache = random_f16(&mut r, rows * stride);
+                    let qs: Vec<f32> = random_f16(&mut r, g * hd)
+                        .iter()
+                        .map(|h| h.to_f32())
+                        .collect();
                     let mut want = vec![0.0; g * rows];
                     for (q, s) in qs.chunks(hd).zip(want.chunks_mut(rows)) {
                         dot_f16_rows(q, &cache, stride, offset, 0.125, order, s);

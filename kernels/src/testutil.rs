@@ -27,6 +27,14 @@ pub(crate) fn random_f32(r: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
         .collect()
 }
 
+/// [`random_f32`] values (scale 2) rounded to f16: cached keys and values.
+pub(crate) fn random_f16(r: &mut Rng, n: usize) -> Vec<half::f16> {
+    random_f32(r, n, 2.0)
+        .into_iter()
+        .map(half::f16::from_f32)
+        .collect()
+}
+
 pub(crate) fn random_bytes<const N: usize>(r: &mut Rng) -> [u8; N] {
     std::array::from_fn(|_| r.gen())
 }

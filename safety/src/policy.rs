@@ -75,7 +75,8 @@ pub const TONE_RULES: &str =
 /// The system prompt used when the caller gives none. It asks for a direct answer because the
 /// default 135M model, told only to be "a helpful AI assistant", turned down about one benign
 /// question in eight on its own ("I'm sorry… as a chatbot I'm not equipped…"); refusing is the
-/// guard's job, not the chat model's. The guard head is trained under this prompt
+/// guard's job, not the chat model's. Chosen on the dev split with
+/// `scripts/system-prompt-refusals.py`. The guard head is trained under this prompt
 /// (`FeatureSpec::system_prompt`), so changing it means retraining the head.
 pub fn default_system_prompt() -> String {
     format!(

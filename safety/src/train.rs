@@ -153,7 +153,8 @@ impl TrainOptions {
             augment_share: 0.25,
             // 8%, not 5%: under the direct-answer system prompt the chat model turns down far
             // fewer safe prompts on its own (2 of 65 dev safe prompts, against 8 of 66 told
-            // only to be "helpful"), so the guard may take more of the over-refusal budget.
+            // only to be "helpful": scripts/system-prompt-refusals.py with stop 5's head), so
+            // the guard may take more of the over-refusal budget.
             // On dev this raised recall from 0.933 to 0.954 (at 7.7% false positives).
             max_dev_false_positive: 0.08,
             // 48 tokens: past the first sentence or two of nearly every reply, where a

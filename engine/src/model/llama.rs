@@ -213,16 +213,15 @@ fn linear_fused<'a, const N: usize>(
     n: usize,
     mut outs: [&'a mut Vec<f32>; N],
 ) -> Result<[&'a mut [f32]; N]> {
-    let packed: Vec<&PackedWeights> = ws
-        .iter()
-        .filter_map(|w| w.packed.map(|i| &model.weights.packed[i]))
-        .collect();
-    if n == 1 && packed.len() == N {
+    let packed = ws.map(|w| w.packed.map(|i| &model.weights.packed[i]));
+    if n == 1 && packed.iter().all(Option::is_some) {
+        // Every entry was just checked to be Some.
+        let packed: [&PackedWeights; N] =
+            packed.map(|p| p.expect("checked: every matrix is packed"));
         for (o, w) in outs.iter_mut().zip(ws) {
             sized(o, w.rows);
         }
-        let mut views: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
-        matvec_fused(&packed, x, &mut views)?;
+        matvec_fused(&packed, x, &mut outs.each_mut().map(|o| &mut o[..]))?;
     } else {
         for (o, w) in outs.iter_mut().zip(ws) {
             linear_into(model, w, x, n, o)?;
