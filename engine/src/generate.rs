@@ -209,7 +209,7 @@ pub fn generate_observed(
         if full {
             break StopReason::ContextFull;
         }
-        logits = session.step(id)?;
+        session.step_into(id, &mut logits)?;
     };
     let tail = decoder.flush();
     if !tail.is_empty() {

@@ -78,13 +78,24 @@ impl SamplingParams {
 pub struct Sampler {
     params: SamplingParams,
     rng: SmallRng,
+    /// Candidates and their probabilities, kept between calls so sampling a token allocates
+    /// nothing once they have grown to the vocabulary.
+    cand: Vec<(u32, f32)>,
+    probs: Vec<f32>,
+    seen: Vec<u32>,
 }
 
 impl Sampler {
     pub fn new(params: SamplingParams) -> Result<Sampler> {
         params.validate()?;
         let rng = SmallRng::seed_from_u64(params.seed);
-        Ok(Sampler { params, rng })
+        Ok(Sampler {
+            seen: Vec::with_capacity(params.repeat_last_n.min(1 << 16)),
+            params,
+            rng,
+            cand: Vec::new(),
+            probs: Vec::new(),
+        })
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -94,18 +105,27 @@ impl Sampler {
     /// Chooses a token. `recent` is the conversation so far (prompt and reply), newest last.
     pub fn sample(&mut self, logits: &mut [f32], recent: &[u32]) -> u32 {
         let p = &self.params;
-        apply_repeat_penalty(logits, recent, p.repeat_penalty, p.repeat_last_n);
+        apply_repeat_penalty(
+            logits,
+            recent,
+            p.repeat_penalty,
+            p.repeat_last_n,
+            &mut self.seen,
+        );
         if p.temperature == 0.0 {
             return argmax(logits);
         }
 
         // Candidates sorted by logit, most likely first, cut by top-k before any softmax.
-        let mut cand: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| l.is_finite())
-            .map(|(i, &l)| (i as u32, l))
-            .collect();
+        let (cand, probs) = (&mut self.cand, &mut self.probs);
+        cand.clear();
+        cand.extend(
+            logits
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.is_finite())
+                .map(|(i, &l)| (i as u32, l)),
+        );
         if cand.is_empty() {
             return argmax(logits);
         }
@@ -121,7 +141,7 @@ impl Sampler {
         cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1));
 
         // Truncation is decided on the untempered distribution, as llama.cpp's default chain does.
-        let probs = softmax_of(&cand, 1.0);
+        softmax_of(cand, 1.0, probs);
         let mut keep = cand.len();
         if p.top_p < 1.0 {
             let mut acc = 0.0;
@@ -139,7 +159,7 @@ impl Sampler {
         }
         cand.truncate(keep.max(1));
 
-        let probs = softmax_of(&cand, p.temperature);
+        softmax_of(cand, p.temperature, probs);
         let mut r: f32 = self.rng.gen();
         for (i, &pr) in probs.iter().enumerate() {
             if r < pr {
@@ -151,17 +171,25 @@ impl Sampler {
     }
 }
 
-fn apply_repeat_penalty(logits: &mut [f32], recent: &[u32], penalty: f32, last_n: usize) {
+/// Penalizes each distinct token of the last `last_n` of `recent` once. `seen` is scratch.
+fn apply_repeat_penalty(
+    logits: &mut [f32],
+    recent: &[u32],
+    penalty: f32,
+    last_n: usize,
+    seen: &mut Vec<u32>,
+) {
     if penalty == 1.0 || last_n == 0 {
         return;
     }
     let window = &recent[recent.len().saturating_sub(last_n)..];
-    let mut seen = std::collections::HashSet::with_capacity(window.len());
-    for &t in window {
+    seen.clear();
+    seen.extend_from_slice(window);
+    seen.sort_unstable();
+    seen.dedup();
+    for &t in seen.iter() {
         if let Some(l) = logits.get_mut(t as usize) {
-            if seen.insert(t) {
-                *l = if *l > 0.0 { *l / penalty } else { *l * penalty };
-            }
+            *l = if *l > 0.0 { *l / penalty } else { *l * penalty };
         }
     }
 }
@@ -177,17 +205,15 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
-fn softmax_of(cand: &[(u32, f32)], temperature: f32) -> Vec<f32> {
+/// The candidates' probabilities at `temperature`, into `probs`.
+fn softmax_of(cand: &[(u32, f32)], temperature: f32, probs: &mut Vec<f32>) {
     let max = cand[0].1;
-    let mut probs: Vec<f32> = cand
-        .iter()
-        .map(|&(_, l)| ((l - max) / temperature).exp())
-        .collect();
+    probs.clear();
+    probs.extend(cand.iter().map(|&(_, l)| ((l - max) / temperature).exp()));
     let sum: f32 = probs.iter().sum();
-    for p in &mut probs {
+    for p in probs.iter_mut() {
         *p /= sum;
     }
-    probs
 }
 
 #[cfg(test)]

@@ -5,17 +5,20 @@
 use std::sync::Arc;
 
 use crate::kv_cache::{KvCache, KvType};
-use crate::model::{forward, forward_hidden, forward_tapped, Model};
+use crate::model::{forward, forward_hidden, forward_tapped, Model, Workspace};
 use crate::{EngineError, Result};
 
 /// Prompts are run in chunks this long so scratch buffers stay small whatever the prompt.
-const PREFILL_CHUNK: usize = 512;
+pub(crate) const PREFILL_CHUNK: usize = 512;
 
 pub struct Session {
     model: Arc<Model>,
     kv: KvCache,
     /// Exactly the tokens whose keys and values are in `kv`, in order.
     tokens: Vec<u32>,
+    /// The forward pass's buffers, planned here once for a prefill chunk and reused by every
+    /// pass: a decode step allocates nothing.
+    ws: Workspace,
 }
 
 impl Session {
@@ -36,10 +39,17 @@ impl Session {
         let hp = &model.hparams;
         let n_ctx = n_ctx.min(hp.n_ctx_train);
         let kv = KvCache::with_type(kv_type, hp.n_layer, hp.kv_dim(), hp.head_dim, n_ctx)?;
+        let ws = Workspace::plan(
+            hp,
+            PREFILL_CHUNK.min(n_ctx),
+            n_ctx,
+            rayon::current_num_threads(),
+        );
         Ok(Session {
             model,
             kv,
-            tokens: Vec::new(),
+            tokens: Vec::with_capacity(n_ctx),
+            ws,
         })
     }
 
@@ -109,8 +119,7 @@ impl Session {
         let mut logits = Vec::new();
         let mut states = vec![Vec::new(); taps.len()];
         for chunk in prompt[reuse..].chunks(PREFILL_CHUNK) {
-            let (l, s) = self.run(chunk, taps)?;
-            logits = l;
+            let s = self.run(chunk, taps, &mut logits)?;
             for (all, part) in states.iter_mut().zip(s) {
                 all.extend_from_slice(&part);
             }
@@ -120,13 +129,26 @@ impl Session {
 
     /// Appends one token and returns the logits for the next.
     pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
-        Ok(self.step_tapped(token, &[])?.0)
+        let mut logits = Vec::new();
+        self.step_into(token, &mut logits)?;
+        Ok(logits)
+    }
+
+    /// [`Session::step`] into the caller's `logits`, which are overwritten (resized only if
+    /// their length is not the vocabulary's). With a buffer kept between steps this allocates
+    /// nothing: it is the decode loop's step.
+    pub fn step_into(&mut self, token: u32, logits: &mut Vec<f32>) -> Result<()> {
+        self.check_vocab(&[token])?;
+        self.run(&[token], &[], logits)?;
+        Ok(())
     }
 
     /// [`Session::step`] that also returns the token's hidden states at `taps`.
     pub fn step_tapped(&mut self, token: u32, taps: &[usize]) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
         self.check_vocab(&[token])?;
-        self.run(&[token], taps)
+        let mut logits = Vec::new();
+        let states = self.run(&[token], taps, &mut logits)?;
+        Ok((logits, states))
     }
 
     /// Appends `tokens` to the cache and returns their hidden states at the layers in `taps`
@@ -145,8 +167,8 @@ impl Session {
         }
         self.check_vocab(tokens)?;
         let before = self.kv.len();
-        let (model, kv) = (&self.model, &mut self.kv);
-        match kostant_kernels::in_pool(|| forward_hidden(model, kv, tokens, taps)) {
+        let (model, kv, ws) = (&self.model, &mut self.kv, &mut self.ws);
+        match kostant_kernels::in_pool(|| forward_hidden(model, kv, tokens, taps, ws)) {
             Ok(states) => {
                 self.tokens.extend_from_slice(tokens);
                 Ok(states)
@@ -177,14 +199,29 @@ impl Session {
         }
     }
 
-    fn run(&mut self, chunk: &[u32], taps: &[usize]) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
+    /// Runs `chunk`, copies the logits after its last token into `logits` and returns the
+    /// hidden states at `taps`.
+    fn run(
+        &mut self,
+        chunk: &[u32],
+        taps: &[usize],
+        logits: &mut Vec<f32>,
+    ) -> Result<Vec<Vec<f32>>> {
         let before = self.kv.len();
         // On a pool worker the pass's matmuls split their rows in place instead of waking the
         // pool from outside on every call (about 5 ms a token at 2 threads, measured).
-        let (model, kv) = (&self.model, &mut self.kv);
-        let result = kostant_kernels::in_pool(|| match taps {
-            [] => forward(model, kv, chunk).map(|l| (l, Vec::new())),
-            _ => forward_tapped(model, kv, chunk, taps),
+        let (model, kv, ws) = (&self.model, &mut self.kv, &mut self.ws);
+        let result = kostant_kernels::in_pool(|| {
+            let (l, states) = match taps {
+                [] => (forward(model, kv, chunk, ws)?, Vec::new()),
+                _ => forward_tapped(model, kv, chunk, taps, ws)?,
+            };
+            if logits.len() != l.len() {
+                logits.clear();
+                logits.resize(l.len(), 0.0);
+            }
+            logits.copy_from_slice(l);
+            Ok(states)
         });
         match result {
             Ok(out) => {

@@ -502,20 +502,17 @@ pub(crate) fn matvec_x8_fused<B: GemmEntry>(
                 }
                 return;
             }
-            // The same row split as one matrix gets, over every matrix's rows at once.
+            // The same row split as one matrix gets, over every matrix's rows at once (nested
+            // parallel iterators: no task list is allocated per token).
             let per_task = rows_per_task(shape.rows).div_ceil(G) * G;
-            let tasks: Vec<(&[B], &mut [f32])> = blocks
-                .iter()
-                .zip(outs.iter_mut())
-                .flat_map(|(w, o)| {
-                    w.chunks(per_task / G * nb)
-                        .zip(o.chunks_mut(per_task))
-                        .collect::<Vec<_>>()
-                })
-                .collect();
-            tasks
-                .into_par_iter()
-                .for_each(|(w, o)| k.gemv_x8(w, act, sums, o));
+            blocks
+                .par_iter()
+                .zip(outs.par_iter_mut())
+                .for_each(|(w, o)| {
+                    w.par_chunks(per_task / G * nb)
+                        .zip(o.par_chunks_mut(per_task))
+                        .for_each(|(w, o)| k.gemv_x8(w, act, sums, o));
+                });
         });
     });
     Ok(())

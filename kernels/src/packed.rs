@@ -81,6 +81,9 @@ impl PackedWeights {
     }
 }
 
+/// The most matrices [`matvec_fused`] runs as one call (a layer's q, k and v); more run one by one.
+const MAX_FUSED: usize = 4;
+
 /// One token times several matrices that read the same activations (a layer's q, k and v, or
 /// its gate and up): `outs[i] = ws[i] · x`. The activations are quantized once and all the
 /// matrices' rows share one split over the pool, so decode pays one fork-join for the set
@@ -99,17 +102,20 @@ pub fn matvec_fused(
         });
     }
     let same_cols = ws.windows(2).all(|p| p[0].cols == p[1].cols);
+    // The block slices gathered on the stack: decode calls this per layer per token, and
+    // allocates nothing.
     macro_rules! fused {
         ($variant:ident) => {{
-            let blocks: Vec<&[_]> = ws
-                .iter()
-                .filter_map(|w| match &w.blocks {
-                    Blocks::$variant(b) => Some(&b[..]),
-                    _ => None,
-                })
-                .collect();
-            if same_cols && blocks.len() == ws.len() {
-                return crate::matmul::matvec_x8_fused(&blocks, ws[0].cols, x, outs);
+            let mut blocks: [&[_]; MAX_FUSED] = [&[]; MAX_FUSED];
+            let mut n = 0;
+            for w in ws.iter().take(MAX_FUSED) {
+                if let Blocks::$variant(b) = &w.blocks {
+                    blocks[n] = &b[..];
+                    n += 1;
+                }
+            }
+            if same_cols && n == ws.len() {
+                return crate::matmul::matvec_x8_fused(&blocks[..n], ws[0].cols, x, outs);
             }
         }};
     }

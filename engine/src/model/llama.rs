@@ -22,42 +22,51 @@ use crate::kv_cache::{KvCache, LayerView};
 use crate::{EngineError, Result};
 
 /// Runs `tokens` at positions `kv.len()..` through the model, appends their keys and values to
-/// the cache, and returns the logits of the last token: (n_vocab,).
-pub fn forward(model: &Model, kv: &mut KvCache, tokens: &[u32]) -> Result<Vec<f32>> {
+/// the cache, and returns the logits of the last token: (n_vocab,), in `ws`.
+pub fn forward<'w>(
+    model: &Model,
+    kv: &mut KvCache,
+    tokens: &[u32],
+    ws: &'w mut Workspace,
+) -> Result<&'w mut [f32]> {
     let hp = &model.hparams;
-    let x = transformer(model, kv, tokens, hp.n_layer, |_, _| {})?;
-    last_logits(model, &x)
+    transformer(model, kv, tokens, hp.n_layer, ws, |_, _| {})?;
+    last_logits(model, ws)
 }
 
-/// The lm head over the last row of the residual stream `x`: only the last position's logits
-/// are needed to pick the next token.
-fn last_logits(model: &Model, x: &[f32]) -> Result<Vec<f32>> {
+/// The lm head over the last row of the residual stream: only the last position's logits are
+/// needed to pick the next token.
+fn last_logits<'w>(model: &Model, ws: &'w mut Workspace) -> Result<&'w mut [f32]> {
     let hp = &model.hparams;
+    let Workspace {
+        x, normed, logits, ..
+    } = ws;
     let last = &x[x.len() - hp.n_embd..];
-    let mut normed = vec![0.0f32; hp.n_embd];
-    rms_norm(last, &model.weights.output_norm, hp.rms_eps, &mut normed);
-    linear(model, &model.weights.output, &normed, 1)
+    let normed = sized(normed, hp.n_embd);
+    rms_norm(last, &model.weights.output_norm, hp.rms_eps, normed);
+    linear_into(model, &model.weights.output, normed, 1, logits)
 }
 
 /// [`forward`] that also returns, for every token run, its hidden states at the layers in
 /// `taps` (numbered as in [`forward_hidden`]). This is how a classifier rides on the chat
 /// model's own pass: the states are computed anyway, so reading them costs a copy.
-pub fn forward_tapped(
+pub fn forward_tapped<'w>(
     model: &Model,
     kv: &mut KvCache,
     tokens: &[u32],
     taps: &[usize],
-) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
+    ws: &'w mut Workspace,
+) -> Result<(&'w mut [f32], Vec<Vec<f32>>)> {
     let hp = &model.hparams;
     check_taps(hp, taps)?;
     let mut out = vec![Vec::new(); taps.len()];
-    let x = transformer(model, kv, tokens, hp.n_layer, |l, x| {
+    transformer(model, kv, tokens, hp.n_layer, ws, |l, x| {
         for (o, _) in out.iter_mut().zip(taps).filter(|(_, &t)| t == l) {
             *o = x.to_vec();
         }
     })?;
-    tap_final_norm(model, &x, taps, &mut out);
-    Ok((last_logits(model, &x)?, out))
+    tap_final_norm(model, &ws.x, taps, &mut out);
+    Ok((last_logits(model, ws)?, out))
 }
 
 /// Fills the taps numbered `n_layer`: the final RMSNorm's output for every token of `x`.
@@ -91,6 +100,7 @@ pub fn forward_hidden(
     kv: &mut KvCache,
     tokens: &[u32],
     taps: &[usize],
+    ws: &mut Workspace,
 ) -> Result<Vec<Vec<f32>>> {
     let hp = &model.hparams;
     check_taps(hp, taps)?;
@@ -101,26 +111,28 @@ pub fn forward_hidden(
         .iter()
         .max()
         .map_or(hp.n_layer, |&t| (t + 1).min(hp.n_layer));
-    let x = transformer(model, kv, tokens, deepest, |l, x| {
+    transformer(model, kv, tokens, deepest, ws, |l, x| {
         for (o, _) in out.iter_mut().zip(taps).filter(|(_, &t)| t == l) {
             *o = x.to_vec();
         }
     })?;
-    tap_final_norm(model, &x, taps, &mut out);
+    tap_final_norm(model, &ws.x, taps, &mut out);
     Ok(out)
 }
 
 /// The transformer blocks: embeds `tokens`, runs the first `n_layers` layers (calling
 /// `after_layer(l, x)` with the residual stream after layer `l`), appends the keys and values to
-/// the cache and returns the last run layer's residual stream, (n, n_embd), before the final norm.
-/// A cache filled with fewer than all layers only serves later calls that also stop early.
+/// the cache and leaves the last run layer's residual stream, (n, n_embd), before the final
+/// norm, in `ws.x`. A cache filled with fewer than all layers only serves later calls that also
+/// stop early.
 fn transformer(
     model: &Model,
     kv: &mut KvCache,
     tokens: &[u32],
     n_layers: usize,
+    ws: &mut Workspace,
     mut after_layer: impl FnMut(usize, &[f32]),
-) -> Result<Vec<f32>> {
+) -> Result<()> {
     let hp = &model.hparams;
     let w = &model.weights;
     let n = tokens.len();
@@ -135,32 +147,38 @@ fn transformer(
         });
     }
 
-    let mut x = embed(model, tokens)?; // (n, n_embd)
-    let mut xb = vec![0.0f32; n * hp.n_embd];
-    let mut scratch = Scratch::default();
+    let Workspace {
+        x,
+        xb,
+        angles,
+        scratch,
+        ..
+    } = ws;
+    embed(model, tokens, x)?; // (n, n_embd)
+    let xb = sized(xb, n * hp.n_embd);
     // Every layer rotates the same positions: their angles are computed once per pass.
-    let angles = model.rope.angles_for(hp, pos, n);
+    model.rope.angles_for(hp, pos, n, angles);
     for (l, layer) in w.layers.iter().enumerate().take(n_layers) {
-        rms_norm(&x, &layer.attn_norm, hp.rms_eps, &mut xb);
-        let att = attention(model, layer, l, kv, &xb, n, pos, &angles, &mut scratch)?;
-        add_in_place(&mut x, att);
+        rms_norm(x, &layer.attn_norm, hp.rms_eps, xb);
+        let att = attention(model, layer, l, kv, xb, n, pos, angles, scratch)?;
+        add_in_place(x, att);
 
-        rms_norm(&x, &layer.ffn_norm, hp.rms_eps, &mut xb);
-        let ffn = swiglu(model, layer, &xb, n, &mut scratch)?;
-        add_in_place(&mut x, ffn);
-        after_layer(l, &x);
+        rms_norm(x, &layer.ffn_norm, hp.rms_eps, xb);
+        let ffn = swiglu(model, layer, xb, n, scratch)?;
+        add_in_place(x, ffn);
+        after_layer(l, x);
     }
     kv.advance(n);
-    Ok(x)
+    Ok(())
 }
 
-/// Looks up each token's row of the embedding table. (n, n_embd)
-fn embed(model: &Model, tokens: &[u32]) -> Result<Vec<f32>> {
+/// Looks up each token's row of the embedding table into `x`: (n, n_embd).
+fn embed(model: &Model, tokens: &[u32], x: &mut Vec<f32>) -> Result<()> {
     let e = model.hparams.n_embd;
     let table = &model.weights.token_embd;
     let row_bytes = table.size / table.rows;
     let bytes = table.bytes(&model.file);
-    let mut x = vec![0.0f32; tokens.len() * e];
+    let x = sized(x, tokens.len() * e);
     for (t, &id) in tokens.iter().enumerate() {
         let id = id as usize;
         if id >= table.rows {
@@ -175,18 +193,11 @@ fn embed(model: &Model, tokens: &[u32]) -> Result<Vec<f32>> {
             &mut x[t * e..(t + 1) * e],
         )?;
     }
-    Ok(x)
+    Ok(())
 }
 
-/// y = x W^T for n tokens: (n, cols) -> (n, rows).
-fn linear(model: &Model, w: &TensorRef, x: &[f32], n: usize) -> Result<Vec<f32>> {
-    let mut out = Vec::new();
-    linear_into(model, w, x, n, &mut out)?;
-    Ok(out)
-}
-
-/// [`linear`] into a buffer that is reused: resized (and so written) only when its length
-/// changes, since the matmul overwrites every element.
+/// y = x W^T for n tokens: (n, cols) -> (n, rows), into a buffer that is reused: resized (and
+/// so written) only when its length changes, since the matmul overwrites every element.
 fn linear_into<'a>(
     model: &Model,
     w: &TensorRef,
@@ -239,10 +250,99 @@ fn sized(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
     buf
 }
 
-/// The activation buffers of one forward pass, made by its first layer and reused by the
-/// others: a prompt's are megabytes, and allocated per layer they were page-faulted in per
-/// layer (a few percent of a prefill).
-#[derive(Default)]
+/// Every buffer a forward pass writes, planned when a session starts ([`Workspace::plan`]) and
+/// reused by every pass after it: decoding a token allocates nothing, and a prompt's megabytes
+/// of activations are not page-faulted in again layer after layer.
+pub struct Workspace {
+    /// The residual stream and its norm, (n, n_embd).
+    x: Vec<f32>,
+    xb: Vec<f32>,
+    angles: Angles,
+    scratch: Scratch,
+    /// The last position's final norm and its logits.
+    normed: Vec<f32>,
+    logits: Vec<f32>,
+}
+
+impl Workspace {
+    /// Room for passes of up to `max_tokens` tokens over a context of `n_ctx`, with the attention
+    /// of one token split over `threads` workers. Longer passes or other pools still work; their
+    /// buffers grow once, on first use.
+    pub fn plan(hp: &HParams, max_tokens: usize, n_ctx: usize, threads: usize) -> Workspace {
+        let n = max_tokens.max(1);
+        let q_dim = hp.n_head * hp.head_dim;
+        let with = |len: usize| Vec::with_capacity(len);
+        let head = || HeadScratch::planned(hp, n_ctx);
+        Workspace {
+            x: with(n * hp.n_embd),
+            xb: with(n * hp.n_embd),
+            angles: Angles {
+                half: hp.rope_dims / 2,
+                cos: with(n * (hp.rope_dims / 2)),
+                sin: with(n * (hp.rope_dims / 2)),
+            },
+            scratch: Scratch {
+                q: with(n * q_dim),
+                k: with(n * hp.kv_dim()),
+                v: with(n * hp.kv_dim()),
+                heads: with(n * q_dim),
+                att: with(n * hp.n_embd),
+                gate: with(n * hp.n_ff),
+                up: with(n * hp.n_ff),
+                ffn: with(n * hp.n_embd),
+                exp: with(n * hp.n_ff),
+                head: head(),
+                per_thread: (0..threads.max(1)).map(|_| head()).collect(),
+            },
+            normed: with(hp.n_embd),
+            logits: with(hp.n_vocab),
+        }
+    }
+
+    /// The bytes [`Workspace::plan`] reserves for the same arguments (the memory plan's scratch).
+    pub fn planned_bytes(hp: &HParams, max_tokens: usize, n_ctx: usize, threads: usize) -> usize {
+        let n = max_tokens.max(1);
+        let q_dim = hp.n_head * hp.head_dim;
+        // x, xb, att, ffn; q, heads; k, v; gate, up, exp; cos, sin
+        let per_token =
+            4 * hp.n_embd + 2 * q_dim + 2 * hp.kv_dim() + 3 * hp.n_ff + 2 * (hp.rope_dims / 2);
+        let floats = n * per_token + hp.n_embd + hp.n_vocab;
+        4 * floats + (1 + threads.max(1)) * HeadScratch::planned_bytes(hp, n_ctx)
+    }
+
+    /// The bytes reserved now.
+    #[cfg(test)]
+    pub fn bytes(&self) -> usize {
+        let s = &self.scratch;
+        let floats = [
+            &self.x,
+            &self.xb,
+            &self.angles.cos,
+            &self.angles.sin,
+            &s.q,
+            &s.k,
+            &s.v,
+            &s.heads,
+            &s.att,
+            &s.gate,
+            &s.up,
+            &s.ffn,
+            &s.exp,
+            &self.normed,
+            &self.logits,
+        ]
+        .iter()
+        .map(|v| v.capacity())
+        .sum::<usize>();
+        let heads = std::iter::once(&s.head)
+            .chain(&s.per_thread)
+            .map(HeadScratch::bytes)
+            .sum::<usize>();
+        4 * floats + heads
+    }
+}
+
+/// The activation buffers of a layer, shared by all layers of a pass.
 struct Scratch {
     q: Vec<f32>,
     k: Vec<f32>,
@@ -253,6 +353,10 @@ struct Scratch {
     up: Vec<f32>,
     ffn: Vec<f32>,
     exp: Vec<f32>,
+    /// Attention on the calling thread.
+    head: HeadScratch,
+    /// Attention of one token split over the pool: one per worker.
+    per_thread: Vec<HeadScratch>,
 }
 
 /// RMSNorm (Zhang & Sennrich 2019) of each row of `x`, scaled by `weight`.
@@ -278,8 +382,79 @@ fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 }
 
 /// One attention task's scratch: its query heads rounded to f16, their scores, the weighted
-/// sums' lanes, a query head as Q8_0.
-type HeadScratch = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<KvBlockQ8_0>);
+/// sums' lanes, a query head as Q8_0. Each is at least as long as the task needs; [`parts`]
+/// cuts them to size.
+///
+/// [`parts`]: HeadScratch::parts
+struct HeadScratch {
+    q_h: Vec<f32>,
+    probs: Vec<f32>,
+    lanes: Vec<f32>,
+    q_blocks: Vec<KvBlockQ8_0>,
+}
+
+impl HeadScratch {
+    /// Exactly what a task over `visible` positions and `lanes` summing lanes needs.
+    fn new(hp: &HParams, visible: usize, lanes: usize) -> HeadScratch {
+        let (group, hd) = (hp.n_head / hp.n_head_kv, hp.head_dim);
+        HeadScratch {
+            q_h: vec![0.0; group * hd],
+            probs: vec![0.0; group * visible],
+            lanes: vec![0.0; group * lanes * hd],
+            q_blocks: vec![KvBlockQ8_0::default(); hd / Q8_0_BLOCK],
+        }
+    }
+
+    /// Enough for any task over a context of `n_ctx` positions.
+    fn planned(hp: &HParams, n_ctx: usize) -> HeadScratch {
+        HeadScratch::new(hp, n_ctx, Self::max_lanes())
+    }
+
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
+        4 * (self.q_h.capacity() + self.probs.capacity() + self.lanes.capacity())
+            + size_of::<KvBlockQ8_0>() * self.q_blocks.capacity()
+    }
+
+    /// The bytes [`HeadScratch::planned`] reserves.
+    fn planned_bytes(hp: &HParams, n_ctx: usize) -> usize {
+        let (group, hd) = (hp.n_head / hp.n_head_kv, hp.head_dim);
+        4 * (group * hd + group * n_ctx + group * Self::max_lanes() * hd)
+            + size_of::<KvBlockQ8_0>() * (hd / Q8_0_BLOCK)
+    }
+
+    /// The most summing lanes any pass uses (decode's and a prompt's orders differ).
+    fn max_lanes() -> usize {
+        [1, 2]
+            .map(|n| F16SumOrder::for_batch(n).lanes())
+            .into_iter()
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The four buffers cut to a task's sizes; a buffer too short (a pass longer than planned)
+    /// grows first.
+    fn parts(
+        &mut self,
+        q_h: usize,
+        probs: usize,
+        lanes: usize,
+        q_blocks: usize,
+    ) -> (&mut [f32], &mut [f32], &mut [f32], &mut [KvBlockQ8_0]) {
+        fn at_least<T: Clone + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
+            if v.len() < len {
+                v.resize(len, T::default());
+            }
+            &mut v[..len]
+        }
+        (
+            at_least(&mut self.q_h, q_h),
+            at_least(&mut self.probs, probs),
+            at_least(&mut self.lanes, lanes),
+            at_least(&mut self.q_blocks, q_blocks),
+        )
+    }
+}
 
 /// Below this many multiply-adds (query heads x visible positions x head width) attention runs
 /// on the calling thread.
@@ -314,6 +489,8 @@ fn attention<'s>(
         v,
         heads,
         att,
+        head,
+        per_thread,
         ..
     } = scratch;
 
@@ -336,22 +513,19 @@ fn attention<'s>(
 
     // One task per (token, kv head): it serves the `group` query heads that share that head's
     // cached keys and values (read in place from the cache) and writes only its own slice
-    // of `out` (those query heads are adjacent), so tasks never share mutable state. Scratch
-    // is made once per rayon job, not per head.
+    // of `out` (those query heads are adjacent), so tasks never share mutable state.
     let visible_max = pos + n;
-    let init = || {
-        (
-            vec![0.0f32; group * hd],          // the group's query heads, rounded to f16
-            vec![0.0f32; group * visible_max], // scores, then probabilities, per head
-            vec![0.0f32; group * order.lanes() * hd], // the weighted sums' lanes
-            vec![KvBlockQ8_0::default(); hd / Q8_0_BLOCK], // a query head as Q8_0
-        )
-    };
-    let body = |(q_h, probs, lanes, q_blocks): &mut HeadScratch, (i, o): (usize, &mut [f32])| {
+    let body = |s: &mut HeadScratch, (i, o): (usize, &mut [f32])| {
         let (t, g) = (i / hp.n_head_kv, i % hp.n_head_kv);
         let visible = pos + t + 1; // causal: the token sees itself and everything before it
                                    // The group's query heads are adjacent in q, as in `out`.
         let q_group = &q[t * q_dim + g * group * hd..t * q_dim + (g + 1) * group * hd];
+        let (q_h, probs, lanes, q_blocks) = s.parts(
+            group * hd,
+            group * visible,
+            group * order.lanes() * hd,
+            hd / Q8_0_BLOCK,
+        );
         match cached {
             LayerView::F16 { k, v } => {
                 // The queries meet the f16 keys at f16 precision, as in llama.cpp. The
@@ -360,7 +534,6 @@ fn attention<'s>(
                 for (a, &b) in q_h.iter_mut().zip(q_group) {
                     *a = f16::from_f32(b).to_f32();
                 }
-                let probs = &mut probs[..group * visible];
                 dot_f16_rows_group(q_h, hd, k, kv_dim, g * hd, scale, order, probs);
                 probs.chunks_exact_mut(visible).for_each(softmax);
                 weighted_sum_f16_rows_group(probs, hd, v, kv_dim, g * hd, order, lanes, o);
@@ -380,17 +553,30 @@ fn attention<'s>(
             }
         }
     };
-    // Decode over a short context is a few microseconds of work: splitting it cost more
-    // than it saved.
-    if n * hp.n_head * visible_max * hd >= ATTENTION_PAR_MIN_MACS {
-        out.par_chunks_mut(group * hd)
+    let task = group * hd;
+    if n * hp.n_head * visible_max * hd < ATTENTION_PAR_MIN_MACS {
+        // Decode over a short context is a few microseconds of work: splitting it cost more
+        // than it saved.
+        out.chunks_mut(task).enumerate().for_each(|c| body(head, c));
+    } else if n == 1 {
+        // One token: every task costs the same, so each worker's planned scratch takes an
+        // equal run of tasks, and nothing is allocated.
+        let per = hp.n_head_kv.div_ceil(per_thread.len().max(1));
+        out.par_chunks_mut(per * task)
+            .zip(per_thread.par_iter_mut())
+            .enumerate()
+            .for_each(|(c, (o, s))| {
+                for (j, o) in o.chunks_mut(task).enumerate() {
+                    body(s, (c * per + j, o));
+                }
+            });
+    } else {
+        // A prompt: later tokens see more positions, so rayon balances the tasks, and each of
+        // its jobs makes its own scratch (once per pass, not per token).
+        let init = || HeadScratch::new(hp, visible_max, order.lanes());
+        out.par_chunks_mut(task)
             .enumerate()
             .for_each_init(init, body);
-    } else {
-        let mut scratch = init();
-        out.chunks_mut(group * hd)
-            .enumerate()
-            .for_each(|c| body(&mut scratch, c));
     }
 
     Ok(linear_into(model, &layer.wo, out, n, att)?)
@@ -427,7 +613,7 @@ fn rope(x: &mut [f32], width: usize, hp: &HParams, angles: &Angles) {
 
 /// cos and sin of every rotated pair's angle for the `n` positions of one forward pass, position
 /// after position (`half` pairs each).
-pub(crate) struct Angles {
+struct Angles {
     half: usize,
     cos: Vec<f32>,
     sin: Vec<f32>,
@@ -449,10 +635,12 @@ impl Rope {
         }
     }
 
-    /// [`Rope::angles`] for positions `pos..pos + n`.
-    fn angles_for(&self, hp: &HParams, pos: usize, n: usize) -> Angles {
+    /// [`Rope::angles`] for positions `pos..pos + n`, into `out`.
+    fn angles_for(&self, hp: &HParams, pos: usize, n: usize, out: &mut Angles) {
         let half = hp.rope_dims / 2;
-        let (mut cos, mut sin) = (vec![0.0f32; n * half], vec![0.0f32; n * half]);
+        out.half = half;
+        let cos = sized(&mut out.cos, n * half);
+        let sin = sized(&mut out.sin, n * half);
         for (t, (c, s)) in cos
             .chunks_exact_mut(half.max(1))
             .zip(sin.chunks_exact_mut(half.max(1)))
@@ -460,7 +648,6 @@ impl Rope {
         {
             self.angles((pos + t) as f32, hp.rope_freq_scale, c, s);
         }
-        Angles { half, cos, sin }
     }
 
     /// cos and sin of every pair's angle at position `p`. The angle is built by repeated

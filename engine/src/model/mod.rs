@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use hparams::{Arch, HParams};
-pub(crate) use llama::{forward, forward_hidden, forward_tapped};
+pub(crate) use llama::{forward, forward_hidden, forward_tapped, Workspace};
 
 use crate::chat_template::ChatTemplate;
 use crate::gguf::Gguf;
@@ -149,17 +149,13 @@ impl Model {
         };
         let weights = self.weight_bytes_per_token() - w.token_embd.size / w.token_embd.rows + embd;
         let kv = KvCache::planned_bytes(hp.n_layer, hp.kv_dim(), n_ctx, kv_type);
-        // One prefill chunk's activations in f32: the residual stream and its norm, q, k, v,
-        // attention output, gate and up, the logits, and per thread one kv head's keys and
-        // values widened to f32 plus its scores.
-        let chunk = 512.min(n_ctx); // the session's prefill chunk
+        // The session's planned buffers for one prefill chunk, and the activations quantized
+        // for the matmuls (about a byte per value, kept by each kernel thread).
+        let chunk = crate::session::PREFILL_CHUNK.min(n_ctx);
         let q_dim = hp.n_head * hp.head_dim;
-        let per_token = 2 * hp.n_embd + 2 * q_dim + 2 * hp.kv_dim() + 2 * hp.n_ff;
         let threads = rayon::current_num_threads();
-        let attention = threads * n_ctx * (2 * hp.head_dim + 1);
-        let scratch = 4 * (chunk * per_token + hp.n_vocab + attention)
-            // the activations quantized for the matmuls, about a byte per value
-            + chunk * hp.n_ff.max(q_dim);
+        let scratch =
+            Workspace::planned_bytes(hp, chunk, n_ctx, threads) + chunk * hp.n_ff.max(q_dim);
         MemoryPlan {
             weights,
             kv,
@@ -232,7 +228,12 @@ mod tests {
             plan.weights,
             model.weight_bytes_per_token() - embd.size / embd.rows
         );
-        assert!(plan.scratch > 0);
+        // The scratch is what a session reserves, plus the matmuls' quantized activations.
+        let ws = Workspace::plan(hp, 128, 128, rayon::current_num_threads());
+        assert_eq!(
+            plan.scratch,
+            ws.bytes() + 128 * hp.n_ff.max(hp.n_head * hp.head_dim)
+        );
         assert_eq!(plan.total(), plan.weights + plan.kv + plan.scratch);
         // The context is capped at the model's training context, as a session caps it.
         assert_eq!(model.memory_plan(1 << 20).n_ctx, hp.n_ctx_train);
