@@ -233,5 +233,69 @@ fn packed(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench, decode_token, packed);
+/// Decode at the target size: the layers of the Llama-3.2-3B shape (Q4_0, repacked as the
+/// engine runs them) and a slice of its Q6_K output matrix, hundreds of megabytes so every
+/// byte comes from memory. Throughput against `cargo bench -p kostant-kernels --bench stream`
+/// is the kernels' share of the machine's read bandwidth:
+/// `cargo bench -p kostant-kernels --bench matvec -- decode_3b`.
+fn decode_3b(c: &mut Criterion) {
+    let (embd, kv, ff) = (3072, 1024, 8192);
+    let layer = [
+        (embd, embd),
+        (kv, embd),
+        (kv, embd),
+        (embd, embd),
+        (ff, embd),
+        (ff, embd),
+        (embd, ff),
+    ];
+    let mats: Vec<PackedWeights> = (0..4)
+        .flat_map(|l| layer.iter().enumerate().map(move |(i, &s)| (l, i, s)))
+        .map(|(l, i, (rows, cols))| {
+            let bytes = matrix(GgmlType::Q4_0, rows, cols, (10 * l + i) as u64);
+            let w = Weights::new(GgmlType::Q4_0, &bytes, rows, cols).unwrap();
+            PackedWeights::pack_any_cpu(&w).unwrap().unwrap()
+        })
+        .collect();
+    let layers: usize = mats.iter().map(|p| p.bytes()).sum();
+    let head_rows = 16384;
+    let head = matrix(GgmlType::Q6_K, head_rows, embd, 99);
+    let x = data(ff, 3);
+    let mut out = vec![0.0f32; head_rows.max(ff)];
+
+    let mut group = c.benchmark_group("decode_3b");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(4));
+    set_force_scalar(false);
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        group.throughput(Throughput::Bytes(layers as u64));
+        group.bench_function(format!("q4_0_layers/t{threads}"), |b| {
+            pool.install(|| {
+                b.iter(|| {
+                    for p in &mats {
+                        p.matmul(&x[..p.cols()], 1, &mut out[..p.rows()]).unwrap();
+                    }
+                })
+            })
+        });
+        group.throughput(Throughput::Bytes(head.len() as u64));
+        group.bench_function(format!("q6_k_output/t{threads}"), |b| {
+            pool.install(|| {
+                b.iter(|| {
+                    let w = Weights::new(GgmlType::Q6_K, &head, head_rows, embd).unwrap();
+                    matmul(&w, &x[..embd], 1, &mut out[..head_rows]).unwrap();
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, decode_token, packed, decode_3b);
 criterion_main!(benches);
