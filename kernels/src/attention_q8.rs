@@ -14,7 +14,9 @@
 use half::f16;
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-use crate::dispatch::{kernels, KernelPath};
+use crate::dispatch::kernels;
+#[cfg(target_arch = "x86_64")]
+use crate::dispatch::KernelPath;
 
 /// Values per block.
 pub const Q8_0_BLOCK: usize = 32;
@@ -91,8 +93,8 @@ pub fn dot_q8_0_rows(
         return;
     }
     #[cfg(target_arch = "aarch64")]
-    if kernels().path == KernelPath::Neon {
-        // SAFETY: the NEON table is only selected after detecting neon; rows checked above.
+    if kernels().path.is_neon() {
+        // SAFETY: the NEON tables are only selected after detecting neon; rows checked above.
         unsafe { neon::dot_rows(q, cache, stride, offset, scale, scores) };
         return;
     }
@@ -131,7 +133,7 @@ pub fn weighted_sum_q8_0_rows(
         return;
     }
     #[cfg(target_arch = "aarch64")]
-    if kernels().path == KernelPath::Neon {
+    if kernels().path.is_neon() {
         // SAFETY: as in `dot_q8_0_rows`.
         unsafe { neon::weighted_sum_rows(probs, cache, stride, offset, out) };
         return;

@@ -28,6 +28,8 @@ pub enum KernelPath {
     /// aarch64 baseline NEON (F16 weights still use the scalar dot: the f16 vector types are
     /// not stable in Rust yet).
     Neon,
+    /// NEON with the integer dots on SDOT (the dotprod extension, ARMv8.2 and later).
+    NeonDotprod,
 }
 
 impl KernelPath {
@@ -36,7 +38,13 @@ impl KernelPath {
             KernelPath::Scalar => "scalar",
             KernelPath::Avx2Fma => "avx2+fma",
             KernelPath::Neon => "neon",
+            KernelPath::NeonDotprod => "neon+dotprod",
         }
+    }
+
+    /// Either NEON path (they share every kernel but the quantized weights' dots).
+    pub fn is_neon(self) -> bool {
+        matches!(self, KernelPath::Neon | KernelPath::NeonDotprod)
     }
 }
 
@@ -179,6 +187,22 @@ static NEON: Kernels = Kernels {
     gemv_q8_0x8: q8_0x8::gemv_scalar,
 };
 
+/// [`NEON`] with the quantized weights' dots on SDOT: the same exact integers, so the same
+/// bits, in fewer instructions.
+#[cfg(target_arch = "aarch64")]
+static NEON_DOTPROD: Kernels = Kernels {
+    path: KernelPath::NeonDotprod,
+    dot_q4_0: q4_0::neon::dotprod::dot_multi,
+    dot_q4_1: q4_1::neon::dotprod::dot_multi,
+    dot_q8_0: q8_0::neon::dotprod::dot_multi,
+    dot_q4_k: q4_k::neon::dotprod::dot_multi,
+    dot_q6_k: q6_k::neon::dotprod::dot_multi,
+    rows_q4_0: q4_0::neon::dotprod::dot_rows,
+    rows_q4_1: q4_1::neon::dotprod::dot_rows,
+    rows_q8_0: q8_0::neon::dotprod::dot_rows,
+    ..NEON
+};
+
 /// True when the AVX2 kernels may run here.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn has_avx2() -> bool {
@@ -198,6 +222,9 @@ fn best() -> &'static Kernels {
         // on the scalar kernels.
         #[cfg(target_arch = "aarch64")]
         if std::arch::is_aarch64_feature_detected!("neon") {
+            if std::arch::is_aarch64_feature_detected!("dotprod") {
+                return &NEON_DOTPROD;
+            }
             return &NEON;
         }
         &SCALAR
@@ -470,5 +497,36 @@ impl GemmEntry for BlockQ8_0x8 {
     }
     fn gemv(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemv_q8_0x8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Under qemu this runs twice in CI: on a CPU with dotprod and on cortex-a53 (without).
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn the_neon_path_follows_the_dotprod_feature() {
+        let want = if std::arch::is_aarch64_feature_detected!("dotprod") {
+            KernelPath::NeonDotprod
+        } else {
+            KernelPath::Neon
+        };
+        eprintln!("kernel path on this CPU: {want}");
+        assert_eq!(cpu_features().best, want);
+        assert!(want.is_neon());
+    }
+
+    #[test]
+    fn every_path_has_a_name() {
+        let paths = [
+            KernelPath::Scalar,
+            KernelPath::Avx2Fma,
+            KernelPath::Neon,
+            KernelPath::NeonDotprod,
+        ];
+        let names: std::collections::HashSet<_> = paths.iter().map(|p| p.name()).collect();
+        assert_eq!(names.len(), paths.len());
     }
 }

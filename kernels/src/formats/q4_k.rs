@@ -276,47 +276,63 @@ pub(crate) mod avx2 {
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon {
-    use std::arch::aarch64::*;
+    /// The NEON kernels, written once for both flavours of the exact integer dot:
+    /// `widen` (baseline NEON) and `sdot` (the dotprod extension).
+    macro_rules! kernels {
+        ($features:literal, $flavour:ident) => {
+            use std::arch::aarch64::*;
 
-    use super::{min_term, unpack_scales, BlockQ4K, BlockQ8K};
-    use crate::block::f16_to_f32;
-    use crate::neon::{load_i8x32, load_u8x32, sum_i8x32};
+            use crate::block::f16_to_f32;
+            use crate::formats::q4_k::{min_term, unpack_scales, BlockQ4K, BlockQ8K};
+            use crate::neon::$flavour::sum_i8x32;
+            use crate::neon::{load_i8x32, load_u8x32};
 
-    /// One row against `out.len()` tokens, one exact [`dot`] each (NEON gains little from
-    /// sharing the unpacking, which is a couple of instructions per block).
-    #[target_feature(enable = "neon")]
-    pub(crate) fn dot_multi(w: &[BlockQ4K], a: &[BlockQ8K], out: &mut [f32]) {
-        let n = w.len();
-        for (t, o) in out.iter_mut().enumerate() {
-            *o = dot(w, &a[t * n..(t + 1) * n]);
-        }
+            /// One row against `out.len()` tokens, one exact [`dot`] each (NEON gains little from
+            /// sharing the unpacking, which is a couple of instructions per block).
+            #[target_feature(enable = $features)]
+            pub(crate) fn dot_multi(w: &[BlockQ4K], a: &[BlockQ8K], out: &mut [f32]) {
+                let n = w.len();
+                for (t, o) in out.iter_mut().enumerate() {
+                    *o = dot(w, &a[t * n..(t + 1) * n]);
+                }
+            }
+
+            /// NEON twin of the scalar `dot_scalar`, bit-identical to it.
+            #[target_feature(enable = $features)]
+            pub(crate) fn dot(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+                let low4 = vdupq_n_u8(0x0F);
+                let mut acc = 0.0f32;
+                for (wb, ab) in w.iter().zip(a) {
+                    let (sc, mn) = unpack_scales(&wb.scales);
+                    let mut sumi = 0i32;
+                    for c in 0..4 {
+                        let q = load_u8x32(&wb.qs[c]);
+                        let lo = (
+                            vreinterpretq_s8_u8(vandq_u8(q.0, low4)),
+                            vreinterpretq_s8_u8(vandq_u8(q.1, low4)),
+                        );
+                        let hi = (
+                            vreinterpretq_s8_u8(vshrq_n_u8::<4>(q.0)),
+                            vreinterpretq_s8_u8(vshrq_n_u8::<4>(q.1)),
+                        );
+                        sumi += i32::from(sc[2 * c]) * sum_i8x32(lo, load_i8x32(&ab.qs[2 * c]));
+                        sumi +=
+                            i32::from(sc[2 * c + 1]) * sum_i8x32(hi, load_i8x32(&ab.qs[2 * c + 1]));
+                    }
+                    let summ = min_term(&mn, ab);
+                    acc += f16_to_f32(wb.d) * ab.d * sumi as f32
+                        - f16_to_f32(wb.dmin) * ab.d * summ as f32;
+                }
+                acc
+            }
+        };
     }
 
-    /// NEON twin of [`super::dot_scalar`], bit-identical to it.
-    #[target_feature(enable = "neon")]
-    pub(crate) fn dot(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
-        let low4 = vdupq_n_u8(0x0F);
-        let mut acc = 0.0f32;
-        for (wb, ab) in w.iter().zip(a) {
-            let (sc, mn) = unpack_scales(&wb.scales);
-            let mut sumi = 0i32;
-            for c in 0..4 {
-                let q = load_u8x32(&wb.qs[c]);
-                let lo = (
-                    vreinterpretq_s8_u8(vandq_u8(q.0, low4)),
-                    vreinterpretq_s8_u8(vandq_u8(q.1, low4)),
-                );
-                let hi = (
-                    vreinterpretq_s8_u8(vshrq_n_u8::<4>(q.0)),
-                    vreinterpretq_s8_u8(vshrq_n_u8::<4>(q.1)),
-                );
-                sumi += i32::from(sc[2 * c]) * sum_i8x32(lo, load_i8x32(&ab.qs[2 * c]));
-                sumi += i32::from(sc[2 * c + 1]) * sum_i8x32(hi, load_i8x32(&ab.qs[2 * c + 1]));
-            }
-            let summ = min_term(&mn, ab);
-            acc += f16_to_f32(wb.d) * ab.d * sumi as f32 - f16_to_f32(wb.dmin) * ab.d * summ as f32;
-        }
-        acc
+    kernels!("neon", widen);
+
+    /// The same kernels on SDOT (ARMv8.2 dotprod): the same exact integers, so the same bits.
+    pub(crate) mod dotprod {
+        kernels!("neon,dotprod", sdot);
     }
 }
 
@@ -453,6 +469,11 @@ mod tests {
             let (w, a) = (random_blocks(&mut r, nb), random_q8_k(&mut r, nb));
             // SAFETY: NEON is part of the aarch64 baseline.
             let simd = unsafe { neon::dot(&w, &a) };
+            if std::arch::is_aarch64_feature_detected!("dotprod") {
+                // SAFETY: dotprod was just detected.
+                let sdot = unsafe { neon::dotprod::dot(&w, &a) };
+                assert_eq!(sdot.to_bits(), simd.to_bits(), "sdot against NEON");
+            }
             assert_eq!(simd.to_bits(), dot_scalar(&w, &a).to_bits());
         }
     }

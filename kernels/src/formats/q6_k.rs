@@ -266,60 +266,74 @@ pub(crate) mod avx2 {
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon {
-    use std::arch::aarch64::*;
+    /// The NEON kernels, written once for both flavours of the exact integer dot:
+    /// `widen` (baseline NEON) and `sdot` (the dotprod extension).
+    macro_rules! kernels {
+        ($features:literal, $flavour:ident) => {
+            use std::arch::aarch64::*;
 
-    use super::{offset_term, BlockQ6K, BlockQ8K};
-    use crate::block::f16_to_f32;
-    use crate::neon::{load_i8x32, load_u8x32, sum_i8x16};
+            use crate::block::f16_to_f32;
+            use crate::formats::q6_k::{offset_term, BlockQ6K, BlockQ8K};
+            use crate::neon::$flavour::sum_i8x16;
+            use crate::neon::{load_i8x32, load_u8x32};
 
-    /// One row against `out.len()` tokens, one exact [`dot`] each (NEON gains little from
-    /// sharing the unpacking, which is a couple of instructions per block).
-    #[target_feature(enable = "neon")]
-    pub(crate) fn dot_multi(w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
-        let n = w.len();
-        for (t, o) in out.iter_mut().enumerate() {
-            *o = dot(w, &a[t * n..(t + 1) * n]);
-        }
-    }
-
-    /// NEON twin of [`super::dot_scalar`], bit-identical to it.
-    #[target_feature(enable = "neon")]
-    pub(crate) fn dot(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
-        let low4 = vdupq_n_u8(0x0F);
-        let high2 = vdupq_n_u8(0x30);
-        let mut acc = 0.0f32;
-        for (wb, ab) in w.iter().zip(a) {
-            let mut sumi = 0i32;
-            for n in 0..2 {
-                let l0 = load_u8x32(&wb.ql[2 * n]);
-                let l1 = load_u8x32(&wb.ql[2 * n + 1]);
-                let h = load_u8x32(&wb.qh[n]);
-                // The four 32-element groups of this half, each as two 16-element sub-blocks.
-                let groups = [
-                    [(l0.0, h.0), (l0.1, h.1)].map(|(l, h)| {
-                        vorrq_u8(vandq_u8(l, low4), vandq_u8(vshlq_n_u8::<4>(h), high2))
-                    }),
-                    [(l1.0, h.0), (l1.1, h.1)].map(|(l, h)| {
-                        vorrq_u8(vandq_u8(l, low4), vandq_u8(vshlq_n_u8::<2>(h), high2))
-                    }),
-                    [(l0.0, h.0), (l0.1, h.1)]
-                        .map(|(l, h)| vorrq_u8(vshrq_n_u8::<4>(l), vandq_u8(h, high2))),
-                    [(l1.0, h.0), (l1.1, h.1)].map(|(l, h)| {
-                        vorrq_u8(vshrq_n_u8::<4>(l), vandq_u8(vshrq_n_u8::<2>(h), high2))
-                    }),
-                ];
-                for (k, codes) in groups.iter().enumerate() {
-                    let act = load_i8x32(&ab.qs[4 * n + k]);
-                    let s = 8 * n + 2 * k;
-                    let lo = sum_i8x16(vreinterpretq_s8_u8(codes[0]), act.0);
-                    let hi = sum_i8x16(vreinterpretq_s8_u8(codes[1]), act.1);
-                    sumi += i32::from(wb.scales[s]) * lo + i32::from(wb.scales[s + 1]) * hi;
+            /// One row against `out.len()` tokens, one exact [`dot`] each (NEON gains little from
+            /// sharing the unpacking, which is a couple of instructions per block).
+            #[target_feature(enable = $features)]
+            pub(crate) fn dot_multi(w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
+                let n = w.len();
+                for (t, o) in out.iter_mut().enumerate() {
+                    *o = dot(w, &a[t * n..(t + 1) * n]);
                 }
             }
-            sumi -= offset_term(&wb.scales, ab);
-            acc += f16_to_f32(wb.d) * ab.d * sumi as f32;
-        }
-        acc
+
+            /// NEON twin of the scalar `dot_scalar`, bit-identical to it.
+            #[target_feature(enable = $features)]
+            pub(crate) fn dot(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
+                let low4 = vdupq_n_u8(0x0F);
+                let high2 = vdupq_n_u8(0x30);
+                let mut acc = 0.0f32;
+                for (wb, ab) in w.iter().zip(a) {
+                    let mut sumi = 0i32;
+                    for n in 0..2 {
+                        let l0 = load_u8x32(&wb.ql[2 * n]);
+                        let l1 = load_u8x32(&wb.ql[2 * n + 1]);
+                        let h = load_u8x32(&wb.qh[n]);
+                        // The four 32-element groups of this half, each as two 16-element sub-blocks.
+                        let groups = [
+                            [(l0.0, h.0), (l0.1, h.1)].map(|(l, h)| {
+                                vorrq_u8(vandq_u8(l, low4), vandq_u8(vshlq_n_u8::<4>(h), high2))
+                            }),
+                            [(l1.0, h.0), (l1.1, h.1)].map(|(l, h)| {
+                                vorrq_u8(vandq_u8(l, low4), vandq_u8(vshlq_n_u8::<2>(h), high2))
+                            }),
+                            [(l0.0, h.0), (l0.1, h.1)]
+                                .map(|(l, h)| vorrq_u8(vshrq_n_u8::<4>(l), vandq_u8(h, high2))),
+                            [(l1.0, h.0), (l1.1, h.1)].map(|(l, h)| {
+                                vorrq_u8(vshrq_n_u8::<4>(l), vandq_u8(vshrq_n_u8::<2>(h), high2))
+                            }),
+                        ];
+                        for (k, codes) in groups.iter().enumerate() {
+                            let act = load_i8x32(&ab.qs[4 * n + k]);
+                            let s = 8 * n + 2 * k;
+                            let lo = sum_i8x16(vreinterpretq_s8_u8(codes[0]), act.0);
+                            let hi = sum_i8x16(vreinterpretq_s8_u8(codes[1]), act.1);
+                            sumi += i32::from(wb.scales[s]) * lo + i32::from(wb.scales[s + 1]) * hi;
+                        }
+                    }
+                    sumi -= offset_term(&wb.scales, ab);
+                    acc += f16_to_f32(wb.d) * ab.d * sumi as f32;
+                }
+                acc
+            }
+        };
+    }
+
+    kernels!("neon", widen);
+
+    /// The same kernels on SDOT (ARMv8.2 dotprod): the same exact integers, so the same bits.
+    pub(crate) mod dotprod {
+        kernels!("neon,dotprod", sdot);
     }
 }
 
@@ -426,6 +440,11 @@ mod tests {
             let (w, a) = (random_blocks(&mut r, nb), random_q8_k(&mut r, nb));
             // SAFETY: NEON is part of the aarch64 baseline.
             let simd = unsafe { neon::dot(&w, &a) };
+            if std::arch::is_aarch64_feature_detected!("dotprod") {
+                // SAFETY: dotprod was just detected.
+                let sdot = unsafe { neon::dotprod::dot(&w, &a) };
+                assert_eq!(sdot.to_bits(), simd.to_bits(), "sdot against NEON");
+            }
             assert_eq!(simd.to_bits(), dot_scalar(&w, &a).to_bits());
         }
     }

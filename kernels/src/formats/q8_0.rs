@@ -139,35 +139,58 @@ pub(crate) mod avx2 {
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon {
-    use super::{BlockQ8_0, BlockQ8_1};
-    use crate::block::f16_to_f32;
-    use crate::neon::{load_i8x32, sum_i8x32};
+    /// The NEON kernels, written once for both flavours of the exact integer dot:
+    /// `widen` (baseline NEON) and `sdot` (the dotprod extension).
+    macro_rules! kernels {
+        ($features:literal, $flavour:ident) => {
+            use crate::block::f16_to_f32;
+            use crate::formats::q8_0::{BlockQ8_0, BlockQ8_1};
+            use crate::neon::load_i8x32;
+            use crate::neon::$flavour::sum_i8x32;
 
-    /// Many rows against one token (decode): one exact [`dot`] each.
-    #[target_feature(enable = "neon")]
-    pub(crate) fn dot_rows(w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
-        crate::formats::each_row(|w, a| dot(w, a), w, a, out)
+            /// Many rows against one token (decode): one exact [`dot`] each.
+            #[target_feature(enable = $features)]
+            pub(crate) fn dot_rows(w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
+                // The loop of `formats::each_row`, inline: a closure would not carry this
+                // function's target features to `dot`.
+                let n = a.len();
+                if n == 0 {
+                    out.fill(0.0);
+                    return;
+                }
+                for (o, row) in out.iter_mut().zip(w.chunks_exact(n)) {
+                    *o = dot(row, a);
+                }
+            }
+
+            /// One row against `out.len()` tokens, one exact [`dot`] each (NEON gains little from
+            /// sharing the unpacking, which is a couple of instructions per block).
+            #[target_feature(enable = $features)]
+            pub(crate) fn dot_multi(w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
+                let n = w.len();
+                for (t, o) in out.iter_mut().enumerate() {
+                    *o = dot(w, &a[t * n..(t + 1) * n]);
+                }
+            }
+
+            /// NEON twin of the scalar `dot_scalar`, bit-identical to it.
+            #[target_feature(enable = $features)]
+            pub(crate) fn dot(w: &[BlockQ8_0], a: &[BlockQ8_1]) -> f32 {
+                let mut acc = 0.0f32;
+                for (wb, ab) in w.iter().zip(a) {
+                    let sumi = sum_i8x32(load_i8x32(&wb.qs), load_i8x32(&ab.qs));
+                    acc += f16_to_f32(wb.d) * ab.d * sumi as f32;
+                }
+                acc
+            }
+        };
     }
 
-    /// One row against `out.len()` tokens, one exact [`dot`] each (NEON gains little from
-    /// sharing the unpacking, which is a couple of instructions per block).
-    #[target_feature(enable = "neon")]
-    pub(crate) fn dot_multi(w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
-        let n = w.len();
-        for (t, o) in out.iter_mut().enumerate() {
-            *o = dot(w, &a[t * n..(t + 1) * n]);
-        }
-    }
+    kernels!("neon", widen);
 
-    /// NEON twin of [`super::dot_scalar`], bit-identical to it.
-    #[target_feature(enable = "neon")]
-    pub(crate) fn dot(w: &[BlockQ8_0], a: &[BlockQ8_1]) -> f32 {
-        let mut acc = 0.0f32;
-        for (wb, ab) in w.iter().zip(a) {
-            let sumi = sum_i8x32(load_i8x32(&wb.qs), load_i8x32(&ab.qs));
-            acc += f16_to_f32(wb.d) * ab.d * sumi as f32;
-        }
-        acc
+    /// The same kernels on SDOT (ARMv8.2 dotprod): the same exact integers, so the same bits.
+    pub(crate) mod dotprod {
+        kernels!("neon,dotprod", sdot);
     }
 }
 
@@ -235,6 +258,11 @@ mod tests {
             let (w, a) = (random_blocks(&mut r, nb), random_q8_1(&mut r, nb));
             // SAFETY: NEON is part of the aarch64 baseline.
             let simd = unsafe { neon::dot(&w, &a) };
+            if std::arch::is_aarch64_feature_detected!("dotprod") {
+                // SAFETY: dotprod was just detected.
+                let sdot = unsafe { neon::dotprod::dot(&w, &a) };
+                assert_eq!(sdot.to_bits(), simd.to_bits(), "sdot against NEON");
+            }
             assert_eq!(simd.to_bits(), dot_scalar(&w, &a).to_bits());
         }
     }
