@@ -234,7 +234,7 @@ fn packed(c: &mut Criterion) {
 }
 
 /// Decode at the target size: the layers of the Llama-3.2-3B shape (Q4_0, repacked as the
-/// engine runs them) and a slice of its Q6_K output matrix, hundreds of megabytes so every
+/// engine runs them), a slice of its Q6_K output matrix and the same rows as Q4_K, hundreds of megabytes so every
 /// byte comes from memory. Throughput against `cargo bench -p kostant-kernels --bench stream`
 /// is the kernels' share of the machine's read bandwidth:
 /// `cargo bench -p kostant-kernels --bench matvec -- decode_3b`.
@@ -260,6 +260,8 @@ fn decode_3b(c: &mut Criterion) {
     let layers: usize = mats.iter().map(|p| p.bytes()).sum();
     let head_rows = 16384;
     let head = matrix(GgmlType::Q6_K, head_rows, embd, 99);
+    // The same rows as Q4_K (read in the GGUF layout: `kostant synth --quant Q4_K` models).
+    let head_q4_k = matrix(GgmlType::Q4_K, head_rows, embd, 98);
     let x = data(ff, 3);
     let mut out = vec![0.0f32; head_rows.max(ff)];
 
@@ -289,6 +291,15 @@ fn decode_3b(c: &mut Criterion) {
             pool.install(|| {
                 b.iter(|| {
                     let w = Weights::new(GgmlType::Q6_K, &head, head_rows, embd).unwrap();
+                    matmul(&w, &x[..embd], 1, &mut out[..head_rows]).unwrap();
+                })
+            })
+        });
+        group.throughput(Throughput::Bytes(head_q4_k.len() as u64));
+        group.bench_function(format!("q4_k_rows/t{threads}"), |b| {
+            pool.install(|| {
+                b.iter(|| {
+                    let w = Weights::new(GgmlType::Q4_K, &head_q4_k, head_rows, embd).unwrap();
                     matmul(&w, &x[..embd], 1, &mut out[..head_rows]).unwrap();
                 })
             })

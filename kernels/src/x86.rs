@@ -128,11 +128,13 @@ pub(crate) use for_token_groups;
 /// was best (1 thread +8-10%, 2 threads +13-15%).
 pub(crate) const PREFETCH_BYTES: usize = 1024;
 
-/// The same for the Q6_K dot, which does more arithmetic per byte and so wants its weights
-/// asked for earlier. Measured with `cargo bench -p kostant-kernels --bench matvec --
-/// decode_3b/q6_k` (a 16384 x 3072 slice of the 3B output matrix), three interleaved rounds:
-/// none 6.9 / 11.1 GiB/s at 1 / 2 threads, 1024 bytes 8.1 / 14.1, 2048 bytes 8.8 / 15.7.
-pub(crate) const Q6_K_PREFETCH_BYTES: usize = 2048;
+/// The same for the K-quant dots (Q4_K, Q6_K), which read the GGUF layout and do more
+/// arithmetic per byte, and so want their weights asked for earlier. Measured with `cargo bench
+/// -p kostant-kernels --bench matvec -- decode_3b` (16384 x 3072 slices of a 3B output matrix),
+/// GiB/s at 1 / 2 threads: Q6_K (three interleaved rounds) none 6.9 / 11.1, 1024 bytes
+/// 8.1 / 14.1, 2048 bytes 8.8 / 15.7; Q4_K (alternating) none 6.6 / 12.7 and 6.5 / 12.5,
+/// 2048 bytes 8.5 / 16.5 and 9.2 / 16.2.
+pub(crate) const K_QUANT_PREFETCH_BYTES: usize = 2048;
 
 /// Asks for the cache lines [`PREFETCH_BYTES`] past the start of `block`, as many as the block
 /// spans. A hint only: an address past the end of the weights is never dereferenced.

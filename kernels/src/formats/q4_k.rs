@@ -241,6 +241,9 @@ pub(crate) mod avx2 {
         let mut acc = _mm256_setzero_ps();
         let mut acc_m = _mm_setzero_ps();
         for (wb, ab) in w.iter().zip(a) {
+            // Read in the GGUF layout straight from memory in decode: ask for it ahead, as the
+            // Q6_K dot does.
+            crate::x86::prefetch_ahead_by::<{ crate::x86::K_QUANT_PREFETCH_BYTES }, _>(wb);
             let (d, dmin) = f16x2_to_f32(wb.d_dmin_bytes());
             let (sc, mn) = unpack_scales(&wb.scales);
             // Minimum term: lane k = m[2k]·(b[4k]+b[4k+1]) + m[2k+1]·(b[4k+2]+b[4k+3]).

@@ -216,7 +216,7 @@ pub(crate) mod avx2 {
         let mut acc = _mm256_setzero_ps();
         for (wb, ab) in w.iter().zip(a) {
             // Decode streams the (tied) output matrix from memory: ask for it ahead.
-            crate::x86::prefetch_ahead_by::<{ crate::x86::Q6_K_PREFETCH_BYTES }, _>(wb);
+            crate::x86::prefetch_ahead_by::<{ crate::x86::K_QUANT_PREFETCH_BYTES }, _>(wb);
             let mut sumi = _mm256_setzero_si256();
             for n in 0..2 {
                 // SAFETY: scales[8n..8n+8] is 8 readable bytes, the width of a 64-bit load.
