@@ -144,7 +144,7 @@ pub fn generate_observed(
     let taps = observer.as_ref().map(|o| o.taps()).unwrap_or_default();
 
     let start = Instant::now();
-    let (mut logits, reused, states) = session.prefill_tapped(&req.prompt, &taps)?;
+    let (mut logits, reused, mut states) = session.prefill_tapped(&req.prompt, &taps)?;
     let prefill_ms = ms_since(start);
     let mut stats = GenerationStats {
         prompt_tokens: req.prompt.len(),
@@ -189,8 +189,7 @@ pub fn generate_observed(
             tokens.push(id);
             history.push(id);
             let text = decoder.push(id);
-            let (next, states) = session.step_tapped(id, &taps)?;
-            logits = next;
+            session.step_tapped_into(id, &taps, &mut logits, &mut states)?;
             reply.push_str(&text);
             if o.token(id, &text, &states).is_break() {
                 break StopReason::Observer;

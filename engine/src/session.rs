@@ -118,10 +118,11 @@ impl Session {
 
         let mut logits = Vec::new();
         let mut states = vec![Vec::new(); taps.len()];
+        let mut part = Vec::new();
         for chunk in prompt[reuse..].chunks(PREFILL_CHUNK) {
-            let s = self.run(chunk, taps, &mut logits)?;
-            for (all, part) in states.iter_mut().zip(s) {
-                all.extend_from_slice(&part);
+            self.run(chunk, taps, &mut logits, &mut part)?;
+            for (all, part) in states.iter_mut().zip(&part) {
+                all.extend_from_slice(part);
             }
         }
         Ok((logits, reuse, states))
@@ -139,16 +140,27 @@ impl Session {
     /// nothing: it is the decode loop's step.
     pub fn step_into(&mut self, token: u32, logits: &mut Vec<f32>) -> Result<()> {
         self.check_vocab(&[token])?;
-        self.run(&[token], &[], logits)?;
-        Ok(())
+        self.run(&[token], &[], logits, &mut Vec::new())
     }
 
     /// [`Session::step`] that also returns the token's hidden states at `taps`.
     pub fn step_tapped(&mut self, token: u32, taps: &[usize]) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
-        self.check_vocab(&[token])?;
-        let mut logits = Vec::new();
-        let states = self.run(&[token], taps, &mut logits)?;
+        let (mut logits, mut states) = (Vec::new(), Vec::new());
+        self.step_tapped_into(token, taps, &mut logits, &mut states)?;
         Ok((logits, states))
+    }
+
+    /// [`Session::step_tapped`] into the caller's buffers (one per tap), reused as
+    /// [`Session::step_into`] reuses `logits`: the decode step of a reply a classifier reads.
+    pub fn step_tapped_into(
+        &mut self,
+        token: u32,
+        taps: &[usize],
+        logits: &mut Vec<f32>,
+        states: &mut Vec<Vec<f32>>,
+    ) -> Result<()> {
+        self.check_vocab(&[token])?;
+        self.run(&[token], taps, logits, states)
     }
 
     /// Appends `tokens` to the cache and returns their hidden states at the layers in `taps`
@@ -199,34 +211,35 @@ impl Session {
         }
     }
 
-    /// Runs `chunk`, copies the logits after its last token into `logits` and returns the
-    /// hidden states at `taps`.
+    /// Runs `chunk`, copies the logits after its last token into `logits` and the hidden
+    /// states at `taps` into `states` (untouched when `taps` is empty).
     fn run(
         &mut self,
         chunk: &[u32],
         taps: &[usize],
         logits: &mut Vec<f32>,
-    ) -> Result<Vec<Vec<f32>>> {
+        states: &mut Vec<Vec<f32>>,
+    ) -> Result<()> {
         let before = self.kv.len();
         // On a pool worker the pass's matmuls split their rows in place instead of waking the
         // pool from outside on every call (about 5 ms a token at 2 threads, measured).
         let (model, kv, ws) = (&self.model, &mut self.kv, &mut self.ws);
         let result = kostant_kernels::in_pool(|| {
-            let (l, states) = match taps {
-                [] => (forward(model, kv, chunk, ws)?, Vec::new()),
-                _ => forward_tapped(model, kv, chunk, taps, ws)?,
+            let l = match taps {
+                [] => forward(model, kv, chunk, ws)?,
+                _ => forward_tapped(model, kv, chunk, taps, ws, states)?,
             };
             if logits.len() != l.len() {
                 logits.clear();
                 logits.resize(l.len(), 0.0);
             }
             logits.copy_from_slice(l);
-            Ok(states)
+            Ok(())
         });
         match result {
-            Ok(out) => {
+            Ok(()) => {
                 self.tokens.extend_from_slice(chunk);
-                Ok(out)
+                Ok(())
             }
             Err(e) => {
                 // A failed pass may have written some layers; drop them so the cache and

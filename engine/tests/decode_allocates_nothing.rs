@@ -1,5 +1,6 @@
 //! Decoding a token allocates nothing: the forward pass runs in the buffers its session planned
-//! when it started, and the sampler reuses its own. Counted by a global allocator wrapper, on
+//! when it started, the sampler reuses its own, and a riding guard's hidden states are copied
+//! into buffers kept between steps. Counted by a global allocator wrapper, on
 //! a tiny random model (attention on the calling thread) and on the real default model with a
 //! context long enough that attention splits over the pool, with each kv cache type.
 //!
@@ -50,12 +51,14 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 /// Allocations made by `steps` sampled decode steps after a prompt of `prompt_len` tokens and
-/// two warm-up steps (the first step after a prompt resizes the buffers to one token).
+/// two warm-up steps (the first step after a prompt resizes the buffers to one token). With
+/// `taps`, each step also hands out the token's hidden states there, as for a riding guard.
 fn allocations_while_decoding(
     model: &Arc<Model>,
     kv: KvType,
     prompt_len: usize,
     steps: usize,
+    taps: &[usize],
 ) -> usize {
     let n_vocab = model.hparams.n_vocab as u32;
     let prompt: Vec<u32> = (0..prompt_len as u32)
@@ -77,10 +80,18 @@ fn allocations_while_decoding(
     // The whole loop on one pool worker, as a step runs: entering the pool from outside is
     // rayon's own business, not the forward pass's.
     kostant_kernels::in_pool(|| {
+        let mut states = Vec::new();
         let mut step = |history: &mut Vec<u32>, logits: &mut Vec<f32>| {
             let id = sampler.sample(logits, history);
             history.push(id);
-            session.step_into(id, logits).unwrap();
+            if taps.is_empty() {
+                session.step_into(id, logits).unwrap();
+            } else {
+                session
+                    .step_tapped_into(id, taps, logits, &mut states)
+                    .unwrap();
+                assert_eq!(states.len(), taps.len());
+            }
         };
         for _ in 0..2 {
             step(&mut history, &mut logits);
@@ -113,11 +124,15 @@ fn a_decode_step_allocates_nothing() {
     // pass splits a token's heads over the pool.
     for (name, model, prompt_len) in [("tiny", &tiny, 8), ("real", &real, 480)] {
         for kv in [KvType::F16, KvType::Q8_0] {
-            let n = allocations_while_decoding(model, kv, prompt_len, 12);
+            let n = allocations_while_decoding(model, kv, prompt_len, 12, &[]);
             assert_eq!(
                 n, 0,
                 "{name} model, {kv:?} cache: {n} allocations in 12 steps"
             );
         }
+        // A guard's taps: a middle layer and the final norm's output.
+        let taps = [1, model.hparams.n_layer];
+        let n = allocations_while_decoding(model, KvType::F16, prompt_len, 12, &taps);
+        assert_eq!(n, 0, "{name} model with taps: {n} allocations in 12 steps");
     }
 }

@@ -47,36 +47,53 @@ fn last_logits<'w>(model: &Model, ws: &'w mut Workspace) -> Result<&'w mut [f32]
     linear_into(model, &model.weights.output, normed, 1, logits)
 }
 
-/// [`forward`] that also returns, for every token run, its hidden states at the layers in
-/// `taps` (numbered as in [`forward_hidden`]). This is how a classifier rides on the chat
-/// model's own pass: the states are computed anyway, so reading them costs a copy.
+/// [`forward`] that also writes, for every token run, its hidden states at the layers in
+/// `taps` (numbered as in [`forward_hidden`]) into `out`, one buffer per tap, reusing their
+/// memory. This is how a classifier rides on the chat model's own pass: the states are computed
+/// anyway, so reading them costs a copy.
 pub fn forward_tapped<'w>(
     model: &Model,
     kv: &mut KvCache,
     tokens: &[u32],
     taps: &[usize],
     ws: &'w mut Workspace,
-) -> Result<(&'w mut [f32], Vec<Vec<f32>>)> {
+    out: &mut Vec<Vec<f32>>,
+) -> Result<&'w mut [f32]> {
     let hp = &model.hparams;
     check_taps(hp, taps)?;
-    let mut out = vec![Vec::new(); taps.len()];
+    out.resize_with(taps.len(), Vec::new);
     transformer(model, kv, tokens, hp.n_layer, ws, |l, x| {
         for (o, _) in out.iter_mut().zip(taps).filter(|(_, &t)| t == l) {
-            *o = x.to_vec();
+            o.clear();
+            o.extend_from_slice(x);
         }
     })?;
-    tap_final_norm(model, &ws.x, taps, &mut out);
-    Ok((last_logits(model, ws)?, out))
+    tap_final_norm(model, &ws.x, taps, out);
+    last_logits(model, ws)
 }
 
 /// Fills the taps numbered `n_layer`: the final RMSNorm's output for every token of `x`.
+/// Each output's memory is reused.
 fn tap_final_norm(model: &Model, x: &[f32], taps: &[usize], out: &mut [Vec<f32>]) {
     let hp = &model.hparams;
-    if taps.contains(&hp.n_layer) {
-        let mut normed = vec![0.0f32; x.len()];
-        rms_norm(x, &model.weights.output_norm, hp.rms_eps, &mut normed);
-        for (o, _) in out.iter_mut().zip(taps).filter(|(_, &t)| t == hp.n_layer) {
-            o.clone_from(&normed);
+    let mut first = None;
+    for (i, _) in taps.iter().enumerate().filter(|(_, &t)| t == hp.n_layer) {
+        match first {
+            None => {
+                rms_norm(
+                    x,
+                    &model.weights.output_norm,
+                    hp.rms_eps,
+                    sized(&mut out[i], x.len()),
+                );
+                first = Some(i);
+            }
+            // The same tap asked for twice: a copy of the first.
+            Some(f) => {
+                let normed = std::mem::take(&mut out[f]);
+                out[i].clone_from(&normed);
+                out[f] = normed;
+            }
         }
     }
 }
