@@ -286,24 +286,20 @@ fn decode_3b(c: &mut Criterion) {
                 })
             })
         });
-        group.throughput(Throughput::Bytes(head.len() as u64));
-        group.bench_function(format!("q6_k_output/t{threads}"), |b| {
-            pool.install(|| {
-                b.iter(|| {
-                    let w = Weights::new(GgmlType::Q6_K, &head, head_rows, embd).unwrap();
-                    matmul(&w, &x[..embd], 1, &mut out[..head_rows]).unwrap();
+        for (name, ty, bytes) in [
+            ("q6_k_output", GgmlType::Q6_K, &head),
+            ("q4_k_rows", GgmlType::Q4_K, &head_q4_k),
+        ] {
+            group.throughput(Throughput::Bytes(bytes.len() as u64));
+            group.bench_function(format!("{name}/t{threads}"), |b| {
+                pool.install(|| {
+                    b.iter(|| {
+                        let w = Weights::new(ty, bytes, head_rows, embd).unwrap();
+                        matmul(&w, &x[..embd], 1, &mut out[..head_rows]).unwrap();
+                    })
                 })
-            })
-        });
-        group.throughput(Throughput::Bytes(head_q4_k.len() as u64));
-        group.bench_function(format!("q4_k_rows/t{threads}"), |b| {
-            pool.install(|| {
-                b.iter(|| {
-                    let w = Weights::new(GgmlType::Q4_K, &head_q4_k, head_rows, embd).unwrap();
-                    matmul(&w, &x[..embd], 1, &mut out[..head_rows]).unwrap();
-                })
-            })
-        });
+            });
+        }
     }
     group.finish();
 }

@@ -176,28 +176,22 @@ pub(crate) mod neon {
             use crate::neon::{load_i8x32, load_u8x16};
 
             /// Many rows against one token (decode): one exact [`dot`] each.
+            #[allow(unused_unsafe)]
             #[target_feature(enable = $features)]
             pub(crate) fn dot_rows(w: &[BlockQ4_1], a: &[BlockQ8_1], out: &mut [f32]) {
-                // The loop of `formats::each_row`, inline: a closure would not carry this
-                // function's target features to `dot`.
-                let n = a.len();
-                if n == 0 {
-                    out.fill(0.0);
-                    return;
-                }
-                for (o, row) in out.iter_mut().zip(w.chunks_exact(n)) {
-                    *o = dot(row, a);
-                }
+                // SAFETY: this function runs only where its target features are enabled, and
+                // they are `dot`'s (a closure does not inherit them, hence the block; the
+                // baseline flavour's call needs none).
+                crate::formats::each_row(|w, a| unsafe { dot(w, a) }, w, a, out)
             }
 
             /// One row against `out.len()` tokens, one exact [`dot`] each (NEON gains little from
             /// sharing the unpacking, which is a couple of instructions per block).
+            #[allow(unused_unsafe)]
             #[target_feature(enable = $features)]
             pub(crate) fn dot_multi(w: &[BlockQ4_1], a: &[BlockQ8_1], out: &mut [f32]) {
-                let n = w.len();
-                for (t, o) in out.iter_mut().enumerate() {
-                    *o = dot(w, &a[t * n..(t + 1) * n]);
-                }
+                // SAFETY: as in `dot_rows`: the features are this function's.
+                crate::formats::each_token(|w, a| unsafe { dot(w, a) }, w, a, out)
             }
 
             /// NEON twin of the scalar `dot_scalar`, bit-identical to it: the same exact block integers,

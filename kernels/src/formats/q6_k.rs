@@ -279,12 +279,11 @@ pub(crate) mod neon {
 
             /// One row against `out.len()` tokens, one exact [`dot`] each (NEON gains little from
             /// sharing the unpacking, which is a couple of instructions per block).
+            #[allow(unused_unsafe)]
             #[target_feature(enable = $features)]
             pub(crate) fn dot_multi(w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
-                let n = w.len();
-                for (t, o) in out.iter_mut().enumerate() {
-                    *o = dot(w, &a[t * n..(t + 1) * n]);
-                }
+                // SAFETY: as in `dot_rows`: the features are this function's.
+                crate::formats::each_token(|w, a| unsafe { dot(w, a) }, w, a, out)
             }
 
             /// NEON twin of the scalar `dot_scalar`, bit-identical to it.
