@@ -30,6 +30,8 @@ pub enum KernelPath {
     Neon,
     /// NEON with the integer dots on SDOT (the dotprod extension, ARMv8.2 and later).
     NeonDotprod,
+    /// [`KernelPath::NeonDotprod`] with prefill's repacked Q4_0 on SMMLA (i8mm, ARMv8.6).
+    NeonI8mm,
 }
 
 impl KernelPath {
@@ -39,12 +41,16 @@ impl KernelPath {
             KernelPath::Avx2Fma => "avx2+fma",
             KernelPath::Neon => "neon",
             KernelPath::NeonDotprod => "neon+dotprod",
+            KernelPath::NeonI8mm => "neon+dotprod+i8mm",
         }
     }
 
-    /// Either NEON path (they share every kernel but the quantized weights' dots).
+    /// Any NEON path (they share every kernel but the quantized weights' dots).
     pub fn is_neon(self) -> bool {
-        matches!(self, KernelPath::Neon | KernelPath::NeonDotprod)
+        matches!(
+            self,
+            KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm
+        )
     }
 }
 
@@ -178,11 +184,11 @@ static NEON: Kernels = Kernels {
     rows_q4_0: q4_0::neon::dot_rows,
     rows_q4_1: q4_1::neon::dot_rows,
     rows_q8_0: q8_0::neon::dot_rows,
-    // Weights are only repacked where the AVX2 kernel runs; this entry serves a forced repack.
-    gemm_q4_0x8: q4x8::gemm_scalar,
+    // Only Q4_0 is repacked on NEON; the other entries serve a forced repack.
+    gemm_q4_0x8: q4x8::neon::gemm,
     gemm_q4_1x8: q4x8::gemm_scalar,
     gemm_q8_0x8: q8_0x8::gemm_scalar,
-    gemv_q4_0x8: q4x8::gemv_scalar,
+    gemv_q4_0x8: q4x8::neon::gemv,
     gemv_q4_1x8: q4x8::gemv_scalar,
     gemv_q8_0x8: q8_0x8::gemv_scalar,
 };
@@ -200,7 +206,19 @@ static NEON_DOTPROD: Kernels = Kernels {
     rows_q4_0: q4_0::neon::dotprod::dot_rows,
     rows_q4_1: q4_1::neon::dotprod::dot_rows,
     rows_q8_0: q8_0::neon::dotprod::dot_rows,
+    gemm_q4_0x8: q4x8::neon::dotprod::gemm,
+    gemv_q4_0x8: q4x8::neon::dotprod::gemv,
     ..NEON
+};
+
+/// [`NEON_DOTPROD`] with the repacked Q4_0 prefill on SMMLA: twice SDOT's multiply-adds per
+/// instruction, the same exact integers, so the same bits. (Decode multiplies one token, which
+/// a 2×2 matrix instruction cannot fill: it stays on SDOT.)
+#[cfg(target_arch = "aarch64")]
+static NEON_I8MM: Kernels = Kernels {
+    path: KernelPath::NeonI8mm,
+    gemm_q4_0x8: q4x8::neon::i8mm::gemm,
+    ..NEON_DOTPROD
 };
 
 /// True when the AVX2 kernels may run here.
@@ -223,6 +241,9 @@ fn best() -> &'static Kernels {
         #[cfg(target_arch = "aarch64")]
         if std::arch::is_aarch64_feature_detected!("neon") {
             if std::arch::is_aarch64_feature_detected!("dotprod") {
+                if std::arch::is_aarch64_feature_detected!("i8mm") {
+                    return &NEON_I8MM;
+                }
                 return &NEON_DOTPROD;
             }
             return &NEON;
@@ -504,14 +525,16 @@ impl GemmEntry for BlockQ8_0x8 {
 mod tests {
     use super::*;
 
-    /// Under qemu this runs twice in CI: on a CPU with dotprod and on cortex-a53 (without).
+    /// Under qemu this runs twice in CI: on qemu's `max` CPU (dotprod and i8mm) and on
+    /// cortex-a53 (neither).
     #[cfg(target_arch = "aarch64")]
     #[test]
-    fn the_neon_path_follows_the_dotprod_feature() {
-        let want = if std::arch::is_aarch64_feature_detected!("dotprod") {
-            KernelPath::NeonDotprod
-        } else {
-            KernelPath::Neon
+    fn the_neon_path_follows_the_dotprod_and_i8mm_features() {
+        use std::arch::is_aarch64_feature_detected as has;
+        let want = match (has!("dotprod"), has!("i8mm")) {
+            (true, true) => KernelPath::NeonI8mm,
+            (true, false) => KernelPath::NeonDotprod,
+            (false, _) => KernelPath::Neon,
         };
         eprintln!("kernel path on this CPU: {want}");
         assert_eq!(cpu_features().best, want);
@@ -525,6 +548,7 @@ mod tests {
             KernelPath::Avx2Fma,
             KernelPath::Neon,
             KernelPath::NeonDotprod,
+            KernelPath::NeonI8mm,
         ];
         let names: std::collections::HashSet<_> = paths.iter().map(|p| p.name()).collect();
         assert_eq!(names.len(), paths.len());

@@ -39,6 +39,7 @@ mod formats;
 mod matmul;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+pub mod norm;
 mod packed;
 mod threads;
 mod types;
@@ -50,7 +51,8 @@ mod testutil;
 
 pub use dispatch::{cpu_features, set_force_scalar, CpuFeatures, KernelPath};
 pub use error::KernelError;
-pub use matmul::matmul;
+pub use matmul::{matmul, matmul_input};
+pub use norm::Input;
 pub use packed::{matvec_fused, PackedWeights};
 pub use threads::{in_pool, init_threads};
 pub use types::{GgmlType, Weights};

@@ -20,6 +20,7 @@ use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_1::BlockQ8_1;
 use crate::formats::q8_k::BlockQ8K;
 use crate::formats::{each_row, each_token};
+use crate::norm::Input;
 use crate::{GgmlType, KernelError, PackedWeights, Weights};
 
 /// Below this much work (weight bytes times tokens) a matmul runs on the calling thread: waking
@@ -38,6 +39,17 @@ thread_local! {
     static ACT_Q8_K: Cell<Vec<BlockQ8K>> = const { Cell::new(Vec::new()) };
     static SCRATCH: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
     static ACT_SUMS: Cell<Vec<i32>> = const { Cell::new(Vec::new()) };
+    // Normalised rows for the float formats, which multiply f32 activations and so cannot
+    // normalise them on the way into a quantizer.
+    static NORMED: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+}
+
+/// Floats [`Input::materialize`] writes: none for rows as they are.
+fn normed_len(x: &Input) -> usize {
+    match x {
+        Input::Rows(_) => 0,
+        Input::RmsNormed { rows, .. } => rows.len(),
+    }
 }
 
 /// Runs `f` on a thread-local buffer of at least `len` elements (contents unspecified).
@@ -81,8 +93,20 @@ fn expect_len(what: &'static str, expected: usize, got: usize) -> Result<(), Ker
 /// `x` is (n_tokens, cols) row-major and `out` is (n_tokens, rows). Runs on the current rayon
 /// pool (the global one unless called inside `ThreadPool::install`).
 pub fn matmul(w: &Weights, x: &[f32], n_tokens: usize, out: &mut [f32]) -> Result<(), KernelError> {
+    matmul_input(w, Input::Rows(x), n_tokens, out)
+}
+
+/// [`matmul`] of an [`Input`]: with [`Input::RmsNormed`], each row is normalised as it is
+/// quantized (bit for bit what normalising the rows first and calling [`matmul`] gives).
+pub fn matmul_input(
+    w: &Weights,
+    input: Input,
+    n_tokens: usize,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     w.check()?;
-    expect_len("x", checked_len("x", n_tokens, w.cols)?, x.len())?;
+    expect_len("x", checked_len("x", n_tokens, w.cols)?, input.rows().len())?;
+    input.check(w.cols)?;
     expect_len("out", checked_len("out", n_tokens, w.rows)?, out.len())?;
     if out.is_empty() {
         return Ok(());
@@ -98,6 +122,7 @@ pub fn matmul(w: &Weights, x: &[f32], n_tokens: usize, out: &mut [f32]) -> Resul
         work: w.data.len().saturating_mul(n_tokens),
     };
     let cols = w.cols;
+    let x = input;
     match w.ty {
         GgmlType::F32 => {
             // GGUF aligns tensor data, so the bytes can almost always be viewed as f32 in
@@ -116,29 +141,33 @@ pub fn matmul(w: &Weights, x: &[f32], n_tokens: usize, out: &mut [f32]) -> Resul
                     .collect();
                 &copied
             };
-            run(
-                wf,
-                cols,
-                x,
-                cols,
-                shape,
-                out,
-                |w, a, o| each_token(|w, a| k.dot_f32(w, a), w, a, o),
-                |w, a, o| each_row(|w, a| k.dot_f32(w, a), w, a, o),
-            );
+            with_buffer(&NORMED, normed_len(&x), |buf| {
+                run(
+                    wf,
+                    cols,
+                    x.materialize(cols, buf),
+                    cols,
+                    shape,
+                    out,
+                    |w, a, o| each_token(|w, a| k.dot_f32(w, a), w, a, o),
+                    |w, a, o| each_row(|w, a| k.dot_f32(w, a), w, a, o),
+                )
+            });
         }
         GgmlType::F16 => {
             let wh = cast_blocks::<F16>(w.data);
-            run(
-                wh,
-                cols,
-                x,
-                cols,
-                shape,
-                out,
-                |w, a, o| each_token(|w, a| k.dot_f16(w, a), w, a, o),
-                |w, a, o| each_row(|w, a| k.dot_f16(w, a), w, a, o),
-            );
+            with_buffer(&NORMED, normed_len(&x), |buf| {
+                run(
+                    wh,
+                    cols,
+                    x.materialize(cols, buf),
+                    cols,
+                    shape,
+                    out,
+                    |w, a, o| each_token(|w, a| k.dot_f16(w, a), w, a, o),
+                    |w, a, o| each_row(|w, a| k.dot_f16(w, a), w, a, o),
+                )
+            });
         }
         GgmlType::Q4_0 => quantized_matmul::<BlockQ4_0, _>(
             k,
@@ -233,7 +262,7 @@ fn quantized_matmul<B: ByteBlock, A: Copy + Default + Send + Sync>(
     k: &'static Kernels,
     acts: &Activations<A>,
     w: &Weights,
-    x: &[f32],
+    x: Input,
     shape: Shape,
     out: &mut [f32],
     dot: KernelFn<B, A>,
@@ -262,23 +291,22 @@ fn quantized_matmul<B: ByteBlock, A: Copy + Default + Send + Sync>(
     });
 }
 
-/// Quantizes every token's activations; in parallel over tokens when there are several.
+/// Quantizes every token's activations (normalising them first for [`Input::RmsNormed`]); in
+/// parallel over tokens when there are several.
 fn quantize_tokens<A: Send>(
-    x: &[f32],
+    x: Input,
     cols: usize,
     act: &mut [A],
     blocks_per_token: usize,
     shape: Shape,
     quantize: impl Fn(&[f32], &mut [A]) + Sync,
 ) {
-    if shape.n_tok >= 4 && use_pool(shape) {
-        x.par_chunks(cols)
-            .zip(act.par_chunks_mut(blocks_per_token))
-            .for_each(|(x, a)| quantize(x, a));
+    if shape.n_tok >= 4 && use_pool(shape) && blocks_per_token > 0 {
+        act.par_chunks_mut(blocks_per_token)
+            .enumerate()
+            .for_each(|(t, a)| x.quantize(t..t + 1, cols, a, blocks_per_token, &quantize));
     } else {
-        // Blocks never straddle tokens (cols is a whole number of blocks), so all tokens can
-        // be quantized as one long row.
-        quantize(x, act);
+        x.quantize(0..shape.n_tok, cols, act, blocks_per_token, &quantize);
     }
 }
 
@@ -370,11 +398,12 @@ const L1_WEIGHT_BYTES: usize = 16 * 1024;
 pub(crate) fn matmul_x8<B: GemmEntry>(
     blocks: &[B],
     p: &PackedWeights,
-    x: &[f32],
+    x: Input,
     n_tokens: usize,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
-    expect_len("x", checked_len("x", n_tokens, p.cols)?, x.len())?;
+    expect_len("x", checked_len("x", n_tokens, p.cols)?, x.rows().len())?;
+    x.check(p.cols)?;
     expect_len("out", checked_len("out", n_tokens, p.rows)?, out.len())?;
     if out.is_empty() {
         return Ok(());
@@ -465,11 +494,12 @@ pub(crate) fn matmul_x8<B: GemmEntry>(
 pub(crate) fn matvec_x8_fused<B: GemmEntry>(
     blocks: &[&[B]],
     cols: usize,
-    x: &[f32],
+    x: Input,
     outs: &mut [&mut [f32]],
 ) -> Result<(), KernelError> {
     const G: usize = q4x8::ROWS;
-    expect_len("x", cols, x.len())?;
+    expect_len("x", cols, x.rows().len())?;
+    x.check(cols)?;
     let nb = cols / 32;
     let mut work = 0usize;
     for (b, o) in blocks.iter().zip(outs.iter()) {
@@ -490,7 +520,9 @@ pub(crate) fn matvec_x8_fused<B: GemmEntry>(
         work,
     };
     with_buffer(&ACT_Q8_1, nb, |act| {
-        k.quantize_q8_1(x, act);
+        x.quantize(0..1, cols, act, nb, &|x: &[f32], a: &mut [BlockQ8_1]| {
+            k.quantize_q8_1(x, a)
+        });
         with_buffer(&ACT_SUMS, nb, |sums| {
             if B::NEEDS_SUMS {
                 q4x8::activation_sums(act, sums);

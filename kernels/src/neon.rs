@@ -56,6 +56,17 @@ pub(crate) mod widen {
         vaddvq_s32(dot_i8x16(a, b))
     }
 
+    /// `acc` plus, in lane j, the products of byte pairs 4j..4j+4 summed (what SDOT computes):
+    /// the interleaved layouts keep one row's four codes per lane.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    pub(crate) fn quads_i8x16(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        // Pairs summed to i32 lanes (0+1, 2+3 | 4+5, 6+7 | …), then neighbouring lanes added.
+        let lo = vpaddlq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b)));
+        let hi = vpaddlq_s16(vmull_high_s8(a, b));
+        vaddq_s32(acc, vpaddq_s32(lo, hi))
+    }
+
     /// Exact `Σ a·b` over 32 signed byte pairs given as two halves each.
     #[inline]
     #[target_feature(enable = "neon")]
@@ -99,10 +110,56 @@ pub(crate) mod sdot {
         vaddvq_s32(dot_i8x16(a, b))
     }
 
+    /// `acc` plus, in lane j, the products of byte pairs 4j..4j+4 summed: one SDOT.
+    #[inline]
+    #[target_feature(enable = "neon,dotprod")]
+    pub(crate) fn quads_i8x16(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        let mut acc = acc;
+        // SAFETY: as in `dot_i8x16`.
+        unsafe {
+            asm!(
+                "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+                acc = inout(vreg) acc,
+                a = in(vreg) a,
+                b = in(vreg) b,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        acc
+    }
+
     /// Exact `Σ a·b` over 32 signed byte pairs given as two halves each.
     #[inline]
     #[target_feature(enable = "neon,dotprod")]
     pub(crate) fn sum_i8x32(a: (int8x16_t, int8x16_t), b: (int8x16_t, int8x16_t)) -> i32 {
         vaddvq_s32(vaddq_s32(dot_i8x16(a.0, b.0), dot_i8x16(a.1, b.1)))
+    }
+}
+
+/// SMMLA (the int8 matrix multiply of ARMv8.6, FEAT_I8MM): a 2×8 by 8×2 integer product per
+/// instruction, twice SDOT's multiply-adds. Through `asm!` because its intrinsic is not stable.
+pub(crate) mod i8mm {
+    use std::arch::aarch64::*;
+    use std::arch::asm;
+
+    /// `acc` (2×2, row-major) plus `a · bᵀ`, where `a` and `b` each hold two rows of 8 signed
+    /// bytes: lane `2i + j` gains `Σ_k a[8i + k]·b[8j + k]`.
+    #[inline]
+    #[target_feature(enable = "neon,i8mm")]
+    pub(crate) fn smmla(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        let mut acc = acc;
+        // SAFETY: SMMLA reads and writes only these vector registers (no memory, no flags), and
+        // this function only runs where i8mm is enabled (its target feature, detected at
+        // dispatch).
+        unsafe {
+            asm!(
+                "smmla {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+                acc = inout(vreg) acc,
+                a = in(vreg) a,
+                b = in(vreg) b,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        acc
     }
 }

@@ -7,6 +7,7 @@ use crate::dispatch::{kernels, KernelPath};
 use crate::formats::q4x8::{self, BlockQ4_0x8, BlockQ4_1x8, Q4x8};
 use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_0x8::{self, BlockQ8_0x8};
+use crate::norm::Input;
 use crate::{GgmlType, KernelError, Weights};
 
 enum Blocks {
@@ -25,10 +26,16 @@ pub struct PackedWeights {
 
 impl PackedWeights {
     /// Repacks `w` when this CPU has a faster kernel for it in another layout; `None` means
-    /// "use `w` as it is". Q4_0, Q4_1 and Q8_0 matrices with a multiple of 8 rows are repacked
-    /// where the AVX2 kernels run (not when the scalar kernels are forced).
+    /// "use `w` as it is". Matrices with a multiple of 8 rows are repacked where the AVX2
+    /// kernels run (Q4_0, Q4_1 and Q8_0) and where the NEON ones do (Q4_0, the one format with
+    /// NEON kernels for the interleaved layout); never when the scalar kernels are forced.
     pub fn pack(w: &Weights) -> Result<Option<PackedWeights>, KernelError> {
-        if kernels().path != KernelPath::Avx2Fma {
+        let path = kernels().path;
+        let repacked_here = match w.ty {
+            GgmlType::Q4_0 => path == KernelPath::Avx2Fma || path.is_neon(),
+            _ => path == KernelPath::Avx2Fma,
+        };
+        if !repacked_here {
             return Ok(None);
         }
         Self::pack_any_cpu(w)
@@ -73,6 +80,16 @@ impl PackedWeights {
 
     /// `out[t*rows + r] = dot(row r, x[t*cols .. (t+1)*cols])`, as [`crate::matmul`].
     pub fn matmul(&self, x: &[f32], n_tokens: usize, out: &mut [f32]) -> Result<(), KernelError> {
+        self.matmul_input(Input::Rows(x), n_tokens, out)
+    }
+
+    /// [`PackedWeights::matmul`] of an [`Input`], as [`crate::matmul_input`].
+    pub fn matmul_input(
+        &self,
+        x: Input,
+        n_tokens: usize,
+        out: &mut [f32],
+    ) -> Result<(), KernelError> {
         match &self.blocks {
             Blocks::Q4_0(b) => crate::matmul::matmul_x8(b, self, x, n_tokens, out),
             Blocks::Q4_1(b) => crate::matmul::matmul_x8(b, self, x, n_tokens, out),
@@ -90,7 +107,7 @@ const MAX_FUSED: usize = 4;
 /// instead of one per matrix. Matrices of different formats or widths are run one by one.
 pub fn matvec_fused(
     ws: &[&PackedWeights],
-    x: &[f32],
+    x: Input,
     outs: &mut [&mut [f32]],
 ) -> Result<(), KernelError> {
     if ws.len() != outs.len() {
@@ -126,7 +143,7 @@ pub fn matvec_fused(
         None => {}
     }
     for (w, out) in ws.iter().zip(outs.iter_mut()) {
-        w.matmul(x, 1, out)?;
+        w.matmul_input(x, 1, out)?;
     }
     Ok(())
 }
@@ -204,7 +221,7 @@ mod tests {
                     }
                     let refs: Vec<&PackedWeights> = ws.iter().collect();
                     let mut outs: Vec<&mut [f32]> = got.iter_mut().map(|o| &mut o[..]).collect();
-                    matvec_fused(&refs, &x, &mut outs).unwrap();
+                    matvec_fused(&refs, Input::Rows(&x), &mut outs).unwrap();
                 });
                 for (g, w) in got.iter().zip(&want) {
                     assert_eq!(bits(g), bits(w), "set {i}, {threads} threads");
@@ -224,7 +241,7 @@ mod tests {
         p.matmul(&[], 1, &mut out).unwrap();
         assert_eq!(out, [0.0; 8]);
         let mut out = [1.0f32; 8];
-        matvec_fused(&[&p], &[], &mut [&mut out[..]]).unwrap();
+        matvec_fused(&[&p], Input::Rows(&[]), &mut [&mut out[..]]).unwrap();
         assert_eq!(out, [0.0; 8]);
     }
 
@@ -232,9 +249,9 @@ mod tests {
     fn fused_matvec_rejects_a_missing_output() {
         let (_, w) = packed(GgmlType::Q4_0, 8, 64, 1);
         let mut o = [0.0; 8];
-        let err = matvec_fused(&[&w, &w], &[0.0; 64], &mut [&mut o[..]]);
+        let err = matvec_fused(&[&w, &w], Input::Rows(&[0.0; 64]), &mut [&mut o[..]]);
         assert!(err.is_err());
         let mut short = [0.0; 4];
-        assert!(matvec_fused(&[&w], &[0.0; 64], &mut [&mut short[..]]).is_err());
+        assert!(matvec_fused(&[&w], Input::Rows(&[0.0; 64]), &mut [&mut short[..]]).is_err());
     }
 }

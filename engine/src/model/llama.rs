@@ -13,7 +13,8 @@ use kostant_kernels::attention_group::{dot_f16_rows_group, weighted_sum_f16_rows
 use kostant_kernels::attention_q8::{
     dot_q8_0_rows, quantize_q8_0_kv, weighted_sum_q8_0_rows, KvBlockQ8_0, Q8_0_BLOCK,
 };
-use kostant_kernels::{dequantize_row, exp_f32, matmul, matvec_fused, PackedWeights};
+use kostant_kernels::norm::{rms_norm_row, rms_scale};
+use kostant_kernels::{dequantize_row, exp_f32, matmul_input, matvec_fused, Input, PackedWeights};
 
 use super::hparams::{HParams, RopeLayout};
 use super::weights::{LayerWeights, TensorRef};
@@ -38,12 +39,9 @@ pub fn forward<'w>(
 /// needed to pick the next token.
 fn last_logits<'w>(model: &Model, ws: &'w mut Workspace) -> Result<&'w mut [f32]> {
     let hp = &model.hparams;
-    let Workspace {
-        x, normed, logits, ..
-    } = ws;
+    let Workspace { x, logits, .. } = ws;
     let last = &x[x.len() - hp.n_embd..];
-    let normed = sized(normed, hp.n_embd);
-    rms_norm(last, &model.weights.output_norm, hp.rms_eps, normed);
+    let normed = rms_norm(last, &model.weights.output_norm, hp.rms_eps);
     linear_into(model, &model.weights.output, normed, 1, logits)
 }
 
@@ -80,7 +78,7 @@ fn tap_final_norm(model: &Model, x: &[f32], taps: &[usize], out: &mut [Vec<f32>]
     for (i, _) in taps.iter().enumerate().filter(|(_, &t)| t == hp.n_layer) {
         match first {
             None => {
-                rms_norm(
+                rms_norm_into(
                     x,
                     &model.weights.output_norm,
                     hp.rms_eps,
@@ -165,23 +163,18 @@ fn transformer(
     }
 
     let Workspace {
-        x,
-        xb,
-        angles,
-        scratch,
-        ..
+        x, angles, scratch, ..
     } = ws;
     embed(model, tokens, x)?; // (n, n_embd)
-    let xb = sized(xb, n * hp.n_embd);
-    // Every layer rotates the same positions: their angles are computed once per pass.
+                              // Every layer rotates the same positions: their angles are computed once per pass.
     model.rope.angles_for(hp, pos, n, angles);
     for (l, layer) in w.layers.iter().enumerate().take(n_layers) {
-        rms_norm(x, &layer.attn_norm, hp.rms_eps, xb);
-        let att = attention(model, layer, l, kv, xb, n, pos, angles, scratch)?;
+        let xn = rms_norm(x, &layer.attn_norm, hp.rms_eps);
+        let att = attention(model, layer, l, kv, xn, n, pos, angles, scratch)?;
         add_in_place(x, att);
 
-        rms_norm(x, &layer.ffn_norm, hp.rms_eps, xb);
-        let ffn = swiglu(model, layer, xb, n, scratch)?;
+        let xn = rms_norm(x, &layer.ffn_norm, hp.rms_eps);
+        let ffn = swiglu(model, layer, xn, n, scratch)?;
         add_in_place(x, ffn);
         after_layer(l, x);
     }
@@ -215,17 +208,18 @@ fn embed(model: &Model, tokens: &[u32], x: &mut Vec<f32>) -> Result<()> {
 
 /// y = x W^T for n tokens: (n, cols) -> (n, rows), into a buffer that is reused: resized (and
 /// so written) only when its length changes, since the matmul overwrites every element.
-fn linear_into<'a>(
+fn linear_into<'a, 'x>(
     model: &Model,
     w: &TensorRef,
-    x: &[f32],
+    x: impl Into<Input<'x>>,
     n: usize,
     out: &'a mut Vec<f32>,
 ) -> Result<&'a mut [f32]> {
+    let x = x.into();
     sized(out, n * w.rows);
     match w.packed {
-        Some(i) => model.weights.packed[i].matmul(x, n, out)?,
-        None => matmul(&w.weights(&model.file), x, n, out)?,
+        Some(i) => model.weights.packed[i].matmul_input(x, n, out)?,
+        None => matmul_input(&w.weights(&model.file), x, n, out)?,
     }
     Ok(out)
 }
@@ -237,7 +231,7 @@ fn linear_into<'a>(
 fn linear_fused<'a, const N: usize>(
     model: &Model,
     ws: [&TensorRef; N],
-    x: &[f32],
+    x: Input,
     n: usize,
     mut outs: [&'a mut Vec<f32>; N],
 ) -> Result<[&'a mut [f32]; N]> {
@@ -271,13 +265,12 @@ fn sized(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
 /// reused by every pass after it: decoding a token allocates nothing, and a prompt's megabytes
 /// of activations are not page-faulted in again layer after layer.
 pub struct Workspace {
-    /// The residual stream and its norm, (n, n_embd).
+    /// The residual stream, (n, n_embd). Its RMSNorm is never stored: the matmuls normalise
+    /// each row as they quantize it.
     x: Vec<f32>,
-    xb: Vec<f32>,
     angles: Angles,
     scratch: Scratch,
-    /// The last position's final norm and its logits.
-    normed: Vec<f32>,
+    /// The last position's logits.
     logits: Vec<f32>,
 }
 
@@ -292,7 +285,6 @@ impl Workspace {
         let head = || HeadScratch::planned(hp, n_ctx);
         Workspace {
             x: with(n * hp.n_embd),
-            xb: with(n * hp.n_embd),
             angles: Angles {
                 half: hp.rope_dims / 2,
                 cos: with(n * (hp.rope_dims / 2)),
@@ -311,7 +303,6 @@ impl Workspace {
                 head: head(),
                 per_thread: (0..threads.max(1)).map(|_| head()).collect(),
             },
-            normed: with(hp.n_embd),
             logits: with(hp.n_vocab),
         }
     }
@@ -320,10 +311,10 @@ impl Workspace {
     pub fn planned_bytes(hp: &HParams, max_tokens: usize, n_ctx: usize, threads: usize) -> usize {
         let n = max_tokens.max(1);
         let q_dim = hp.n_head * hp.head_dim;
-        // x, xb, att, ffn; q, heads; k, v; gate, up, exp; cos, sin
+        // x, att, ffn; q, heads; k, v; gate, up, exp; cos, sin
         let per_token =
-            4 * hp.n_embd + 2 * q_dim + 2 * hp.kv_dim() + 3 * hp.n_ff + 2 * (hp.rope_dims / 2);
-        let floats = n * per_token + hp.n_embd + hp.n_vocab;
+            3 * hp.n_embd + 2 * q_dim + 2 * hp.kv_dim() + 3 * hp.n_ff + 2 * (hp.rope_dims / 2);
+        let floats = n * per_token + hp.n_vocab;
         4 * floats + (1 + threads.max(1)) * HeadScratch::planned_bytes(hp, n_ctx)
     }
 
@@ -333,7 +324,6 @@ impl Workspace {
         let s = &self.scratch;
         let floats = [
             &self.x,
-            &self.xb,
             &self.angles.cos,
             &self.angles.sin,
             &s.q,
@@ -345,7 +335,6 @@ impl Workspace {
             &s.up,
             &s.ffn,
             &s.exp,
-            &self.normed,
             &self.logits,
         ]
         .iter()
@@ -376,19 +365,22 @@ struct Scratch {
     per_thread: Vec<HeadScratch>,
 }
 
-/// RMSNorm (Zhang & Sennrich 2019) of each row of `x`, scaled by `weight`.
-fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+/// RMSNorm (Zhang & Sennrich 2019) of each row of `x`, scaled by `weight`, as the next
+/// matmuls' input: they normalise each row as they quantize it, so the normalised rows are
+/// never stored (kernels' `norm` module).
+fn rms_norm<'a>(x: &'a [f32], weight: &'a [f32], eps: f32) -> Input<'a> {
+    Input::RmsNormed {
+        rows: x,
+        weight,
+        eps,
+    }
+}
+
+/// [`rms_norm`] written out, for a reader of the normalised rows themselves (the guard's tap
+/// after the final norm).
+fn rms_norm_into(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let d = weight.len();
-    let one = |(row, o): (&[f32], &mut [f32])| {
-        // Squares summed in f64, as llama.cpp does: the mean is then exact to f32 precision
-        // whatever the order, so both engines feed identical activations to the next matmul.
-        let sum_sq: f64 = row.iter().map(|&v| (v * v) as f64).sum();
-        let mean_sq = (sum_sq / d as f64) as f32;
-        let scale = 1.0 / (mean_sq + eps).sqrt();
-        for ((o, &v), &g) in o.iter_mut().zip(row).zip(weight) {
-            *o = v * scale * g;
-        }
-    };
+    let one = |(row, o): (&[f32], &mut [f32])| rms_norm_row(row, weight, rms_scale(row, eps), o);
     if x.len() >= PAR_MIN_ELEMENTS {
         x.par_chunks_exact(d)
             .zip(out.par_chunks_exact_mut(d))
@@ -492,7 +484,7 @@ fn attention<'s>(
     layer: &LayerWeights,
     l: usize,
     kv: &mut KvCache,
-    xb: &[f32],
+    xn: Input,
     n: usize,
     pos: usize,
     angles: &Angles,
@@ -512,7 +504,7 @@ fn attention<'s>(
     } = scratch;
 
     // (n, n_head * head_dim), (n, n_head_kv * head_dim) twice
-    let [q, k, v] = linear_fused(model, [&layer.wq, &layer.wk, &layer.wv], xb, n, [q, k, v])?;
+    let [q, k, v] = linear_fused(model, [&layer.wq, &layer.wk, &layer.wv], xn, n, [q, k, v])?;
     add_bias(q, layer.bq.as_deref());
     add_bias(k, layer.bk.as_deref());
     add_bias(v, layer.bv.as_deref());
@@ -707,14 +699,14 @@ fn softmax(x: &mut [f32]) {
 fn swiglu<'s>(
     model: &Model,
     layer: &LayerWeights,
-    xb: &[f32],
+    xn: Input,
     n: usize,
     scratch: &'s mut Scratch,
 ) -> Result<&'s [f32]> {
     let Scratch {
         gate, up, ffn, exp, ..
     } = scratch;
-    let [gate, up] = linear_fused(model, [&layer.w_gate, &layer.w_up], xb, n, [gate, up])?; // (n, n_ff)
+    let [gate, up] = linear_fused(model, [&layer.w_gate, &layer.w_up], xn, n, [gate, up])?; // (n, n_ff)
     silu_mul(gate, up, exp);
     Ok(linear_into(model, &layer.w_down, gate, n, ffn)?)
 }

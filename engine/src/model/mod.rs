@@ -48,6 +48,13 @@ pub struct Model {
     pub(crate) file: Gguf,
 }
 
+/// Bytes per token a kernel thread keeps for a matmul's input: its activations quantized, about
+/// a byte per value of the widest input (n_ff or the attention width), or, for float weights,
+/// the normalised input rows, 4 bytes per value of n_embd.
+fn act_bytes_per_token(hp: &HParams) -> usize {
+    hp.n_ff.max(hp.n_head * hp.head_dim).max(4 * hp.n_embd)
+}
+
 impl Model {
     /// Maps and validates a GGUF file. Nothing is dequantized: the weights are used in place.
     pub fn load(path: &Path) -> Result<Arc<Model>> {
@@ -150,12 +157,12 @@ impl Model {
         let weights = self.weight_bytes_per_token() - w.token_embd.size / w.token_embd.rows + embd;
         let kv = KvCache::planned_bytes(hp.n_layer, hp.kv_dim(), n_ctx, kv_type);
         // The session's planned buffers for one prefill chunk, and the activations quantized
-        // for the matmuls (about a byte per value, kept by each kernel thread).
+        // for the matmuls (about a byte per value, kept by each kernel thread; float weights
+        // keep their normalised input rows instead, 4 bytes per value).
         let chunk = crate::session::PREFILL_CHUNK.min(n_ctx);
-        let q_dim = hp.n_head * hp.head_dim;
         let threads = rayon::current_num_threads();
         let scratch =
-            Workspace::planned_bytes(hp, chunk, n_ctx, threads) + chunk * hp.n_ff.max(q_dim);
+            Workspace::planned_bytes(hp, chunk, n_ctx, threads) + chunk * act_bytes_per_token(hp);
         MemoryPlan {
             weights,
             kv,
@@ -230,10 +237,7 @@ mod tests {
         );
         // The scratch is what a session reserves, plus the matmuls' quantized activations.
         let ws = Workspace::plan(hp, 128, 128, rayon::current_num_threads());
-        assert_eq!(
-            plan.scratch,
-            ws.bytes() + 128 * hp.n_ff.max(hp.n_head * hp.head_dim)
-        );
+        assert_eq!(plan.scratch, ws.bytes() + 128 * act_bytes_per_token(hp));
         assert_eq!(plan.total(), plan.weights + plan.kv + plan.scratch);
         // The context is capped at the model's training context, as a session caps it.
         assert_eq!(model.memory_plan(1 << 20).n_ctx, hp.n_ctx_train);

@@ -400,6 +400,229 @@ pub(crate) mod avx2 {
     }
 }
 
+/// The Q4_0 kernels on aarch64, in the same interleaved layout: one 16-byte load holds four
+/// rows' four codes each, which is SDOT's shape (four adjacent byte products summed per lane),
+/// so the unpacked codes meet the activations without a shuffle. Each block's integers are
+/// exact, then scaled and added in block order as in [`super::gemm_scalar`]: bit for bit the
+/// reference. (Q4_1 and Q8_0 stay in the GGUF layout here: their sums follow ggml's lanes.)
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon {
+    /// Written once for both flavours of the four-byte dot: `widen` (baseline NEON) and `sdot`.
+    macro_rules! kernels {
+        ($features:literal, $flavour:ident) => {
+            use std::arch::aarch64::*;
+
+            use crate::formats::q4x8::{BlockQ4_0x8, BlockQ8_1, MAX_TOKENS, ROWS};
+            use crate::neon::$flavour::quads_i8x16;
+
+            /// [`crate::formats::q4x8::gemv_scalar`] for Q4_0: every group of 8 rows against one token.
+            #[target_feature(enable = $features)]
+            pub(crate) fn gemv(w: &[BlockQ4_0x8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+                for (wg, o) in w.chunks_exact(a.len()).zip(out.chunks_exact_mut(ROWS)) {
+                    gemm_n::<1>(wg, a, sums, o);
+                }
+            }
+
+            /// [`crate::formats::q4x8::gemm_scalar`] for Q4_0: one group, up to [`MAX_TOKENS`] tokens.
+            #[target_feature(enable = $features)]
+            pub(crate) fn gemm(w: &[BlockQ4_0x8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+                match out.len() / ROWS {
+                    0 => {}
+                    1 => gemm_n::<1>(w, a, sums, out),
+                    2 => gemm_n::<2>(w, a, sums, out),
+                    3 => gemm_n::<3>(w, a, sums, out),
+                    _ => gemm_n::<4>(w, a, sums, out),
+                }
+            }
+
+            #[inline]
+            #[target_feature(enable = $features)]
+            pub(crate) fn gemm_n<const T: usize>(
+                w: &[BlockQ4_0x8],
+                a: &[BlockQ8_1],
+                sums: &[i32],
+                out: &mut [f32],
+            ) {
+                const { assert!(T <= MAX_TOKENS) };
+                let nb = w.len();
+                assert!(a.len() >= T * nb && sums.len() >= T * nb && out.len() >= T * ROWS);
+                let low4 = vdupq_n_u8(0x0F);
+                // acc[t]: rows 0..4 and 4..8 of token t.
+                let mut acc = [[vdupq_n_f32(0.0); 2]; T];
+                for (b, wb) in w.iter().enumerate() {
+                    let d = crate::formats::q4x8::neon::scales(&wb.d);
+                    // v[j]: codes of quad j (elements 4j.. for j < 4, 16 + 4(j-4).. after),
+                    // rows 0..4 then rows 4..8, four codes to a lane.
+                    let mut v = [[vdupq_n_s8(0); 2]; 8];
+                    for k in 0..4 {
+                        for h in 0..2 {
+                            // SAFETY: 32k + 16h + 16 <= 128, the length of `qs`.
+                            let l = unsafe { vld1q_u8(wb.qs.as_ptr().add(32 * k + 16 * h)) };
+                            v[k][h] = vreinterpretq_s8_u8(vandq_u8(l, low4));
+                            v[k + 4][h] = vreinterpretq_s8_u8(vshrq_n_u8::<4>(l));
+                        }
+                    }
+                    for (t, acc) in acc.iter_mut().enumerate() {
+                        // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= a.len(), sums.len().
+                        let (ab, s) = unsafe {
+                            (a.get_unchecked(t * nb + b), *sums.get_unchecked(t * nb + b))
+                        };
+                        let mut sumi = [vdupq_n_s32(0); 2];
+                        for (j, v) in v.iter().enumerate() {
+                            let at = if j < 4 { 4 * j } else { 16 + 4 * (j - 4) };
+                            // SAFETY: at + 4 <= 32, the activation block's length.
+                            let four =
+                                unsafe { ab.qs.as_ptr().add(at).cast::<i32>().read_unaligned() };
+                            let four = vreinterpretq_s8_s32(vdupq_n_s32(four));
+                            sumi[0] = quads_i8x16(sumi[0], v[0], four);
+                            sumi[1] = quads_i8x16(sumi[1], v[1], four);
+                        }
+                        let dd = (vmulq_n_f32(d.0, ab.d), vmulq_n_f32(d.1, ab.d));
+                        // Q4_0's offset: Σ (q - 8)·a = Σ q·a - 8·Σ a.
+                        let off = vdupq_n_s32(8 * s);
+                        let s0 = vcvtq_f32_s32(vsubq_s32(sumi[0], off));
+                        let s1 = vcvtq_f32_s32(vsubq_s32(sumi[1], off));
+                        acc[0] = vaddq_f32(acc[0], vmulq_f32(dd.0, s0));
+                        acc[1] = vaddq_f32(acc[1], vmulq_f32(dd.1, s1));
+                    }
+                }
+                for (t, acc) in acc.iter().enumerate() {
+                    // SAFETY: 8t + 8 <= T·8 <= out.len() (asserted above).
+                    unsafe {
+                        vst1q_f32(out.as_mut_ptr().add(ROWS * t), acc[0]);
+                        vst1q_f32(out.as_mut_ptr().add(ROWS * t + 4), acc[1]);
+                    }
+                }
+            }
+        };
+    }
+
+    kernels!("neon", widen);
+
+    /// The same kernels on SDOT: the same exact integers, so the same bits.
+    pub(crate) mod dotprod {
+        kernels!("neon,dotprod", sdot);
+    }
+
+    /// The 8 rows' scales as f32, rows 0..4 and 4..8.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    pub(crate) fn scales(
+        d: &[[u8; 2]; super::ROWS],
+    ) -> (
+        std::arch::aarch64::float32x4_t,
+        std::arch::aarch64::float32x4_t,
+    ) {
+        use std::arch::aarch64::vld1q_f32;
+        let d = d.map(crate::block::f16_to_f32);
+        // SAFETY: d is 8 f32s; each load reads 4 of them.
+        unsafe { (vld1q_f32(d.as_ptr()), vld1q_f32(d.as_ptr().add(4))) }
+    }
+
+    /// Prefill on SMMLA (i8mm): tokens two at a time, each instruction the 2×2 block of two
+    /// rows by two tokens over 8 elements. The interleaved layout holds four codes per row
+    /// together, so two zips make each row pair's 8 contiguous codes; the integers are exact
+    /// and the scaling is the reference's, so the bits are the other kernels'.
+    pub(crate) mod i8mm {
+        use std::arch::aarch64::*;
+
+        use crate::formats::q4x8::{BlockQ4_0x8, BlockQ8_1, ROWS};
+        use crate::neon::i8mm::smmla;
+
+        /// [`crate::formats::q4x8::gemm_scalar`] for Q4_0: one group of 8 rows, up to 4 tokens.
+        #[target_feature(enable = "neon,dotprod,i8mm")]
+        pub(crate) fn gemm(w: &[BlockQ4_0x8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+            let nb = w.len();
+            let t = out.len() / ROWS;
+            let pairs = t / 2;
+            for p in 0..pairs {
+                let (a, sums) = (&a[2 * p * nb..], &sums[2 * p * nb..]);
+                pair(w, a, sums, &mut out[2 * p * ROWS..(2 * p + 2) * ROWS]);
+            }
+            if t % 2 == 1 {
+                let (a, sums) = (&a[2 * pairs * nb..], &sums[2 * pairs * nb..]);
+                super::dotprod::gemm_n::<1>(w, a, sums, &mut out[2 * pairs * ROWS..t * ROWS]);
+            }
+        }
+
+        /// Two tokens (`a`, `sums`: token 0's `nb` blocks, then token 1's) against 8 rows.
+        #[inline]
+        #[target_feature(enable = "neon,dotprod,i8mm")]
+        fn pair(w: &[BlockQ4_0x8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+            let nb = w.len();
+            assert!(a.len() >= 2 * nb && sums.len() >= 2 * nb && out.len() >= 2 * ROWS);
+            let low4 = vdupq_n_u8(0x0F);
+            // acc[t]: rows 0..4 and 4..8 of token t.
+            let mut acc = [[vdupq_n_f32(0.0); 2]; 2];
+            for (b, wb) in w.iter().enumerate() {
+                let d = crate::formats::q4x8::neon::scales(&wb.d);
+                // x[k][h]: the 16 bytes of quad k for rows 4h..4h+4, unpacked to low and high
+                // nibbles (elements 4k.. and 16 + 4k..).
+                let mut lo = [[vdupq_n_s32(0); 2]; 4];
+                let mut hi = [[vdupq_n_s32(0); 2]; 4];
+                for k in 0..4 {
+                    for h in 0..2 {
+                        // SAFETY: 32k + 16h + 16 <= 128, the length of `qs`.
+                        let l = unsafe { vld1q_u8(wb.qs.as_ptr().add(32 * k + 16 * h)) };
+                        lo[k][h] = vreinterpretq_s32_u8(vandq_u8(l, low4));
+                        hi[k][h] = vreinterpretq_s32_u8(vshrq_n_u8::<4>(l));
+                    }
+                }
+                // The two tokens' activations, 8 elements of each per operand: octet o is
+                // elements 8o..8o+8.
+                let (a0, a1) = (&a[b], &a[nb + b]);
+                let act = |o: usize| {
+                    // SAFETY: 8o + 8 <= 32, the activation block's length.
+                    unsafe {
+                        vcombine_s8(
+                            vld1_s8(a0.qs.as_ptr().add(8 * o)),
+                            vld1_s8(a1.qs.as_ptr().add(8 * o)),
+                        )
+                    }
+                };
+                let acts = [act(0), act(1), act(2), act(3)];
+                // m[q]: rows 2q, 2q+1 by tokens 0, 1.
+                let mut m = [vdupq_n_s32(0); 4];
+                for h in 0..2 {
+                    // Octets 0 and 1 come from the low nibbles of quads (0, 1) and (2, 3),
+                    // octets 2 and 3 from their high nibbles.
+                    for (o, (x, k)) in [(&lo, 0), (&lo, 2), (&hi, 0), (&hi, 2)]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        let (p, q) = (x[k][h], x[k + 1][h]);
+                        // zip1: rows 4h, 4h+1, 8 codes each; zip2: rows 4h+2, 4h+3.
+                        let r01 = vreinterpretq_s8_s32(vzip1q_s32(p, q));
+                        let r23 = vreinterpretq_s8_s32(vzip2q_s32(p, q));
+                        m[2 * h] = smmla(m[2 * h], r01, acts[o]);
+                        m[2 * h + 1] = smmla(m[2 * h + 1], r23, acts[o]);
+                    }
+                }
+                // m[q] lanes: (row 2q, t0), (row 2q, t1), (row 2q+1, t0), (row 2q+1, t1).
+                let rows = |q0: usize| (vuzp1q_s32(m[q0], m[q0 + 1]), vuzp2q_s32(m[q0], m[q0 + 1]));
+                let (t0_lo, t1_lo) = rows(0);
+                let (t0_hi, t1_hi) = rows(2);
+                for (t, sumi) in [(0, [t0_lo, t0_hi]), (1, [t1_lo, t1_hi])] {
+                    let (ab, s) = (&a[t * nb + b], sums[t * nb + b]);
+                    let dd = (vmulq_n_f32(d.0, ab.d), vmulq_n_f32(d.1, ab.d));
+                    let off = vdupq_n_s32(8 * s);
+                    let s0 = vcvtq_f32_s32(vsubq_s32(sumi[0], off));
+                    let s1 = vcvtq_f32_s32(vsubq_s32(sumi[1], off));
+                    acc[t][0] = vaddq_f32(acc[t][0], vmulq_f32(dd.0, s0));
+                    acc[t][1] = vaddq_f32(acc[t][1], vmulq_f32(dd.1, s1));
+                }
+            }
+            for (t, acc) in acc.iter().enumerate() {
+                // SAFETY: 8t + 8 <= 16 <= out.len() (asserted above).
+                unsafe {
+                    vst1q_f32(out.as_mut_ptr().add(ROWS * t), acc[0]);
+                    vst1q_f32(out.as_mut_ptr().add(ROWS * t + 4), acc[1]);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -503,6 +726,56 @@ mod tests {
     #[test]
     fn q4_0x8_equals_the_gguf_row_dot_bit_for_bit() {
         check::<BlockQ4_0x8>(q4_0::quantize, q4_0::dot_scalar);
+    }
+
+    /// Every aarch64 flavour (baseline NEON, SDOT, and SMMLA for prefill) against the GGUF
+    /// row dot, for 1 to 4 tokens (SMMLA takes them in pairs, an odd one on SDOT), and decode's
+    /// many-groups call against one call per group. Under qemu in CI: on the `max` CPU, which
+    /// has dotprod and i8mm, and on cortex-a53, which has neither.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn q4_0x8_neon_flavours_equal_the_gguf_row_dot_bit_for_bit() {
+        use std::arch::is_aarch64_feature_detected as has;
+        type Gemm = unsafe fn(&[BlockQ4_0x8], &[BlockQ8_1], &[i32], &mut [f32]);
+        let mut gemms: Vec<(&str, Gemm, Gemm)> =
+            vec![("neon", neon::gemm as Gemm, neon::gemv as Gemm)];
+        if has!("dotprod") {
+            gemms.push(("sdot", neon::dotprod::gemm, neon::dotprod::gemv));
+            if has!("i8mm") {
+                gemms.push(("i8mm", neon::i8mm::gemm, neon::dotprod::gemv));
+            }
+        }
+        eprintln!(
+            "flavours: {:?}",
+            gemms.iter().map(|g| g.0).collect::<Vec<_>>()
+        );
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (nb, t) in [(1, 1), (2, 2), (3, 3), (18, 4), (48, 1), (7, 4), (5, 2)] {
+            let (p, a, want) =
+                setup::<BlockQ4_0x8>(nb, t, 30 + nb as u64, q4_0::quantize, q4_0::dot_scalar);
+            let mut sums = vec![0; a.len()];
+            activation_sums(&a, &mut sums);
+            for &(name, gemm, _) in &gemms {
+                let mut got = vec![0.0; ROWS * t];
+                // SAFETY: each flavour is listed only where its features were detected.
+                unsafe { gemm(&p, &a, &sums, &mut got) };
+                assert_eq!(bits(&got), bits(&want), "{name}, nb {nb}, {t} tokens");
+            }
+        }
+        for nb in [1, 18] {
+            let (mut w, a, _) = setup::<BlockQ4_0x8>(nb, 1, 70, q4_0::quantize, q4_0::dot_scalar);
+            w.extend(setup::<BlockQ4_0x8>(nb, 1, 71, q4_0::quantize, q4_0::dot_scalar).0);
+            let mut sums = vec![0; a.len()];
+            activation_sums(&a, &mut sums);
+            let mut want = vec![0.0; 2 * ROWS];
+            gemv_scalar(&w, &a, &sums, &mut want);
+            for &(name, _, gemv) in &gemms {
+                let mut got = vec![0.0; 2 * ROWS];
+                // SAFETY: as above.
+                unsafe { gemv(&w, &a, &sums, &mut got) };
+                assert_eq!(bits(&got), bits(&want), "{name} gemv, nb {nb}");
+            }
+        }
     }
 
     /// Q4_1 keeps ggml's order: the GGUF layout's AVX2 dot, which equals llama.cpp's.
