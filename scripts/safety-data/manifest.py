@@ -200,7 +200,7 @@ python3 scripts/safety-data/check.py . && python3 scripts/safety-data/manifest.p
   build.py); expect some noise in the crime-vs-violent-vs-weapons split. The unsafe/safe label is the reliable signal.
 - violent_crimes is test-heavy (XSTest/SST unsafe are forced into test); train has fewer violent items than test.
 - Class balance: train is about 2:1 unsafe:safe; weight classes or subsample when training.
-- XSTest/SST are test-only, so the guard never trains on XSTest-style contrast pairs; the kostant-authored benign_edgy set plays that role in train/dev.
+- XSTest/SST are test-only, so the guard never trains on XSTest-style contrast pairs; the kostant-authored files play that role in train/dev: benign_edgy.txt holds safe look-alikes (homonyms, figurative violent verbs, safe targets, definitions, history, nonsense discrimination, fictional privacy) and the `short, plainly worded questions` sections of the harmful files their unsafe counterparts. New authored lines are screened against every test prompt before they are added (`scripts/safety-data/near_test.py --xstest xstest_prompts.csv NEW_LINES.txt`: word Jaccard >= 0.5 or character ratio >= 0.75 is read by a person; reworded test prompts are dropped, shared templates on other subjects kept).
 - Non-English: authored items only ({sum(v for k,v in lang_all.items() if k!='en')} of {sum(lang_all.values())}), tagged `lang`.
 """
 

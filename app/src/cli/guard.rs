@@ -49,7 +49,7 @@ pub enum GuardCommand {
         /// Hidden layer width (0: a linear head).
         #[arg(long, default_value_t = 256)]
         hidden: usize,
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, default_value_t = 20)]
         epochs: usize,
         /// Highest share of dev safe prompts the chosen threshold may flag.
         #[arg(long, default_value_t = 0.08)]
