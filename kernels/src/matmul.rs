@@ -44,12 +44,33 @@ thread_local! {
     static NORMED: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
 }
 
-/// Floats [`Input::materialize`] writes: none for rows as they are.
-fn normed_len(x: &Input) -> usize {
-    match x {
+/// The float formats: f32 activations against each row (normalised first into a thread-local
+/// buffer for [`Input::RmsNormed`], since there is no quantizer to do it on the way).
+fn float_matmul<W: Sync>(
+    k: &'static Kernels,
+    w: &[W],
+    cols: usize,
+    x: Input,
+    shape: Shape,
+    out: &mut [f32],
+    dot: fn(&Kernels, &[W], &[f32]) -> f32,
+) {
+    let normed_len = match x {
         Input::Rows(_) => 0,
         Input::RmsNormed { rows, .. } => rows.len(),
-    }
+    };
+    with_buffer(&NORMED, normed_len, |buf| {
+        run(
+            w,
+            cols,
+            x.materialize(cols, buf),
+            cols,
+            shape,
+            out,
+            |w, a, o| each_token(|w, a| dot(k, w, a), w, a, o),
+            |w, a, o| each_row(|w, a| dot(k, w, a), w, a, o),
+        )
+    });
 }
 
 /// Runs `f` on a thread-local buffer of at least `len` elements (contents unspecified).
@@ -141,33 +162,11 @@ pub fn matmul_input(
                     .collect();
                 &copied
             };
-            with_buffer(&NORMED, normed_len(&x), |buf| {
-                run(
-                    wf,
-                    cols,
-                    x.materialize(cols, buf),
-                    cols,
-                    shape,
-                    out,
-                    |w, a, o| each_token(|w, a| k.dot_f32(w, a), w, a, o),
-                    |w, a, o| each_row(|w, a| k.dot_f32(w, a), w, a, o),
-                )
-            });
+            float_matmul(k, wf, cols, x, shape, out, Kernels::dot_f32);
         }
         GgmlType::F16 => {
             let wh = cast_blocks::<F16>(w.data);
-            with_buffer(&NORMED, normed_len(&x), |buf| {
-                run(
-                    wh,
-                    cols,
-                    x.materialize(cols, buf),
-                    cols,
-                    shape,
-                    out,
-                    |w, a, o| each_token(|w, a| k.dot_f16(w, a), w, a, o),
-                    |w, a, o| each_row(|w, a| k.dot_f16(w, a), w, a, o),
-                )
-            });
+            float_matmul(k, wh, cols, x, shape, out, Kernels::dot_f16);
         }
         GgmlType::Q4_0 => quantized_matmul::<BlockQ4_0, _>(
             k,

@@ -87,20 +87,7 @@ pub(crate) mod sdot {
     #[inline]
     #[target_feature(enable = "neon,dotprod")]
     pub(crate) fn dot_i8x16(a: int8x16_t, b: int8x16_t) -> int32x4_t {
-        let mut acc = vdupq_n_s32(0);
-        // SAFETY: SDOT reads and writes only these vector registers (no memory, no flags), and
-        // this function only runs where dotprod is enabled (its target feature, detected at
-        // dispatch).
-        unsafe {
-            asm!(
-                "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-                acc = inout(vreg) acc,
-                a = in(vreg) a,
-                b = in(vreg) b,
-                options(pure, nomem, nostack, preserves_flags),
-            );
-        }
-        acc
+        quads_i8x16(vdupq_n_s32(0), a, b)
     }
 
     /// Exact `Σ a·b` over 16 signed byte pairs.
@@ -115,7 +102,9 @@ pub(crate) mod sdot {
     #[target_feature(enable = "neon,dotprod")]
     pub(crate) fn quads_i8x16(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
         let mut acc = acc;
-        // SAFETY: as in `dot_i8x16`.
+        // SAFETY: SDOT reads and writes only these vector registers (no memory, no flags), and
+        // this function only runs where dotprod is enabled (its target feature, detected at
+        // dispatch).
         unsafe {
             asm!(
                 "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",

@@ -147,15 +147,7 @@ mod tests {
     #[test]
     fn rms_normed_input_equals_normalising_first_bit_for_bit() {
         let (rows, cols) = (24, 512);
-        for ty in [
-            GgmlType::F32,
-            GgmlType::F16,
-            GgmlType::Q4_0,
-            GgmlType::Q4_1,
-            GgmlType::Q8_0,
-            GgmlType::Q4_K,
-            GgmlType::Q6_K,
-        ] {
+        for ty in GgmlType::ALL {
             let bytes = quantize_row(ty, &random_f32(&mut rng(1), rows * cols, 0.1)).unwrap();
             let w = Weights::new(ty, &bytes, rows, cols).unwrap();
             let packed = PackedWeights::pack_any_cpu(&w).unwrap();
