@@ -121,13 +121,12 @@ pub fn matmul(w: &Weights, x: &[f32], n_tokens: usize, out: &mut [f32]) -> Resul
 /// quantized (bit for bit what normalising the rows first and calling [`matmul`] gives).
 pub fn matmul_input(
     w: &Weights,
-    input: Input,
+    x: Input,
     n_tokens: usize,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
     w.check()?;
-    expect_len("x", checked_len("x", n_tokens, w.cols)?, input.rows().len())?;
-    input.check(w.cols)?;
+    x.check(n_tokens, w.cols)?;
     expect_len("out", checked_len("out", n_tokens, w.rows)?, out.len())?;
     if out.is_empty() {
         return Ok(());
@@ -143,7 +142,6 @@ pub fn matmul_input(
         work: w.data.len().saturating_mul(n_tokens),
     };
     let cols = w.cols;
-    let x = input;
     match w.ty {
         GgmlType::F32 => {
             // GGUF aligns tensor data, so the bytes can almost always be viewed as f32 in
@@ -401,8 +399,7 @@ pub(crate) fn matmul_x8<B: GemmEntry>(
     n_tokens: usize,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
-    expect_len("x", checked_len("x", n_tokens, p.cols)?, x.rows().len())?;
-    x.check(p.cols)?;
+    x.check(n_tokens, p.cols)?;
     expect_len("out", checked_len("out", n_tokens, p.rows)?, out.len())?;
     if out.is_empty() {
         return Ok(());
@@ -497,8 +494,7 @@ pub(crate) fn matvec_x8_fused<B: GemmEntry>(
     outs: &mut [&mut [f32]],
 ) -> Result<(), KernelError> {
     const G: usize = q4x8::ROWS;
-    expect_len("x", cols, x.rows().len())?;
-    x.check(cols)?;
+    x.check(1, cols)?;
     let nb = cols / 32;
     let mut work = 0usize;
     for (b, o) in blocks.iter().zip(outs.iter()) {

@@ -56,19 +56,32 @@ impl Input<'_> {
         }
     }
 
-    /// The weight's length must be a row's; checked by the matmuls before they run.
-    pub(crate) fn check(&self, cols: usize) -> Result<(), crate::KernelError> {
-        match *self {
-            Input::RmsNormed { weight, .. } if weight.len() != cols => {
-                Err(crate::KernelError::Length {
-                    what: "norm weight",
+    /// The matmuls' check before they run: `n_tokens` rows of `cols` values, and a norm weight
+    /// as long as a row.
+    pub(crate) fn check(&self, n_tokens: usize, cols: usize) -> Result<(), crate::KernelError> {
+        let expected = n_tokens
+            .checked_mul(cols)
+            .ok_or(crate::KernelError::Overflow {
+                what: "x",
+                rows: n_tokens,
+                cols,
+            })?;
+        let lengths = [("x", expected, self.rows().len())];
+        let weight = match *self {
+            Input::RmsNormed { weight, .. } => Some(("norm weight", cols, weight.len())),
+            Input::Rows(_) => None,
+        };
+        for (what, expected, got) in lengths.into_iter().chain(weight) {
+            if expected != got {
+                return Err(crate::KernelError::Length {
+                    what,
                     unit: "floats",
-                    expected: cols,
-                    got: weight.len(),
-                })
+                    expected,
+                    got,
+                });
             }
-            _ => Ok(()),
         }
+        Ok(())
     }
 
     /// Quantizes the rows `tokens` (each `cols` long) into `act` with `quantize`, normalising

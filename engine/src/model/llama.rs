@@ -165,8 +165,9 @@ fn transformer(
     let Workspace {
         x, angles, scratch, ..
     } = ws;
-    embed(model, tokens, x)?; // (n, n_embd)
-                              // Every layer rotates the same positions: their angles are computed once per pass.
+    // x: (n, n_embd). Every layer rotates the same positions: their angles are computed once
+    // per pass.
+    embed(model, tokens, x)?;
     model.rope.angles_for(hp, pos, n, angles);
     for (l, layer) in w.layers.iter().enumerate().take(n_layers) {
         let xn = rms_norm(x, &layer.attn_norm, hp.rms_eps);
@@ -245,6 +246,8 @@ fn linear_fused<'a, const N: usize>(
         }
         matvec_fused(&packed, x, &mut outs.each_mut().map(|o| &mut o[..]))?;
     } else {
+        // Each matmul normalises `x` again as it quantizes it (an `Input::RmsNormed`): a pass
+        // over n x n_embd values per matrix, small beside the matmul, and no stored copy.
         for (o, w) in outs.iter_mut().zip(ws) {
             linear_into(model, w, x, n, o)?;
         }
