@@ -11,7 +11,7 @@
 use half::f16;
 
 #[cfg(target_arch = "x86_64")]
-use crate::dispatch::{kernels, KernelPath};
+use crate::dispatch::kernels;
 
 /// The order in which ggml adds the products of an f16 x f16 dot product (KQ and KQV in
 /// attention). A batch of several query rows goes through llamafile's tinyBLAS (one 8-lane
@@ -79,7 +79,7 @@ pub fn dot_f16_rows(
 ) {
     check_rows(cache, stride, offset, q.len(), scores.len());
     #[cfg(target_arch = "x86_64")]
-    if kernels().path == KernelPath::Avx2Fma {
+    if kernels().path.is_x86_simd() {
         // SAFETY: the AVX2 table is only selected after detecting avx2+fma+f16c; every row's
         // slice was checked to lie inside `cache` above.
         unsafe { avx2::dot_rows(q, cache, stride, offset, scale, order, scores) };
@@ -106,7 +106,7 @@ pub fn weighted_sum_f16_rows(
     let acc = &mut scratch[..order.lanes() * out.len()];
     acc.fill(0.0);
     #[cfg(target_arch = "x86_64")]
-    if kernels().path == KernelPath::Avx2Fma {
+    if kernels().path.is_x86_simd() {
         // SAFETY: as in `dot_f16_rows`.
         unsafe { avx2::weighted_sum_rows(probs, cache, stride, offset, order, acc, out) };
         return;

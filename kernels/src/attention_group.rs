@@ -8,7 +8,7 @@ use half::f16;
 
 use crate::attention::{check_rows, dot_f16_rows, weighted_sum_f16_rows, F16SumOrder};
 #[cfg(target_arch = "x86_64")]
-use crate::dispatch::{kernels, KernelPath};
+use crate::dispatch::kernels;
 
 /// Most query heads per kv head the SIMD paths take in one pass; larger groups go in parts.
 #[cfg(target_arch = "x86_64")]
@@ -38,7 +38,7 @@ pub fn dot_f16_rows_group(
     }
     check_rows(cache, stride, offset, hd, rows);
     #[cfg(target_arch = "x86_64")]
-    if kernels().path == KernelPath::Avx2Fma && hd.is_multiple_of(order.lanes()) {
+    if kernels().path.is_x86_simd() && hd.is_multiple_of(order.lanes()) {
         for (q, s) in qs
             .chunks(MAX_GROUP * hd)
             .zip(scores.chunks_mut(MAX_GROUP * rows))
@@ -107,7 +107,7 @@ pub fn weighted_sum_f16_rows_group(
     check_rows(cache, stride, offset, hd, rows);
     round_to_f16(probs);
     #[cfg(target_arch = "x86_64")]
-    if kernels().path == KernelPath::Avx2Fma && hd.is_multiple_of(32) {
+    if kernels().path.is_x86_simd() && hd.is_multiple_of(32) {
         for ((p, o), acc) in probs
             .chunks(MAX_GROUP * rows)
             .zip(out.chunks_mut(MAX_GROUP * hd))
@@ -131,7 +131,7 @@ pub fn weighted_sum_f16_rows_group(
 /// Each value replaced by its nearest f16, as f32 (exact, so rounding twice changes nothing).
 fn round_to_f16(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if kernels().path == KernelPath::Avx2Fma {
+    if kernels().path.is_x86_simd() {
         // SAFETY: the AVX2 table implies F16C.
         unsafe { avx2::round_to_f16(x) };
         return;

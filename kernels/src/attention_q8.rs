@@ -15,8 +15,6 @@ use half::f16;
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use crate::dispatch::kernels;
-#[cfg(target_arch = "x86_64")]
-use crate::dispatch::KernelPath;
 
 /// Values per block.
 pub const Q8_0_BLOCK: usize = 32;
@@ -86,7 +84,7 @@ pub fn dot_q8_0_rows(
 ) {
     check_rows(cache.len(), stride, offset, q.len(), scores.len());
     #[cfg(target_arch = "x86_64")]
-    if kernels().path == KernelPath::Avx2Fma {
+    if kernels().path.is_x86_simd() {
         // SAFETY: the AVX2 table is only selected after detecting avx2+fma+f16c; every row's
         // blocks were checked to lie inside `cache` above.
         unsafe { avx2::dot_rows(q, cache, stride, offset, scale, scores) };
@@ -127,7 +125,7 @@ pub fn weighted_sum_q8_0_rows(
     );
     out.fill(0.0);
     #[cfg(target_arch = "x86_64")]
-    if kernels().path == KernelPath::Avx2Fma {
+    if kernels().path.is_x86_simd() {
         // SAFETY: as in `dot_q8_0_rows`.
         unsafe { avx2::weighted_sum_rows(probs, cache, stride, offset, out) };
         return;

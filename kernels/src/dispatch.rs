@@ -25,6 +25,9 @@ pub enum KernelPath {
     Scalar,
     /// x86-64 with AVX2, FMA and F16C (Haswell and later).
     Avx2Fma,
+    /// [`KernelPath::Avx2Fma`] with the repacked 4-bit weights' integer dots on AVX-512 VNNI
+    /// (`vpdpbusd`; Ice Lake, Zen 4 and later).
+    Avx512Vnni,
     /// aarch64 baseline NEON (F16 weights still use the scalar dot: the f16 vector types are
     /// not stable in Rust yet).
     Neon,
@@ -39,10 +42,16 @@ impl KernelPath {
         match self {
             KernelPath::Scalar => "scalar",
             KernelPath::Avx2Fma => "avx2+fma",
+            KernelPath::Avx512Vnni => "avx2+fma+avx512vnni",
             KernelPath::Neon => "neon",
             KernelPath::NeonDotprod => "neon+dotprod",
             KernelPath::NeonI8mm => "neon+dotprod+i8mm",
         }
+    }
+
+    /// Any x86 SIMD path (they share every kernel but the repacked 4-bit weights' dots).
+    pub fn is_x86_simd(self) -> bool {
+        matches!(self, KernelPath::Avx2Fma | KernelPath::Avx512Vnni)
     }
 
     /// Any NEON path (they share every kernel but the quantized weights' dots).
@@ -71,6 +80,8 @@ pub struct CpuFeatures {
     pub avx2: bool,
     pub fma: bool,
     pub f16c: bool,
+    /// AVX-512 F, VL and VNNI, all three.
+    pub avx512vnni: bool,
     pub neon: bool,
     pub dotprod: bool,
 }
@@ -167,6 +178,18 @@ static AVX2: Kernels = Kernels {
     gemv_q8_0x8: q8_0x8::avx2::gemv,
 };
 
+/// [`AVX2`] with the repacked Q4_0 and Q4_1 on `vpdpbusd`: the same exact integers, so the
+/// same bits.
+#[cfg(target_arch = "x86_64")]
+static AVX512_VNNI: Kernels = Kernels {
+    path: KernelPath::Avx512Vnni,
+    gemm_q4_0x8: q4x8::avx512vnni::gemm,
+    gemm_q4_1x8: q4x8::avx512vnni::gemm,
+    gemv_q4_0x8: q4x8::avx512vnni::gemv,
+    gemv_q4_1x8: q4x8::avx512vnni::gemv,
+    ..AVX2
+};
+
 #[cfg(target_arch = "aarch64")]
 static NEON: Kernels = Kernels {
     path: KernelPath::Neon,
@@ -229,9 +252,22 @@ pub(crate) fn has_avx2() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
+/// True when the AVX-512 VNNI kernels may run here (on top of [`has_avx2`]).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx512vnni() -> bool {
+    has_avx2()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
 fn best() -> &'static Kernels {
     static BEST: OnceLock<&'static Kernels> = OnceLock::new();
     BEST.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx512vnni() {
+            return &AVX512_VNNI;
+        }
         #[cfg(target_arch = "x86_64")]
         if has_avx2() {
             return &AVX2;
@@ -287,6 +323,12 @@ pub fn cpu_features() -> CpuFeatures {
     );
     #[cfg(not(target_arch = "x86_64"))]
     let (avx2, fma, f16c) = (false, false, false);
+    #[cfg(target_arch = "x86_64")]
+    let avx512vnni = is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx512vnni = false;
     #[cfg(target_arch = "aarch64")]
     let (neon, dotprod) = (
         std::arch::is_aarch64_feature_detected!("neon"),
@@ -301,6 +343,7 @@ pub fn cpu_features() -> CpuFeatures {
         avx2,
         fma,
         f16c,
+        avx512vnni,
         neon,
         dotprod,
     }
@@ -546,6 +589,7 @@ mod tests {
         let paths = [
             KernelPath::Scalar,
             KernelPath::Avx2Fma,
+            KernelPath::Avx512Vnni,
             KernelPath::Neon,
             KernelPath::NeonDotprod,
             KernelPath::NeonI8mm,

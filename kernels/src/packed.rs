@@ -3,7 +3,7 @@
 //! [`crate::formats::q8_0x8`]) where the AVX2 kernels run. Everything else, and every other CPU, keeps reading the GGUF bytes in place.
 
 use crate::block::cast_blocks;
-use crate::dispatch::{kernels, KernelPath};
+use crate::dispatch::kernels;
 use crate::formats::q4x8::{self, BlockQ4_0x8, BlockQ4_1x8, Q4x8};
 use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_0x8::{self, BlockQ8_0x8};
@@ -32,8 +32,8 @@ impl PackedWeights {
     pub fn pack(w: &Weights) -> Result<Option<PackedWeights>, KernelError> {
         let path = kernels().path;
         let repacked_here = match w.ty {
-            GgmlType::Q4_0 => path == KernelPath::Avx2Fma || path.is_neon(),
-            _ => path == KernelPath::Avx2Fma,
+            GgmlType::Q4_0 => path.is_x86_simd() || path.is_neon(),
+            _ => path.is_x86_simd(),
         };
         if !repacked_here {
             return Ok(None);

@@ -4,9 +4,7 @@
 mod common;
 
 use common::*;
-use kostant_kernels::{
-    cpu_features, matmul, set_force_scalar, GgmlType, KernelPath, PackedWeights, Weights,
-};
+use kostant_kernels::{cpu_features, matmul, set_force_scalar, GgmlType, PackedWeights, Weights};
 
 #[test]
 fn packed_matches_the_f64_reference() {
@@ -55,7 +53,7 @@ fn packed_equals_the_gguf_matmul_bit_for_bit() {
         let w = Weights::new(ty, &m.data, rows, cols).unwrap();
         let p = PackedWeights::pack_any_cpu(&w).unwrap().unwrap();
         let x = random_f32(&mut r, n_tokens * cols, 1.0);
-        let avx2 = cpu_features().best == KernelPath::Avx2Fma;
+        let avx2 = cpu_features().best.is_x86_simd();
         if ty != GgmlType::Q4_0 && !avx2 {
             continue;
         }

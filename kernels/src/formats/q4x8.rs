@@ -1,4 +1,4 @@
-//! Q4_0 and Q4_1 repacked for the AVX2 kernels: eight rows interleaved block by block, so one
+//! Q4_0 and Q4_1 repacked for the x86 kernels (AVX2, AVX-512 VNNI) and Q4_0 for NEON: eight rows interleaved block by block, so one
 //! kernel call multiplies 8 rows by up to 4 tokens with every 32-bit lane holding one row.
 //!
 //! Why: in GGUF order each row is dotted on its own, and every block pays for a horizontal sum
@@ -225,179 +225,236 @@ pub(crate) fn gemv_scalar<B: Q4x8>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: 
     }
 }
 
+/// The x86 kernels, written once for each way of multiplying four unsigned codes by four
+/// signed activations and summing them into a lane: AVX2's `maddubs` + `madd`, or AVX-512
+/// VNNI's `vpdpbusd`. Both give the same exact integers, so the same bits. A flavour module
+/// supplies `block_dot` (a whole block: the eight code vectors against the 32 activations)
+/// and `quad_dot` (one vector of four-code quads against four broadcast activations).
+#[cfg(target_arch = "x86_64")]
+macro_rules! x86_kernels {
+    ($features:literal) => {
+        /// [`super::gemv_scalar`] with this flavour. One call walks a whole slice of groups: decode's
+        /// groups are only a few kilobytes each, and a call per group through the kernel table
+        /// cost as much as a tenth of the time.
+        #[target_feature(enable = $features)]
+        pub(crate) fn gemv<B: Q4x8>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+            for (wg, o) in w.chunks_exact(a.len()).zip(out.chunks_exact_mut(ROWS)) {
+                if B::GGML_LANES {
+                    gemm_lanes_n::<B, 1>(wg, a, o);
+                } else {
+                    gemm_n::<B, 1>(wg, a, sums, o);
+                }
+            }
+        }
+
+        /// [`super::gemm_scalar`] with this flavour: up to [`MAX_TOKENS`] tokens per call.
+        #[target_feature(enable = $features)]
+        pub(crate) fn gemm<B: Q4x8>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+            match (B::GGML_LANES, out.len() / ROWS) {
+                (_, 0) => {}
+                (false, 1) => gemm_n::<B, 1>(w, a, sums, out),
+                (false, 2) => gemm_n::<B, 2>(w, a, sums, out),
+                (false, 3) => gemm_n::<B, 3>(w, a, sums, out),
+                (false, _) => gemm_n::<B, 4>(w, a, sums, out),
+                (true, 1) => gemm_lanes_n::<B, 1>(w, a, out),
+                (true, 2) => gemm_lanes_n::<B, 2>(w, a, out),
+                (true, _) => {
+                    // Eight accumulators per token: two tokens at a time keep them in registers.
+                    let (a0, a1) = a.split_at(2 * w.len());
+                    let (o0, o1) = out.split_at_mut(2 * ROWS);
+                    gemm_lanes_n::<B, 2>(w, a0, o0);
+                    gemm(w, a1, &sums[2 * w.len()..], o1);
+                }
+            }
+        }
+
+        /// 8 f16 values widened.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn load_halves(h: &[[u8; 2]; ROWS]) -> __m256 {
+            // SAFETY: 8 halves are 16 readable bytes, the width of the load.
+            _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr().cast()) })
+        }
+
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn gemm_n<B: Q4x8, const T: usize>(
+            w: &[B],
+            a: &[BlockQ8_1],
+            sums: &[i32],
+            out: &mut [f32],
+        ) {
+            const { assert!(T <= MAX_TOKENS) };
+            let nb = w.len();
+            assert!(a.len() >= T * nb && sums.len() >= T * nb && out.len() >= T * ROWS);
+            let low4 = _mm256_set1_epi8(0x0F);
+            let mut acc = [_mm256_setzero_ps(); T];
+            let mut off = [_mm256_setzero_ps(); T];
+            for (b, wb) in w.iter().enumerate() {
+                if T == 1 {
+                    crate::x86::prefetch_ahead(wb);
+                }
+                let d = load_halves(wb.d());
+                let m = wb.m().map(|m| load_halves(m));
+                let mut v = [_mm256_setzero_si256(); 8];
+                for k in 0..4 {
+                    // SAFETY: 32k + 32 <= 128, the length of `qs`.
+                    let l = unsafe { _mm256_loadu_si256(wb.qs().as_ptr().add(32 * k).cast()) };
+                    v[k] = _mm256_and_si256(l, low4);
+                    v[k + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(l), low4);
+                }
+                for t in 0..T {
+                    // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= a.len(), sums.len() (asserted).
+                    let (ab, s) =
+                        unsafe { (a.get_unchecked(t * nb + b), *sums.get_unchecked(t * nb + b)) };
+                    let mut sumi = block_dot(&v, &ab.qs);
+                    if !B::HAS_MIN {
+                        sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(8 * s));
+                    }
+                    // (d·d_a)·sumi, then added: the scalar reference's rounding, lane per row.
+                    let dd = _mm256_mul_ps(d, _mm256_set1_ps(ab.d));
+                    acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(sumi)));
+                    if let Some(m) = m {
+                        off[t] = _mm256_add_ps(off[t], _mm256_mul_ps(m, _mm256_set1_ps(ab.s)));
+                    }
+                }
+            }
+            for t in 0..T {
+                let r = if B::HAS_MIN {
+                    _mm256_add_ps(acc[t], off[t])
+                } else {
+                    acc[t]
+                };
+                // SAFETY: 8t + 8 <= T·8 <= out.len() (asserted above).
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(ROWS * t), r) };
+            }
+        }
+
+        /// [`gemm_n`] in ggml's order (`B::GGML_LANES`): the i32 sum of each four elements is
+        /// scaled into its own accumulator, `acc[k]` lane r holding row r's ggml lane k, and the
+        /// eight are added at the end as ggml's `hsum` adds a register's lanes. Every row's bits are
+        /// those of the GGUF layout's AVX2 dot.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn gemm_lanes_n<B: Q4x8, const T: usize>(w: &[B], a: &[BlockQ8_1], out: &mut [f32]) {
+            let nb = w.len();
+            assert!(a.len() >= T * nb && out.len() >= T * ROWS);
+            let low4 = _mm256_set1_epi8(0x0F);
+            let mut acc = [[_mm256_setzero_ps(); 8]; T];
+            let mut off = [_mm256_setzero_ps(); T];
+            for (b, wb) in w.iter().enumerate() {
+                if T == 1 {
+                    crate::x86::prefetch_ahead(wb);
+                }
+                let d = load_halves(wb.d());
+                let m = wb.m().map(|m| load_halves(m));
+                for k in 0..4 {
+                    // SAFETY: 32k + 32 <= 128, the length of `qs`.
+                    let l = unsafe { _mm256_loadu_si256(wb.qs().as_ptr().add(32 * k).cast()) };
+                    let halves = [
+                        (k, _mm256_and_si256(l, low4)),
+                        (k + 4, _mm256_and_si256(_mm256_srli_epi16::<4>(l), low4)),
+                    ];
+                    for (t, acc) in acc.iter_mut().enumerate() {
+                        // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= a.len() (asserted).
+                        let ab = unsafe { a.get_unchecked(t * nb + b) };
+                        let dd = _mm256_mul_ps(d, _mm256_set1_ps(ab.d));
+                        for &(lane, v) in &halves {
+                            // Lane k holds elements 4k..4k+4 of the block, as in ggml's lanes.
+                            // SAFETY: 4·lane + 4 <= 32, the activation block's length.
+                            let four = unsafe {
+                                ab.qs.as_ptr().add(4 * lane).cast::<i32>().read_unaligned()
+                            };
+                            let p = quad_dot(v, _mm256_set1_epi32(four));
+                            acc[lane] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[lane]);
+                        }
+                    }
+                }
+                if let Some(m) = m {
+                    for (t, off) in off.iter_mut().enumerate() {
+                        // SAFETY: as above.
+                        let ab = unsafe { a.get_unchecked(t * nb + b) };
+                        *off = _mm256_add_ps(*off, _mm256_mul_ps(m, _mm256_set1_ps(ab.s)));
+                    }
+                }
+            }
+            for t in 0..T {
+                // ggml's hsum, lane-wise over rows: (l0+l4, l1+l5, l2+l6, l3+l7), then
+                // (t0+t2) + (t1+t3).
+                let l = &acc[t];
+                let t4: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(l[j], l[j + 4]));
+                let mut r = _mm256_add_ps(_mm256_add_ps(t4[0], t4[2]), _mm256_add_ps(t4[1], t4[3]));
+                if B::HAS_MIN {
+                    r = _mm256_add_ps(r, off[t]);
+                }
+                // SAFETY: 8t + 8 <= T·8 <= out.len() (asserted above).
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(ROWS * t), r) };
+            }
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{BlockQ8_1, Q4x8, MAX_TOKENS, ROWS};
 
-    /// [`super::gemv_scalar`] with AVX2. One call walks a whole slice of groups: decode's
-    /// groups are only a few kilobytes each, and a call per group through the kernel table
-    /// cost as much as a tenth of the time.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn gemv<B: Q4x8>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
-        for (wg, o) in w.chunks_exact(a.len()).zip(out.chunks_exact_mut(ROWS)) {
-            if B::GGML_LANES {
-                gemm_lanes_n::<B, 1>(wg, a, o);
-            } else {
-                gemm_n::<B, 1>(wg, a, sums, o);
-            }
-        }
-    }
-
-    /// [`super::gemm_scalar`] with AVX2: up to [`MAX_TOKENS`] tokens per call.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn gemm<B: Q4x8>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
-        match (B::GGML_LANES, out.len() / ROWS) {
-            (_, 0) => {}
-            (false, 1) => gemm_n::<B, 1>(w, a, sums, out),
-            (false, 2) => gemm_n::<B, 2>(w, a, sums, out),
-            (false, 3) => gemm_n::<B, 3>(w, a, sums, out),
-            (false, _) => gemm_n::<B, 4>(w, a, sums, out),
-            (true, 1) => gemm_lanes_n::<B, 1>(w, a, out),
-            (true, 2) => gemm_lanes_n::<B, 2>(w, a, out),
-            (true, _) => {
-                // Eight accumulators per token: two tokens at a time keep them in registers.
-                let (a0, a1) = a.split_at(2 * w.len());
-                let (o0, o1) = out.split_at_mut(2 * ROWS);
-                gemm_lanes_n::<B, 2>(w, a0, o0);
-                gemm(w, a1, &sums[2 * w.len()..], o1);
-            }
-        }
-    }
-
-    /// 8 f16 values widened.
+    /// Row r's exact integer dot of block `v` (lane r) with the activations `q`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn load_halves(h: &[[u8; 2]; ROWS]) -> __m256 {
-        // SAFETY: 8 halves are 16 readable bytes, the width of the load.
-        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr().cast()) })
+    fn block_dot(v: &[__m256i; 8], q: &[i8; 32]) -> __m256i {
+        // Unsigned codes times signed activations, pairs summed to i16: each pair is at most
+        // 2·15·127 in magnitude, so eight of them (30480) still fit an i16.
+        let mut s16 = _mm256_setzero_si256();
+        for (k, v) in v.iter().enumerate() {
+            let at = if k < 4 { 4 * k } else { 16 + 4 * (k - 4) };
+            // SAFETY: at + 4 <= 32, the activation block's length.
+            let four = unsafe { q.as_ptr().add(at).cast::<i32>().read_unaligned() };
+            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(*v, _mm256_set1_epi32(four)));
+        }
+        _mm256_madd_epi16(s16, _mm256_set1_epi16(1))
+    }
+
+    /// Per lane, the sum of its four codes times the four activations in `four`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn quad_dot(v: __m256i, four: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(v, four), _mm256_set1_epi16(1))
+    }
+
+    x86_kernels!("avx2,fma,f16c");
+}
+
+/// The same kernels on AVX-512 VNNI (on 256-bit registers, through AVX-512VL): `vpdpbusd`
+/// multiplies and sums four unsigned-by-signed byte pairs per lane in one instruction, where
+/// AVX2 needs `maddubs`, an i16 add and a `madd`.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512vnni {
+    use std::arch::x86_64::*;
+
+    use super::{BlockQ8_1, Q4x8, MAX_TOKENS, ROWS};
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    fn block_dot(v: &[__m256i; 8], q: &[i8; 32]) -> __m256i {
+        let mut sum = _mm256_setzero_si256();
+        for (k, v) in v.iter().enumerate() {
+            let at = if k < 4 { 4 * k } else { 16 + 4 * (k - 4) };
+            // SAFETY: at + 4 <= 32, the activation block's length.
+            let four = unsafe { q.as_ptr().add(at).cast::<i32>().read_unaligned() };
+            sum = _mm256_dpbusd_epi32(sum, *v, _mm256_set1_epi32(four));
+        }
+        sum
     }
 
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn gemm_n<B: Q4x8, const T: usize>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
-        const { assert!(T <= MAX_TOKENS) };
-        let nb = w.len();
-        assert!(a.len() >= T * nb && sums.len() >= T * nb && out.len() >= T * ROWS);
-        let low4 = _mm256_set1_epi8(0x0F);
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); T];
-        let mut off = [_mm256_setzero_ps(); T];
-        for (b, wb) in w.iter().enumerate() {
-            if T == 1 {
-                crate::x86::prefetch_ahead(wb);
-            }
-            let d = load_halves(wb.d());
-            let m = wb.m().map(|m| load_halves(m));
-            let mut v = [_mm256_setzero_si256(); 8];
-            for k in 0..4 {
-                // SAFETY: 32k + 32 <= 128, the length of `qs`.
-                let l = unsafe { _mm256_loadu_si256(wb.qs().as_ptr().add(32 * k).cast()) };
-                v[k] = _mm256_and_si256(l, low4);
-                v[k + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(l), low4);
-            }
-            for t in 0..T {
-                // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= a.len(), sums.len() (asserted).
-                let (ab, s) =
-                    unsafe { (a.get_unchecked(t * nb + b), *sums.get_unchecked(t * nb + b)) };
-                let q = ab.qs.as_ptr();
-                // Unsigned codes times signed activations, pairs summed to i16: each pair is at
-                // most 2·15·127 in magnitude, so eight of them (30480) still fit an i16.
-                let mut s16 = _mm256_setzero_si256();
-                for (k, v) in v.iter().enumerate() {
-                    let at = if k < 4 { 4 * k } else { 16 + 4 * (k - 4) };
-                    // SAFETY: at + 4 <= 32, the activation block's length.
-                    let four = unsafe { q.add(at).cast::<i32>().read_unaligned() };
-                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(*v, _mm256_set1_epi32(four)));
-                }
-                let mut sumi = _mm256_madd_epi16(s16, ones);
-                if !B::HAS_MIN {
-                    sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(8 * s));
-                }
-                // (d·d_a)·sumi, then added: the scalar reference's rounding, lane per row.
-                let dd = _mm256_mul_ps(d, _mm256_set1_ps(ab.d));
-                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(sumi)));
-                if let Some(m) = m {
-                    off[t] = _mm256_add_ps(off[t], _mm256_mul_ps(m, _mm256_set1_ps(ab.s)));
-                }
-            }
-        }
-        for t in 0..T {
-            let r = if B::HAS_MIN {
-                _mm256_add_ps(acc[t], off[t])
-            } else {
-                acc[t]
-            };
-            // SAFETY: 8t + 8 <= T·8 <= out.len() (asserted above).
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(ROWS * t), r) };
-        }
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    fn quad_dot(v: __m256i, four: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), v, four)
     }
 
-    /// [`gemm_n`] in ggml's order (`B::GGML_LANES`): the i32 sum of each four elements is
-    /// scaled into its own accumulator, `acc[k]` lane r holding row r's ggml lane k, and the
-    /// eight are added at the end as ggml's `hsum` adds a register's lanes. Every row's bits are
-    /// those of the GGUF layout's AVX2 dot.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn gemm_lanes_n<B: Q4x8, const T: usize>(w: &[B], a: &[BlockQ8_1], out: &mut [f32]) {
-        let nb = w.len();
-        assert!(a.len() >= T * nb && out.len() >= T * ROWS);
-        let low4 = _mm256_set1_epi8(0x0F);
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [[_mm256_setzero_ps(); 8]; T];
-        let mut off = [_mm256_setzero_ps(); T];
-        for (b, wb) in w.iter().enumerate() {
-            if T == 1 {
-                crate::x86::prefetch_ahead(wb);
-            }
-            let d = load_halves(wb.d());
-            let m = wb.m().map(|m| load_halves(m));
-            for k in 0..4 {
-                // SAFETY: 32k + 32 <= 128, the length of `qs`.
-                let l = unsafe { _mm256_loadu_si256(wb.qs().as_ptr().add(32 * k).cast()) };
-                let halves = [
-                    (k, _mm256_and_si256(l, low4)),
-                    (k + 4, _mm256_and_si256(_mm256_srli_epi16::<4>(l), low4)),
-                ];
-                for (t, acc) in acc.iter_mut().enumerate() {
-                    // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= a.len() (asserted).
-                    let ab = unsafe { a.get_unchecked(t * nb + b) };
-                    let dd = _mm256_mul_ps(d, _mm256_set1_ps(ab.d));
-                    for &(lane, v) in &halves {
-                        // Lane k holds elements 4k..4k+4 of the block, as in ggml's lanes.
-                        // SAFETY: 4·lane + 4 <= 32, the activation block's length.
-                        let four =
-                            unsafe { ab.qs.as_ptr().add(4 * lane).cast::<i32>().read_unaligned() };
-                        let p = _mm256_madd_epi16(
-                            _mm256_maddubs_epi16(v, _mm256_set1_epi32(four)),
-                            ones,
-                        );
-                        acc[lane] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[lane]);
-                    }
-                }
-            }
-            if let Some(m) = m {
-                for (t, off) in off.iter_mut().enumerate() {
-                    // SAFETY: as above.
-                    let ab = unsafe { a.get_unchecked(t * nb + b) };
-                    *off = _mm256_add_ps(*off, _mm256_mul_ps(m, _mm256_set1_ps(ab.s)));
-                }
-            }
-        }
-        for t in 0..T {
-            // ggml's hsum, lane-wise over rows: (l0+l4, l1+l5, l2+l6, l3+l7), then
-            // (t0+t2) + (t1+t3).
-            let l = &acc[t];
-            let t4: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(l[j], l[j + 4]));
-            let mut r = _mm256_add_ps(_mm256_add_ps(t4[0], t4[2]), _mm256_add_ps(t4[1], t4[3]));
-            if B::HAS_MIN {
-                r = _mm256_add_ps(r, off[t]);
-            }
-            // SAFETY: 8t + 8 <= T·8 <= out.len() (asserted above).
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(ROWS * t), r) };
-        }
-    }
+    x86_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni");
 }
 
 /// The Q4_0 kernels on aarch64, in the same interleaved layout: one 16-byte load holds four
@@ -630,6 +687,27 @@ mod tests {
     use crate::formats::{q4_0, q4_1};
     use crate::testutil::{random_f32, random_q8_1, rng};
 
+    #[cfg(target_arch = "x86_64")]
+    type Gemm<B> = unsafe fn(&[B], &[BlockQ8_1], &[i32], &mut [f32]);
+
+    /// The x86 flavours this CPU can run, as (name, gemm, gemv); AVX-512 VNNI is tested only
+    /// where the CPU has it (CI's CPU may not: the AVX2 flavour is then the one checked).
+    #[cfg(target_arch = "x86_64")]
+    fn x86_flavours<B: Q4x8>() -> Vec<(&'static str, Gemm<B>, Gemm<B>)> {
+        let mut out: Vec<(&str, Gemm<B>, Gemm<B>)> = Vec::new();
+        if crate::dispatch::has_avx2() {
+            out.push(("avx2", avx2::gemm::<B>, avx2::gemv::<B>));
+        }
+        if crate::dispatch::has_avx512vnni() {
+            out.push(("avx512vnni", avx512vnni::gemm::<B>, avx512vnni::gemv::<B>));
+        }
+        eprintln!(
+            "x86 flavours: {:?}",
+            out.iter().map(|f| f.0).collect::<Vec<_>>()
+        );
+        out
+    }
+
     /// 8 random rows of `nb` blocks of `B`'s source format, `t` random tokens quantized to
     /// Q8_1, and each row dotted with each token by the format's scalar reference.
     fn setup<B: Q4x8>(
@@ -675,11 +753,11 @@ mod tests {
             gemm_scalar(&p, &a, &sums, &mut got);
             assert_eq!(bits(&got), bits(&want), "scalar, nb {nb}, {t} tokens");
             #[cfg(target_arch = "x86_64")]
-            if crate::dispatch::has_avx2() {
+            for (name, gemm, _) in x86_flavours::<B>() {
                 let mut got = vec![0.0; ROWS * t];
-                // SAFETY: AVX2, FMA and F16C were detected just above.
-                unsafe { avx2::gemm(&p, &a, &sums, &mut got) };
-                assert_eq!(bits(&got), bits(&want), "avx2, nb {nb}, {t} tokens");
+                // SAFETY: each flavour is listed only where its features were detected.
+                unsafe { gemm(&p, &a, &sums, &mut got) };
+                assert_eq!(bits(&got), bits(&want), "{name}, nb {nb}, {t} tokens");
             }
         }
     }
@@ -705,14 +783,14 @@ mod tests {
             gemv_scalar(&w, &a, &sums, &mut got);
             assert_eq!(bits(&got), bits(&want), "scalar, nb {nb}");
             #[cfg(target_arch = "x86_64")]
-            if crate::dispatch::has_avx2() {
+            for (name, gemm, gemv) in x86_flavours::<B>() {
                 for (wg, o) in w.chunks_exact(nb).zip(want.chunks_exact_mut(ROWS)) {
-                    // SAFETY: AVX2, FMA and F16C were detected just above.
-                    unsafe { avx2::gemm(wg, &a, &sums, o) };
+                    // SAFETY: each flavour is listed only where its features were detected.
+                    unsafe { gemm(wg, &a, &sums, o) };
                 }
                 // SAFETY: as above.
-                unsafe { avx2::gemv(&w, &a, &sums, &mut got) };
-                assert_eq!(bits(&got), bits(&want), "avx2, nb {nb}");
+                unsafe { gemv(&w, &a, &sums, &mut got) };
+                assert_eq!(bits(&got), bits(&want), "{name}, nb {nb}");
             }
         }
     }
