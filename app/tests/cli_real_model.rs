@@ -381,3 +381,28 @@ fn guard_screen_and_info_report_the_built_in_head() {
         text(&out.stderr)
     );
 }
+
+/// Layer taps the guard model does not have are refused before any text is read, and nothing
+/// is written.
+#[test]
+fn guard_train_refuses_taps_past_the_last_layer() {
+    let out_path = std::env::temp_dir().join(format!("kostant-taps-{}.bin", std::process::id()));
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/safety");
+    let out = kostant(
+        &[
+            "guard",
+            "train",
+            "--data",
+            data,
+            "--taps",
+            "16,99",
+            "--reply-tokens",
+            "0",
+            "--out",
+            out_path.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_clean_failure(&out, "do not fit");
+    assert!(!out_path.exists());
+}

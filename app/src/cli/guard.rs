@@ -64,6 +64,10 @@ pub enum GuardCommand {
         /// Keep computed features here between runs (keyed by model, features and data).
         #[arg(long)]
         features_cache: Option<PathBuf>,
+        /// Layers whose hidden states the head reads, comma-separated (0 = the embeddings,
+        /// n_layer = after the final norm); the default is the spec new heads ship with.
+        #[arg(long, value_delimiter = ',')]
+        taps: Option<Vec<usize>>,
     },
     /// Choose the threshold for screening replies on the dev prompts' replies and write it into
     /// the head.
@@ -129,9 +133,13 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             reply_tokens,
             max_dev_reply_false_positive,
             features_cache,
+            taps,
         } => {
             let model = load_model(&args.model)?;
             let mut opts = TrainOptions::new(data);
+            if let Some(taps) = taps {
+                opts.spec.taps = taps;
+            }
             opts.config.hidden = hidden;
             opts.config.epochs = epochs;
             opts.max_dev_false_positive = max_dev_false_positive;

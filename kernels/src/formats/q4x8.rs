@@ -1,5 +1,6 @@
-//! Q4_0 and Q4_1 repacked for the x86 kernels (AVX2, AVX-512 VNNI) and Q4_0 for NEON: eight rows interleaved block by block, so one
-//! kernel call multiplies 8 rows by up to 4 tokens with every 32-bit lane holding one row.
+//! Q4_0 and Q4_1 repacked for the x86 kernels (AVX2, AVX-512 VNNI), and Q4_0 for NEON: eight
+//! rows interleaved block by block, so one kernel call multiplies 8 rows by up to 4 tokens with
+//! every 32-bit lane holding one row.
 //!
 //! Why: in GGUF order each row is dotted on its own, and every block pays for a horizontal sum
 //! and a scale conversion (and, for Q4_0, the sign trick `maddubs` needs). Interleaved, the 8
