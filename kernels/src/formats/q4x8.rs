@@ -395,6 +395,18 @@ macro_rules! x86_kernels {
     };
 }
 
+/// The four activations that meet code vector `k` of a block (see the module header: vector
+/// k < 4 holds elements 4k..4k+4 of each row, vector k >= 4 elements 16 + 4(k-4)..), as the
+/// one i32 the kernels broadcast.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn activation_quad(q: &[i8; 32], k: usize) -> i32 {
+    let at = if k < 4 { 4 * k } else { 16 + 4 * (k - 4) };
+    assert!(k < 8);
+    // SAFETY: k < 8, so at + 4 <= 32, the activation block's length.
+    unsafe { q.as_ptr().add(at).cast::<i32>().read_unaligned() }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
@@ -409,10 +421,8 @@ pub(crate) mod avx2 {
         // 2·15·127 in magnitude, so eight of them (30480) still fit an i16.
         let mut s16 = _mm256_setzero_si256();
         for (k, v) in v.iter().enumerate() {
-            let at = if k < 4 { 4 * k } else { 16 + 4 * (k - 4) };
-            // SAFETY: at + 4 <= 32, the activation block's length.
-            let four = unsafe { q.as_ptr().add(at).cast::<i32>().read_unaligned() };
-            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(*v, _mm256_set1_epi32(four)));
+            let four = _mm256_set1_epi32(super::activation_quad(q, k));
+            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(*v, four));
         }
         _mm256_madd_epi16(s16, _mm256_set1_epi16(1))
     }
@@ -441,10 +451,7 @@ pub(crate) mod avx512vnni {
     fn block_dot(v: &[__m256i; 8], q: &[i8; 32]) -> __m256i {
         let mut sum = _mm256_setzero_si256();
         for (k, v) in v.iter().enumerate() {
-            let at = if k < 4 { 4 * k } else { 16 + 4 * (k - 4) };
-            // SAFETY: at + 4 <= 32, the activation block's length.
-            let four = unsafe { q.as_ptr().add(at).cast::<i32>().read_unaligned() };
-            sum = _mm256_dpbusd_epi32(sum, *v, _mm256_set1_epi32(four));
+            sum = _mm256_dpbusd_epi32(sum, *v, _mm256_set1_epi32(super::activation_quad(q, k)));
         }
         sum
     }
