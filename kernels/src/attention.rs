@@ -80,7 +80,7 @@ pub fn dot_f16_rows(
     check_rows(cache, stride, offset, q.len(), scores.len());
     #[cfg(target_arch = "x86_64")]
     if kernels().path.is_x86_simd() {
-        // SAFETY: the AVX2 table is only selected after detecting avx2+fma+f16c; every row's
+        // SAFETY: an x86 SIMD table is only selected after detecting avx2+fma+f16c; every row's
         // slice was checked to lie inside `cache` above.
         unsafe { avx2::dot_rows(q, cache, stride, offset, scale, order, scores) };
         return;

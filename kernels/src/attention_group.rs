@@ -43,7 +43,7 @@ pub fn dot_f16_rows_group(
             .chunks(MAX_GROUP * hd)
             .zip(scores.chunks_mut(MAX_GROUP * rows))
         {
-            // SAFETY: the AVX2 table is only selected after detecting avx2+fma+f16c; every
+            // SAFETY: an x86 SIMD table is only selected after detecting avx2+fma+f16c; every
             // row's slice was checked to lie inside `cache`; hd is a multiple of the lanes.
             unsafe { avx2::dot_group(q, hd, cache, stride, offset, scale, order, s) };
         }
@@ -132,7 +132,7 @@ pub fn weighted_sum_f16_rows_group(
 fn round_to_f16(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if kernels().path.is_x86_simd() {
-        // SAFETY: the AVX2 table implies F16C.
+        // SAFETY: every x86 SIMD table implies F16C.
         unsafe { avx2::round_to_f16(x) };
         return;
     }
