@@ -252,13 +252,18 @@ pub(crate) fn has_avx2() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
+/// AVX-512 F, VL and VNNI: what `vpdpbusd` on 256-bit registers needs.
+#[cfg(target_arch = "x86_64")]
+fn has_avx512vnni_features() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
 /// True when the AVX-512 VNNI kernels may run here (on top of [`has_avx2`]).
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn has_avx512vnni() -> bool {
-    has_avx2()
-        && is_x86_feature_detected!("avx512f")
-        && is_x86_feature_detected!("avx512vl")
-        && is_x86_feature_detected!("avx512vnni")
+    has_avx2() && has_avx512vnni_features()
 }
 
 fn best() -> &'static Kernels {
@@ -324,9 +329,7 @@ pub fn cpu_features() -> CpuFeatures {
     #[cfg(not(target_arch = "x86_64"))]
     let (avx2, fma, f16c) = (false, false, false);
     #[cfg(target_arch = "x86_64")]
-    let avx512vnni = is_x86_feature_detected!("avx512f")
-        && is_x86_feature_detected!("avx512vl")
-        && is_x86_feature_detected!("avx512vnni");
+    let avx512vnni = has_avx512vnni_features();
     #[cfg(not(target_arch = "x86_64"))]
     let avx512vnni = false;
     #[cfg(target_arch = "aarch64")]
