@@ -19,7 +19,7 @@ use kostant_kernels::{dequantize_row, exp_f32, matmul_input, matvec_fused, Input
 use super::hparams::{HParams, RopeLayout};
 use super::weights::{LayerWeights, TensorRef};
 use super::Model;
-use crate::kv_cache::{KvCache, LayerView};
+use crate::kv_cache::{HeadView, KvCache};
 use crate::{EngineError, Result};
 
 /// Runs `tokens` at positions `kv.len()..` through the model, appends their keys and values to
@@ -516,7 +516,7 @@ fn attention<'s>(
     kv.append(l, k, v);
     let q = &*q;
 
-    let cached = kv.layer(l); // (pos + n, kv_dim) keys and values
+    let cached = kv.layer(l); // pos + n positions of keys and values
     let group = hp.n_head / hp.n_head_kv;
     let scale = 1.0 / (hd as f32).sqrt();
     // (n, n_head * head_dim); every head's slice is written whole below.
@@ -538,29 +538,30 @@ fn attention<'s>(
             group * order.lanes() * hd,
             hd / Q8_0_BLOCK,
         );
-        match cached {
-            LayerView::F16 { k, v } => {
+        // The head's rows (visible_max of them), one after another.
+        match cached.head(g) {
+            HeadView::F16 { k, v } => {
                 // The queries meet the f16 keys at f16 precision, as in llama.cpp. The
                 // group shares each key and value row as it is read (the same bits as
                 // head by head).
                 for (a, &b) in q_h.iter_mut().zip(q_group) {
                     *a = f16::from_f32(b).to_f32();
                 }
-                dot_f16_rows_group(q_h, hd, k, kv_dim, g * hd, scale, order, probs);
+                dot_f16_rows_group(q_h, hd, k, hd, 0, scale, order, probs);
                 probs.chunks_exact_mut(visible).for_each(softmax);
-                weighted_sum_f16_rows_group(probs, hd, v, kv_dim, g * hd, order, lanes, o);
+                weighted_sum_f16_rows_group(probs, hd, v, hd, 0, order, lanes, o);
             }
-            LayerView::Q8_0 { k, v } => {
+            HeadView::Q8_0 { k, v } => {
                 let probs = &mut probs[..visible];
                 for (q_src, o_h) in q_group.chunks_exact(hd).zip(o.chunks_exact_mut(hd)) {
                     // The query is quantized like the keys, so each block's dot is exact
                     // in integers (as llama.cpp does with a q8_0 K cache). The cache made
                     // sure heads are whole blocks.
                     quantize_q8_0_kv(q_src, q_blocks);
-                    let (stride, at) = (kv_dim / Q8_0_BLOCK, g * hd / Q8_0_BLOCK);
-                    dot_q8_0_rows(q_blocks, k, stride, at, scale, probs);
+                    let stride = hd / Q8_0_BLOCK;
+                    dot_q8_0_rows(q_blocks, k, stride, 0, scale, probs);
                     softmax(probs);
-                    weighted_sum_q8_0_rows(probs, v, stride, at, o_h);
+                    weighted_sum_q8_0_rows(probs, v, stride, 0, o_h);
                 }
             }
         }
