@@ -5,7 +5,10 @@
 # BENCHMARKS.md carries.
 #
 #   LLAMA_BENCH=/path/to/llama-bench [ROUNDS=3] [THREADS="1 2"] [PROMPT=512] [GEN=128] \
-#     scripts/bench-compare.sh [MODEL.gguf]
+#     [DEPTH=0] scripts/bench-compare.sh [MODEL.gguf]
+#
+# DEPTH=N starts every measurement after N tokens of context (llama-bench -d, kostant bench
+# --depth): a later turn of a long chat.
 #
 # llama-bench is a reference built beside the project, never part of it.
 set -euo pipefail
@@ -16,6 +19,7 @@ rounds="${ROUNDS:-3}"
 threads="${THREADS:-1 2}"
 prompt="${PROMPT:-512}"
 gen="${GEN:-128}"
+depth="${DEPTH:-0}"
 kostant="${KOSTANT:-target/release/kostant}"
 [ -n "${KOSTANT:-}" ] || cargo build --release -q -p kostant
 log=$(mktemp)
@@ -23,17 +27,18 @@ trap 'rm -f "$log"' EXIT
 
 for _ in $(seq "$rounds"); do
   for t in $threads; do
-    ref=$("$llama_bench" -m "$model" -t "$t" -p "$prompt" -n "$gen" -r 1 -o jsonl 2>/dev/null)
-    ours=$("$kostant" bench --model "$model" --threads "$t" --ctx $((prompt + gen + 16)) \
-      --prompt-tokens "$prompt" --gen-tokens "$gen" --repetitions 1 --json)
+    ref=$("$llama_bench" -m "$model" -t "$t" -p "$prompt" -n "$gen" -d "$depth" -r 1 -o jsonl 2>/dev/null)
+    ours=$("$kostant" bench --model "$model" --threads "$t" --ctx $((depth + prompt + gen + 16)) \
+      --prompt-tokens "$prompt" --gen-tokens "$gen" --depth "$depth" --repetitions 1 --json)
     printf '%s\t%s\t%s\n' "$t" "$ours" "$(echo "$ref" | tr '\n' ' ')" >> "$log"
   done
 done
 
-python3 - "$log" "$prompt" "$gen" <<'PY'
+python3 - "$log" "$prompt" "$gen" "$depth" <<'PY'
 import json, sys
 from collections import defaultdict
-log, p, g = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+log, p, g, d = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+at = f" @ d{d}" if d else ""
 runs = defaultdict(lambda: {"pp": [], "tg": [], "rpp": [], "rtg": []})
 for line in open(log):
     t, ours, ref = line.rstrip("\n").split("\t")
@@ -48,6 +53,6 @@ print("| threads | test | kostant tok/s | llama.cpp tok/s | ratio |")
 print("|---|---|---|---|---|")
 for t in sorted(runs):
     r = runs[t]
-    for name, a, b in ((f"pp{p}", r["pp"], r["rpp"]), (f"tg{g}", r["tg"], r["rtg"])):
+    for name, a, b in ((f"pp{p}{at}", r["pp"], r["rpp"]), (f"tg{g}{at}", r["tg"], r["rtg"])):
         print(f"| {t} | {name} | {mean(a):.1f} | {mean(b):.1f} | {mean(a)/mean(b):.2f}x |")
 PY

@@ -277,6 +277,42 @@ fn bench_json_reports_every_measure() {
     assert!(g["input_overhead_fraction"].as_f64().unwrap().is_finite());
 }
 
+/// `--depth` starts every measurement after that many tokens of context (llama-bench's -d):
+/// reported in the JSON; a depth that leaves no room in the context is refused up front.
+#[test]
+fn bench_measures_after_a_context_of_depth_tokens() {
+    let args = |depth: &str, ctx: &str| {
+        kostant(
+            &[
+                "bench",
+                "--prompt-tokens",
+                "8",
+                "--gen-tokens",
+                "4",
+                "--repetitions",
+                "1",
+                "--threads",
+                "1",
+                "--json",
+                "--depth",
+                depth,
+                "--ctx",
+                ctx,
+            ],
+            None,
+        )
+    };
+    let out = args("100", "256");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["depth"], 100);
+    assert!(v["decode_tok_s"].as_f64().unwrap() > 0.0, "{v}");
+    let out = args("250", "256");
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("--depth") && err.contains("256"), "{err}");
+}
+
 #[test]
 fn ctrl_c_stops_a_reply_without_quitting() {
     use std::io::Read;

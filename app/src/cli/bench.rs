@@ -1,6 +1,7 @@
 //! `kostant bench`: prefill and decode speed, time to first token and peak memory, measured
 //! the way llama-bench measures (random prompt tokens for prefill; decode from an empty
-//! context, one token at a time) so the two can be compared on the same file.
+//! context, one token at a time; with `--depth N`, each after N random tokens of context, as
+//! llama-bench's `-d N`) so the two can be compared on the same file.
 
 use std::time::Instant;
 
@@ -30,32 +31,42 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let prompt: Vec<u32> = (0..args.prompt_tokens)
         .map(|_| rng.gen_range(0..n_vocab))
         .collect();
+    let context: Vec<u32> = (0..args.depth).map(|_| rng.gen_range(0..n_vocab)).collect();
     let mut session = Session::with_kv_type(model.clone(), args.model.ctx, kv_type)?;
+    let longest = args.depth + args.prompt_tokens.max(args.gen_tokens);
     anyhow::ensure!(
-        args.prompt_tokens + args.gen_tokens <= session.n_ctx(),
-        "--prompt-tokens plus --gen-tokens ({}) exceed the context of {} tokens (raise --ctx)",
-        args.prompt_tokens + args.gen_tokens,
+        longest <= session.n_ctx(),
+        "--depth plus the longer of --prompt-tokens and --gen-tokens ({longest}) exceeds the context of {} tokens (raise --ctx)",
         session.n_ctx()
     );
+    // The context every measurement starts from: empty, or --depth tokens already read.
+    let start = |session: &mut Session| -> Result<()> {
+        session.reset();
+        if !context.is_empty() {
+            session.prefill(&context)?;
+        }
+        Ok(())
+    };
 
     // Warm-up, as llama-bench warms up with the whole prompt: pages the weights and every kv
     // cache row the prefill will write in, and lets the thread pool spin up, so the first
     // measured run does not pay first-touch page faults the others do not.
+    start(&mut session)?;
     session.prefill(&prompt)?;
 
     let mut prefill_ms = Vec::new();
     let mut ttft_ms = Vec::new();
     let mut decode_ms = Vec::new();
     for _ in 0..args.repetitions {
-        session.reset();
+        start(&mut session)?;
         let t = Instant::now();
         let (logits, _) = session.prefill(&prompt)?;
         prefill_ms.push(t.elapsed().as_secs_f64() * 1e3);
         let _first = argmax(&logits);
         ttft_ms.push(t.elapsed().as_secs_f64() * 1e3);
 
-        // Decode from an empty context, like llama-bench's tg test.
-        session.reset();
+        // Decode from the starting context, like llama-bench's tg test.
+        start(&mut session)?;
         let mut token = prompt[0];
         let t = Instant::now();
         for _ in 0..args.gen_tokens {
@@ -98,6 +109,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "repacked_matrices": model.repacked_matrices(),
         "prompt_tokens": args.prompt_tokens,
         "gen_tokens": args.gen_tokens,
+        "depth": args.depth,
         "repetitions": args.repetitions,
         "load_ms": load_ms,
         "prefill_tok_s": prefill_tok_s,
@@ -130,12 +142,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
             kostant_kernels::cpu_features(),
             model.repacked_matrices()
         );
+        let after = match args.depth {
+            0 => String::new(),
+            d => format!(", after {d}"),
+        };
         println!(
-            "prefill      {:>8.1} tok/s  ({} tokens)",
+            "prefill      {:>8.1} tok/s  ({} tokens{after})",
             prefill_tok_s, args.prompt_tokens
         );
         println!(
-            "decode       {:>8.1} tok/s  ({} tokens, {:.1} GB/s of weights)",
+            "decode       {:>8.1} tok/s  ({} tokens{after}, {:.1} GB/s of weights)",
             decode_tok_s, args.gen_tokens, gb_s
         );
         println!(

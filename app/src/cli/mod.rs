@@ -130,6 +130,11 @@ pub struct BenchArgs {
     /// Tokens generated for the decode measurement.
     #[arg(long, default_value_t = 128)]
     pub gen_tokens: usize,
+    /// Tokens already in the context when each measurement starts (a later turn of a long
+    /// chat), as llama-bench's --n-depth: prefill, time to first token and decode all run
+    /// after this many random tokens.
+    #[arg(long, default_value_t = 0)]
+    pub depth: usize,
     /// Runs of each measurement; the report gives their mean.
     #[arg(long, default_value_t = 3)]
     pub repetitions: usize,
