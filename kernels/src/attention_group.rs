@@ -313,9 +313,13 @@ mod avx2 {
         }
     }
 
-    /// Lane l of head h gathers positions l, l + lanes, ... in order, 32 columns at a time in
+    /// Lane l of head h gathers positions l, l + lanes, ... in order, 16 columns at a time in
     /// registers, each value row widened once for the G heads; then each head's lanes are
     /// reduced by the per-head path's own `reduce_lanes`.
+    ///
+    /// Why 16 columns and lane by lane: G heads' accumulators for 16 columns, the two widened
+    /// values and the G weights fit AVX2's 16 registers (32 columns spilled), and a lane's
+    /// rows, read once from memory for the first 16 columns, are still in L1 for the rest.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -331,19 +335,18 @@ mod avx2 {
     ) {
         let lanes = order.lanes();
         let rows = probs.len() / G;
-        assert!(out.len() >= G * hd && acc.len() >= G * lanes * hd && hd.is_multiple_of(32));
-        for d0 in (0..hd).step_by(32) {
-            for l in 0..lanes {
-                let mut a = [[_mm256_setzero_ps(); 4]; G];
+        assert!(out.len() >= G * hd && acc.len() >= G * lanes * hd && hd.is_multiple_of(16));
+        for l in 0..lanes {
+            for d0 in (0..hd).step_by(16) {
+                let mut a = [[_mm256_setzero_ps(); 2]; G];
                 for p in (l..rows).step_by(lanes) {
-                    let v = cache[p * stride + offset + d0..][..32].as_ptr();
-                    for j in 0..4 {
-                        // SAFETY: 8j + 8 <= 32, the slice's length.
-                        let x = unsafe { load8(v.add(8 * j)) };
-                        for (h, a) in a.iter_mut().enumerate() {
-                            let w = _mm256_set1_ps(probs[h * rows + p]);
-                            a[j] = _mm256_fmadd_ps(w, x, a[j]);
-                        }
+                    let v = cache[p * stride + offset + d0..][..16].as_ptr();
+                    // SAFETY: 16 values in the slice.
+                    let x = unsafe { [load8(v), load8(v.add(8))] };
+                    for (h, a) in a.iter_mut().enumerate() {
+                        let w = _mm256_set1_ps(probs[h * rows + p]);
+                        a[0] = _mm256_fmadd_ps(w, x[0], a[0]);
+                        a[1] = _mm256_fmadd_ps(w, x[1], a[1]);
                     }
                 }
                 for (h, a) in a.iter().enumerate() {
