@@ -354,17 +354,19 @@ mod tests {
                 HeadView::Q8_0 { k, v } => (dequantized(k), dequantized(v)),
             })
             .collect();
-        let rows = |pick: fn(&(Vec<f32>, Vec<f32>)) -> &Vec<f32>| -> Vec<f32> {
+        // Side `s` (0 keys, 1 values) of every head, interleaved back into rows.
+        let rows = |s: usize| -> Vec<f32> {
+            let side = |h: &(Vec<f32>, Vec<f32>)| if s == 0 { h.0.clone() } else { h.1.clone() };
+            let per_head: Vec<Vec<f32>> = heads.iter().map(side).collect();
             (0..view.filled)
                 .flat_map(|p| {
-                    heads
+                    per_head
                         .iter()
-                        .flat_map(move |h| &pick(h)[p * hd..(p + 1) * hd])
+                        .flat_map(move |h| h[p * hd..(p + 1) * hd].to_vec())
                 })
-                .copied()
                 .collect()
         };
-        (rows(|h| &h.0), rows(|h| &h.1))
+        (rows(0), rows(1))
     }
 
     /// Largest error a Q8_0 block allows its values: half a step `max|x| / 127`, plus the f16
