@@ -53,7 +53,8 @@ pub struct ModelArgs {
     /// GGUF model to run (default: the embedded default model installed by scripts/setup.sh).
     #[arg(long, env = "KOSTANT_MODEL")]
     pub model: Option<PathBuf>,
-    /// Worker threads for the matrix kernels (default: all cores).
+    /// Worker threads for the matrix kernels (default: the performance cores, those within 75%
+    /// of the fastest core's top speed; every core where the system does not say).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Context window in tokens (capped at the model's training context).
@@ -168,7 +169,7 @@ pub fn load_model_kv(
     let threads = match args.threads {
         Some(0) => anyhow::bail!("--threads must be at least 1"),
         Some(n) => n,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        None => kostant_platform::cpu::performance_cores(),
     };
     kostant_kernels::init_threads(threads)?;
     let _ = THREADS.set(threads);

@@ -443,10 +443,11 @@ pub type ResponderFactory = Box<dyn FnOnce() -> LoadResult + Send>;
 /// What a [`ResponderFactory`] gives: the responder and what it runs, or why it could not load.
 pub type LoadResult = Result<(Box<dyn Responder>, ModelSummary), AppError>;
 
-/// The default factory: the real model at `path` behind the guard, kernels on every core.
+/// The default factory: the real model at `path` behind the guard, kernels on the performance
+/// cores.
 pub fn guarded_factory(path: PathBuf) -> ResponderFactory {
     Box::new(move || {
-        let (r, s) = GuardedResponder::load(&path, 0)?;
+        let (r, s) = GuardedResponder::load(&path, kostant_platform::cpu::performance_cores())?;
         Ok((Box::new(r) as Box<dyn Responder>, s))
     })
 }

@@ -503,7 +503,9 @@ impl SuiteRunner {
         if self.loaded.as_ref().map(|(m, _)| *m) != Some(max_tokens) {
             // The old runner's guard and session go first, so two are never resident at once.
             self.loaded = None;
-            kostant_kernels::init_threads(0).map_err(|e| AppError::Threads(e.to_string()))?;
+            // The chat's count: the pool is built once per process.
+            let threads = kostant_platform::cpu::performance_cores();
+            kostant_kernels::init_threads(threads).map_err(|e| AppError::Threads(e.to_string()))?;
             let model = super::chat::shared_model(&self.model_path)?;
             let head = Head::from_bytes(kostant_assets::GUARD_HEAD).map_err(|e| {
                 AppError::ModelNotReady(format!("the built-in guard head is damaged: {e}"))
