@@ -235,24 +235,25 @@ fn corrupt_models_are_refused_without_a_panic() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `kostant bench --json` on one thread, 4 generated tokens, one repetition, plus `extra`.
+fn quick_bench(extra: &[&str]) -> Output {
+    let mut args = vec![
+        "bench",
+        "--gen-tokens",
+        "4",
+        "--repetitions",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    kostant(&args, None)
+}
+
 #[test]
 fn bench_json_reports_every_measure() {
-    let out = kostant(
-        &[
-            "bench",
-            "--prompt-tokens",
-            "16",
-            "--gen-tokens",
-            "4",
-            "--repetitions",
-            "1",
-            "--threads",
-            "1",
-            "--json",
-            "--guard",
-        ],
-        None,
-    );
+    let out = quick_bench(&["--prompt-tokens", "16", "--guard"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for key in ["prefill_tok_s", "decode_tok_s", "ttft_ms", "peak_rss_mb"] {
@@ -282,25 +283,7 @@ fn bench_json_reports_every_measure() {
 #[test]
 fn bench_measures_after_a_context_of_depth_tokens() {
     let args = |depth: &str, ctx: &str| {
-        kostant(
-            &[
-                "bench",
-                "--prompt-tokens",
-                "8",
-                "--gen-tokens",
-                "4",
-                "--repetitions",
-                "1",
-                "--threads",
-                "1",
-                "--json",
-                "--depth",
-                depth,
-                "--ctx",
-                ctx,
-            ],
-            None,
-        )
+        quick_bench(&["--prompt-tokens", "8", "--depth", depth, "--ctx", ctx])
     };
     let out = args("100", "256");
     assert!(out.status.success(), "{}", text(&out.stderr));
