@@ -92,6 +92,19 @@ fn doctor_finds_the_network_denied_and_the_model_verified() {
     assert!(detail.contains("smollm2"), "{detail}");
 
     assert_eq!(check(&report, "cpu")["ok"], true);
+    // "N by default: the performance cores of M usable", 1 <= N <= M.
+    let threads = check(&report, "threads")["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let numbers: Vec<usize> = threads
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(
+        matches!(numbers[..], [n, m] if 1 <= n && n <= m),
+        "{threads}"
+    );
     let keys = check(&report, "key storage");
     assert_eq!(keys["ok"], true, "{keys}");
     assert!(

@@ -1,6 +1,7 @@
 //! `kostant doctor`: checks the promises this build makes on this device (the network is
 //! denied, local sockets and files still work, the model is the one the manifest names, the
-//! history key is private) and reports the CPU path. Exits non-zero if a required check fails.
+//! history key is private) and reports the CPU path and the default thread count. Exits
+//! non-zero if a required check fails.
 
 use std::path::{Path, PathBuf};
 
@@ -42,6 +43,16 @@ pub fn run(args: DoctorArgs) -> Result<()> {
             ok: true,
             required: false,
             detail: kostant_kernels::cpu_features().to_string(),
+        },
+        Check {
+            name: "threads",
+            ok: true,
+            required: false,
+            detail: format!(
+                "{} by default: the performance cores of {} usable",
+                kostant_platform::cpu::performance_cores(),
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            ),
         },
         key_storage_check(),
     ];
