@@ -33,7 +33,16 @@ pub fn performance_cores_in(root: &Path, available: usize) -> usize {
     else {
         return available;
     };
-    let speeds: Vec<Option<u64>> = online.iter().map(|&cpu| top_speed(root, cpu)).collect();
+    // Capacities where the kernel publishes them (then every core has one), else frequencies.
+    let file = if root.join("cpu0").join("cpu_capacity").exists() {
+        "cpu_capacity"
+    } else {
+        "cpufreq/cpuinfo_max_freq"
+    };
+    let speeds: Vec<Option<u64>> = online
+        .iter()
+        .map(|&cpu| read_number(&root.join(format!("cpu{cpu}")).join(file)))
+        .collect();
     count_performance(&speeds).map_or(available, |n| n.min(available))
 }
 
@@ -45,30 +54,18 @@ fn count_performance(speeds: &[Option<u64>]) -> Option<usize> {
     if fastest == 0 {
         return None;
     }
-    let n = speeds
-        .iter()
-        .filter(|&&s| s as f64 >= PERFORMANCE_SHARE * fastest as f64)
-        .count();
-    Some(n.max(1))
+    // The fastest core always counts, so this is at least 1.
+    Some(
+        speeds
+            .iter()
+            .filter(|&&s| s as f64 >= PERFORMANCE_SHARE * fastest as f64)
+            .count(),
+    )
 }
 
-/// A core's top speed: its scheduler capacity if the kernel publishes one, else its highest
-/// frequency in kHz (the two are never mixed: every core has a capacity or none does).
-fn top_speed(root: &Path, cpu: usize) -> Option<u64> {
-    let dir = root.join(format!("cpu{cpu}"));
-    let read = |name: &str| -> Option<u64> {
-        std::fs::read_to_string(dir.join(name))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    };
-    let capacity_published = root.join("cpu0").join("cpu_capacity").exists();
-    if capacity_published {
-        read("cpu_capacity")
-    } else {
-        read("cpufreq/cpuinfo_max_freq")
-    }
+/// A file holding one unsigned number, as sysfs writes them.
+fn read_number(path: &Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 /// The kernel's cpu list format: "0-3,5,7-8".
