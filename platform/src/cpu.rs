@@ -34,7 +34,11 @@ pub fn performance_cores_in(root: &Path, available: usize) -> usize {
         return available;
     };
     // Capacities where the kernel publishes them (then every core has one), else frequencies.
-    let file = if root.join("cpu0").join("cpu_capacity").exists() {
+    let file = if root
+        .join(format!("cpu{}", online[0]))
+        .join("cpu_capacity")
+        .exists()
+    {
         "cpu_capacity"
     } else {
         "cpufreq/cpuinfo_max_freq"
