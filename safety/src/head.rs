@@ -241,6 +241,10 @@ pub struct TrainConfig {
     /// over-refusal costlier).
     pub safe_weight: f32,
     pub seed: u64,
+    /// Heads trained from seeds `seed..seed + members` and averaged (their logits), stored as
+    /// one head `members` times as wide. Averaging evens out what one seed happens to learn
+    /// from a few thousand texts.
+    pub members: usize,
 }
 
 impl Default for TrainConfig {
@@ -253,6 +257,7 @@ impl Default for TrainConfig {
             batch: 32,
             safe_weight: 1.0,
             seed: 7,
+            members: 1,
         }
     }
 }
@@ -321,7 +326,54 @@ pub fn train(examples: &[Example], info: HeadInfo, cfg: &TrainConfig) -> Result<
     let w_unsafe = examples.len() as f32 / (2.0 * n_unsafe as f32);
     let w_safe = cfg.safe_weight * examples.len() as f32 / (2.0 * n_safe as f32);
 
-    let mut rng = SmallRng::seed_from_u64(cfg.seed);
+    let members = cfg.members.max(1);
+    // Members train side by side (each on its own thread), then become one wider head.
+    let trained: Vec<Layers> = std::thread::scope(|scope| {
+        let jobs: Vec<_> = (0..members as u64)
+            .map(|k| {
+                let (xs, targets) = (&xs, &targets);
+                scope.spawn(move || {
+                    fit_member(
+                        xs,
+                        targets,
+                        (w_safe, w_unsafe),
+                        d,
+                        cfg,
+                        cfg.seed.wrapping_add(k),
+                    )
+                })
+            })
+            .collect();
+        jobs.into_iter()
+            // Invariant: fit_member does not panic (pure arithmetic on checked shapes).
+            .map(|j| j.join().expect("a head member's thread panicked"))
+            .collect()
+    });
+    let params = merge(trained);
+    Ok(Head {
+        info: HeadInfo {
+            hidden: cfg.hidden * members,
+            ..info
+        },
+        mean,
+        inv_std,
+        layers: params,
+    })
+}
+
+/// One head's layers as (out, in) row-major weights and biases.
+type Layers = Vec<(Vec<f32>, Vec<f32>)>;
+
+/// Fits one head on standardized features from a seed of its own.
+fn fit_member(
+    xs: &[Vec<f32>],
+    targets: &[[f32; N_OUT]],
+    (w_safe, w_unsafe): (f32, f32),
+    d: usize,
+    cfg: &TrainConfig,
+    seed: u64,
+) -> Layers {
+    let mut rng = SmallRng::seed_from_u64(seed);
     let widths = layer_widths(d, cfg.hidden);
     let mut params: Vec<(Vec<f32>, Vec<f32>)> = widths
         .windows(2)
@@ -342,7 +394,7 @@ pub fn train(examples: &[Example], info: HeadInfo, cfg: &TrainConfig) -> Result<
                 .map(|(w, b)| (vec![0.0; w.len()], vec![0.0; b.len()]))
                 .collect();
             for &i in batch {
-                let weight = if examples[i].category.is_some() {
+                let weight = if targets[i][0] > 0.0 {
                     w_unsafe
                 } else {
                     w_safe
@@ -359,15 +411,56 @@ pub fn train(examples: &[Example], info: HeadInfo, cfg: &TrainConfig) -> Result<
             );
         }
     }
-    Ok(Head {
-        info: HeadInfo {
-            hidden: cfg.hidden,
-            ..info
-        },
-        mean,
-        inv_std,
-        layers: params,
-    })
+    params
+}
+
+/// One head whose logits are the mean of the members' logits. A linear member's weights are
+/// simply averaged; hidden members stack their hidden units side by side, and the output layer
+/// reads them all at 1/members weight.
+fn merge(mut members: Vec<Layers>) -> Layers {
+    let k = members.len();
+    if k == 1 {
+        // Invariant: k == 1, so pop returns the one member.
+        return members.pop().unwrap();
+    }
+    let scale = 1.0 / k as f32;
+    let last = members[0].len() - 1;
+    let mut out: Layers = Vec::with_capacity(last + 1);
+    if last == 1 {
+        // Hidden layer: concatenate units (rows of W, entries of b).
+        let w = members
+            .iter()
+            .flat_map(|m| m[0].0.iter().copied())
+            .collect();
+        let b = members
+            .iter()
+            .flat_map(|m| m[0].1.iter().copied())
+            .collect();
+        out.push((w, b));
+    }
+    // Output layer: each output row reads every member's hidden units (or, when linear, the
+    // mean of their weights on each input).
+    let n_out = members[0][last].1.len();
+    let fan_in = members[0][last].0.len() / n_out;
+    let row =
+        |m: &Layers, o: usize| -> Vec<f32> { m[last].0[o * fan_in..(o + 1) * fan_in].to_vec() };
+    let mut w = Vec::with_capacity(n_out * fan_in * if last == 1 { k } else { 1 });
+    for o in 0..n_out {
+        if last == 1 {
+            for m in &members {
+                w.extend(row(m, o).iter().map(|v| v * scale));
+            }
+        } else {
+            for i in 0..fan_in {
+                w.push(members.iter().map(|m| m[0].0[o * fan_in + i]).sum::<f32>() * scale);
+            }
+        }
+    }
+    let b = (0..n_out)
+        .map(|o| members.iter().map(|m| m[last].1[o]).sum::<f32>() * scale)
+        .collect();
+    out.push((w, b));
+    out
 }
 
 /// Adds the gradient of one example's weighted loss to `grads`. Loss: binary cross-entropy on
@@ -568,6 +661,58 @@ mod tests {
                 cat_right >= 90,
                 "hidden {hidden}: {cat_right}/100 categories right"
             );
+        }
+    }
+
+    #[test]
+    fn merged_members_score_the_mean_of_their_logits() {
+        let examples = data(60, 5);
+        for hidden in [0, 4] {
+            let cfg = TrainConfig {
+                hidden,
+                epochs: 2,
+                ..Default::default()
+            };
+            let one = |seed| {
+                train(
+                    &examples,
+                    info(4),
+                    &TrainConfig {
+                        seed,
+                        ..cfg.clone()
+                    },
+                )
+                .unwrap()
+            };
+            let (a, b) = (one(7), one(8));
+            let both = train(
+                &examples,
+                info(4),
+                &TrainConfig {
+                    members: 2,
+                    ..cfg.clone()
+                },
+            )
+            .unwrap();
+            assert_eq!(both.info.hidden, 2 * hidden);
+            for e in data(10, 6) {
+                let x: Vec<f32> = e
+                    .features
+                    .iter()
+                    .zip(&a.mean)
+                    .zip(&a.inv_std)
+                    .map(|((&f, &m), &s)| (f - m) * s)
+                    .collect();
+                let (la, lb, l2) = (a.logits(&x), b.logits(&x), both.logits(&x));
+                for k in 0..N_OUT {
+                    let mean = (la[k] + lb[k]) / 2.0;
+                    assert!(
+                        (l2[k] - mean).abs() <= 1e-5 * (1.0 + mean.abs()),
+                        "hidden {hidden}, output {k}: {} vs {mean}",
+                        l2[k]
+                    );
+                }
+            }
         }
     }
 

@@ -148,6 +148,7 @@ impl TrainOptions {
                 batch: 32,
                 safe_weight: 1.5,
                 seed: 7,
+                members: 3,
             },
             // A quarter of the training prompts are also seen inside a jailbreak wrapper.
             augment_share: 0.25,
@@ -550,6 +551,7 @@ pub fn train_head(
             "batch": opts.config.batch,
             "safe_weight": opts.config.safe_weight,
             "seed": opts.config.seed,
+            "members": opts.config.members,
             "augment_share": opts.augment_share,
         },
         "threshold_rule": format!(

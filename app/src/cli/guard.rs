@@ -51,6 +51,10 @@ pub enum GuardCommand {
         hidden: usize,
         #[arg(long, default_value_t = 20)]
         epochs: usize,
+        /// Heads trained from consecutive seeds and averaged into one (stored as one head this
+        /// many times as wide).
+        #[arg(long, default_value_t = 3)]
+        members: usize,
         /// Highest share of dev safe prompts the chosen threshold may flag.
         #[arg(long, default_value_t = 0.08)]
         max_dev_false_positive: f64,
@@ -129,6 +133,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             out,
             hidden,
             epochs,
+            members,
             max_dev_false_positive,
             reply_tokens,
             max_dev_reply_false_positive,
@@ -142,6 +147,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             }
             opts.config.hidden = hidden;
             opts.config.epochs = epochs;
+            opts.config.members = members;
             opts.max_dev_false_positive = max_dev_false_positive;
             opts.max_dev_reply_false_positive = max_dev_reply_false_positive;
             opts.replies = opts
