@@ -442,17 +442,16 @@ fn merge(mut members: Vec<Layers>) -> Layers {
     // mean of their weights on each input).
     let n_out = members[0][last].1.len();
     let fan_in = members[0][last].0.len() / n_out;
-    let row =
-        |m: &Layers, o: usize| -> Vec<f32> { m[last].0[o * fan_in..(o + 1) * fan_in].to_vec() };
     let mut w = Vec::with_capacity(n_out * fan_in * if last == 1 { k } else { 1 });
     for o in 0..n_out {
+        let rows = o * fan_in..(o + 1) * fan_in;
         if last == 1 {
             for m in &members {
-                w.extend(row(m, o).iter().map(|v| v * scale));
+                w.extend(m[last].0[rows.clone()].iter().map(|v| v * scale));
             }
         } else {
-            for i in 0..fan_in {
-                w.push(members.iter().map(|m| m[0].0[o * fan_in + i]).sum::<f32>() * scale);
+            for i in rows {
+                w.push(members.iter().map(|m| m[0].0[i]).sum::<f32>() * scale);
             }
         }
     }

@@ -148,6 +148,9 @@ impl TrainOptions {
                 batch: 32,
                 safe_weight: 1.5,
                 seed: 7,
+                // Three seeds averaged: on the stop-11 data (before its last 196 harmful
+                // twins), dev recall 0.944 at 7.8% false positives against 0.935 for one
+                // (`--members 3` against `--members 1`).
                 members: 3,
             },
             // A quarter of the training prompts are also seen inside a jailbreak wrapper.
