@@ -1,6 +1,7 @@
 //! The guard's classification head: standardized features -> an optional hidden ReLU layer ->
 //! one "unsafe" logit and one logit per hazard category (multi-label, each its own sigmoid).
-//! Trained here, from labelled text, with Adam on a weighted binary cross-entropy; stored as a
+//! Trained here, from labelled text, with Adam on a weighted binary cross-entropy, as one or
+//! more members (seeds) merged into one head that averages their logits; stored as a
 //! small binary file: a magic line, a JSON header, then f32 little-endian arrays.
 
 use std::io::Write;
