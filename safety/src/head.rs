@@ -217,11 +217,12 @@ fn layer_widths(d: usize, hidden: usize) -> Vec<usize> {
     }
 }
 
-/// y = W x + b, W (out, in).
+/// y = W x + b, W (out, in). Each row's dot product runs on the kernels' SIMD path: the first
+/// layer reads megabytes of weights at every check while a reply streams.
 fn dense(w: &[f32], b: &[f32], x: &[f32]) -> Vec<f32> {
     b.iter()
         .zip(w.chunks_exact(x.len()))
-        .map(|(&b, row)| b + row.iter().zip(x).map(|(a, b)| a * b).sum::<f32>())
+        .map(|(&b, row)| b + kostant_kernels::dot_f32(row, x))
         .collect()
 }
 
