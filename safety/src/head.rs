@@ -218,7 +218,8 @@ fn layer_widths(d: usize, hidden: usize) -> Vec<usize> {
 }
 
 /// y = W x + b, W (out, in). Each row's dot product runs on the kernels' SIMD path: the first
-/// layer reads megabytes of weights at every check while a reply streams.
+/// layer reads megabytes of weights at every check while a reply streams. `dot_f32` panics on
+/// unequal lengths; every row is a chunk of exactly `x.len()`.
 fn dense(w: &[f32], b: &[f32], x: &[f32]) -> Vec<f32> {
     b.iter()
         .zip(w.chunks_exact(x.len()))
