@@ -90,13 +90,7 @@ impl Head {
                 self.dim()
             )));
         }
-        let x: Vec<f32> = features
-            .iter()
-            .zip(&self.mean)
-            .zip(&self.inv_std)
-            .map(|((&f, &m), &s)| (f - m) * s)
-            .collect();
-        let out = self.logits(&x);
+        let out = self.logits(&self.standardize(features));
         let mut categories = [0.0; Category::ALL.len()];
         for (c, &z) in categories.iter_mut().zip(&out[1..]) {
             *c = sigmoid(z);
@@ -105,6 +99,11 @@ impl Head {
             unsafe_prob: sigmoid(out[0]),
             categories,
         })
+    }
+
+    /// Features centred and scaled by the training set's statistics, as the layers read them.
+    fn standardize(&self, features: &[f32]) -> Vec<f32> {
+        standardize(features, &self.mean, &self.inv_std)
     }
 
     /// Raw outputs for standardized features.
@@ -209,6 +208,16 @@ impl Head {
     }
 }
 
+/// (x - mean) * inv_std, feature by feature.
+fn standardize(features: &[f32], mean: &[f32], inv_std: &[f32]) -> Vec<f32> {
+    features
+        .iter()
+        .zip(mean)
+        .zip(inv_std)
+        .map(|((&f, &m), &s)| (f - m) * s)
+        .collect()
+}
+
 fn layer_widths(d: usize, hidden: usize) -> Vec<usize> {
     if hidden == 0 {
         vec![d, N_OUT]
@@ -299,14 +308,7 @@ pub fn train(examples: &[Example], info: HeadInfo, cfg: &TrainConfig) -> Result<
         .collect();
     let xs: Vec<Vec<f32>> = examples
         .iter()
-        .map(|e| {
-            e.features
-                .iter()
-                .zip(&mean)
-                .zip(&inv_std)
-                .map(|((&f, &m), &s)| (f - m) * s)
-                .collect()
-        })
+        .map(|e| standardize(&e.features, &mean, &inv_std))
         .collect();
     let targets: Vec<[f32; N_OUT]> = examples
         .iter()
@@ -698,13 +700,7 @@ mod tests {
             .unwrap();
             assert_eq!(both.info.hidden, 2 * hidden);
             for e in data(10, 6) {
-                let x: Vec<f32> = e
-                    .features
-                    .iter()
-                    .zip(&a.mean)
-                    .zip(&a.inv_std)
-                    .map(|((&f, &m), &s)| (f - m) * s)
-                    .collect();
+                let x = a.standardize(&e.features);
                 let (la, lb, l2) = (a.logits(&x), b.logits(&x), both.logits(&x));
                 for k in 0..N_OUT {
                     let mean = (la[k] + lb[k]) / 2.0;
