@@ -50,6 +50,11 @@ pub struct GenerationStats {
     pub decode_ms: f64,
     pub prefill_tok_s: f64,
     pub decode_tok_s: f64,
+    /// From the request to the first text passed on; later than `ttft_ms` when an observer
+    /// holds text back until it has judged it.
+    pub first_shown_ms: f64,
+    /// Most tokens an observer held back at once before judging them (0 without one).
+    pub max_held_tokens: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -104,17 +109,32 @@ fn rate(tokens: usize, ms: f64) -> f64 {
     }
 }
 
-/// Reads a generation's hidden states as the model computes them, and may stop it. The guard
-/// screens the prompt and the reply this way, riding on the chat model's own pass.
+/// What an [`Observer`] says of the text it has read so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Judgement {
+    /// Everything read so far has been judged and may be shown.
+    Show,
+    /// Not judged yet: hold the text back until a later judgement covers it.
+    Hold,
+    /// Stop the generation: nothing held back is shown.
+    Stop,
+}
+
+/// Reads a generation's hidden states as the model computes them, judges the text, and may stop
+/// it. The guard screens the prompt and the reply this way, riding on the chat model's own pass.
 pub trait Observer {
     /// Layers to read, numbered as [`Session::extend_hidden`] numbers them.
     fn taps(&self) -> Vec<usize>;
     /// The prompt tokens that ran (those after the reused prefix) and their states, one
     /// (n, n_embd) matrix per tap; called once, before the first token is sampled.
     fn prompt(&mut self, tokens: &[u32], states: &[Vec<f32>]) -> ControlFlow<()>;
-    /// A generated token, the text it completes and its states. Its text reaches `on_token`
-    /// only if this continues: nothing is shown that the observer has not read.
-    fn token(&mut self, id: u32, text: &str, states: &[Vec<f32>]) -> ControlFlow<()>;
+    /// A generated token, the text it completes and its states. Its text (and that of every
+    /// token held before it) reaches `on_token` only once a judgement says [`Judgement::Show`]:
+    /// nothing is shown that the observer has not judged.
+    fn token(&mut self, id: u32, text: &str, states: &[Vec<f32>]) -> Judgement;
+    /// The generation ended for a reason of its own (end of turn, budget, context, the user):
+    /// judge whatever is still held. Anything but `Show` keeps it from being shown.
+    fn finish(&mut self) -> Judgement;
 }
 
 /// Runs one generation on `session`, calling `on_token(Some(id), text)` as each token arrives
@@ -129,7 +149,9 @@ pub fn generate(
 }
 
 /// [`generate`] with an [`Observer`] reading along. With one, each token is run through the
-/// model (and read) before its text is passed on, so the last token costs one more step.
+/// model (and read) before its text is passed on, so the last token costs one more step, and a
+/// token's text is passed on only once the observer has judged it (it may hold text back until
+/// a judgement covers several tokens).
 pub fn generate_observed(
     session: &mut Session,
     req: &GenerateRequest,
@@ -158,10 +180,18 @@ pub fn generate_observed(
         None => true,
     };
 
+    // Every text passed on goes through here, so the first one's time is known.
+    let mut first_shown: Option<f64> = None;
+    let mut on_token = |id: Option<u32>, text: &str| {
+        first_shown.get_or_insert_with(|| ms_since(start));
+        on_token(id, text)
+    };
     let mut decoder = StreamDecoder::new(tok);
     let mut reply = String::new();
     let mut tokens = Vec::new();
     let mut history = req.prompt.clone();
+    // Text the observer has read but not judged yet, with its token ids, in order.
+    let mut held: Vec<(u32, String)> = Vec::new();
     let decode_start = Instant::now();
     let stop = loop {
         if !prompt_ok {
@@ -191,10 +221,19 @@ pub fn generate_observed(
             let text = decoder.push(id);
             session.step_tapped_into(id, &taps, &mut logits, &mut states)?;
             reply.push_str(&text);
-            if o.token(id, &text, &states).is_break() {
-                break StopReason::Observer;
+            match o.token(id, &text, &states) {
+                Judgement::Stop => break StopReason::Observer,
+                Judgement::Hold => {
+                    held.push((id, text));
+                    stats.max_held_tokens = stats.max_held_tokens.max(held.len());
+                }
+                Judgement::Show => {
+                    for (id, text) in held.drain(..) {
+                        on_token(Some(id), &text);
+                    }
+                    on_token(Some(id), &text);
+                }
             }
-            on_token(Some(id), &text);
             continue;
         }
         tokens.push(id);
@@ -210,13 +249,29 @@ pub fn generate_observed(
         }
         session.step_into(id, &mut logits)?;
     };
+    let mut stop = stop;
+    if let Some(o) = observer.as_mut() {
+        // The last held text is judged before anything of it is shown.
+        if prompt_ok && stop != StopReason::Observer {
+            match o.finish() {
+                Judgement::Show => {
+                    for (id, text) in held.drain(..) {
+                        on_token(Some(id), &text);
+                    }
+                }
+                Judgement::Hold | Judgement::Stop => stop = StopReason::Observer,
+            }
+        }
+    }
     let tail = decoder.flush();
     if !tail.is_empty() {
         reply.push_str(&tail);
+        // The tail is bytes of tokens already judged: shown when they were.
         if stop != StopReason::Observer {
             on_token(None, &tail);
         }
     }
+    stats.first_shown_ms = first_shown.unwrap_or(0.0);
     stats.generated_tokens = tokens.len();
     stats.decode_ms = ms_since(decode_start);
     // The first token comes from the prefill's logits, so decode speed counts the steps after it.

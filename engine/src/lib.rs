@@ -21,7 +21,7 @@ pub use chat_template::{Message, Role};
 pub use error::{EngineError, Result};
 pub use generate::{
     generate, generate_observed, spawn, CancelHandle, Event, GenerateRequest, Generation,
-    GenerationStats, Observer, StopReason,
+    GenerationStats, Judgement, Observer, StopReason,
 };
 pub use kv_cache::KvType;
 pub use model::Model;

@@ -11,12 +11,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use kostant_engine::{Model, Observer};
+use kostant_engine::{Judgement, Model, Observer};
 use serde::Serialize;
 
 use crate::head::{Head, Scores};
 use crate::normalize::{hidden_payloads, normalize};
-use crate::reader::{Features, Reader};
+use crate::reader::{window_ranges, Features, Reader};
 use crate::{Category, Result, SafetyError};
 
 /// The guard's judgement of one text.
@@ -257,7 +257,9 @@ enum Mode {
 
 /// Screens one reply as it is generated: an engine [`Observer`] that stops the generation when
 /// the message (riding along) or the reply so far is flagged. The reply is judged when a
-/// sentence ends or every `every_tokens` tokens, and once more by [`ReplyScreen::finish`].
+/// sentence ends or every `every_tokens` tokens (the points the reply threshold was picked
+/// at) and once more when it ends; the text in between is held back until its judgement, so
+/// nothing unjudged is shown.
 pub struct ReplyScreen<'g> {
     guard: &'g mut Guard,
     mode: Mode,
@@ -305,16 +307,10 @@ impl ReplyScreen<'_> {
         self.checks
     }
 
-    /// Judges whatever of the reply has not been judged yet, then reports the first error,
-    /// if reading ever failed.
-    pub fn finish(&mut self) -> Result<()> {
-        if self.error.is_none() && self.flagged.is_none() && self.since_check > 0 {
-            let _ = self.check();
-        }
-        match self.error.take() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+    /// The first error, if reading ever failed (the reply was stopped there, and nothing
+    /// after the last judgement was shown).
+    pub fn take_error(&mut self) -> Option<SafetyError> {
+        self.error.take()
     }
 
     fn fail(&mut self, e: SafetyError) -> ControlFlow<()> {
@@ -322,8 +318,13 @@ impl ReplyScreen<'_> {
         ControlFlow::Break(())
     }
 
-    /// Judges the reply so far; Break when it is flagged.
-    fn check(&mut self) -> ControlFlow<()> {
+    fn fail_judgement(&mut self, e: SafetyError) -> Judgement {
+        self.error = Some(e);
+        Judgement::Stop
+    }
+
+    /// Judges the reply so far: Show when it passes, Stop when it is flagged or cannot be read.
+    fn check(&mut self) -> Judgement {
         let start = Instant::now();
         let features = match &mut self.mode {
             Mode::Riding { features, .. } => features.vector(),
@@ -341,14 +342,14 @@ impl ReplyScreen<'_> {
                     .map_err(SafetyError::from)
                     .and_then(|ids| self.guard.reader.read_reply(&ids));
                 if let Err(e) = read {
-                    return self.fail(e);
+                    return self.fail_judgement(e);
                 }
                 self.guard.reader.features()
             }
         };
         let scores = match self.guard.scores(features) {
             Ok(s) => s,
-            Err(e) => return self.fail(e),
+            Err(e) => return self.fail_judgement(e),
         };
         self.checks += 1;
         self.since_check = 0;
@@ -359,9 +360,9 @@ impl ReplyScreen<'_> {
         self.ms += s.ms;
         if s.flagged {
             self.flagged = Some(s);
-            return ControlFlow::Break(());
+            return Judgement::Stop;
         }
-        ControlFlow::Continue(())
+        Judgement::Show
     }
 }
 
@@ -393,12 +394,27 @@ impl Observer for ReplyScreen<'_> {
             let e = SafetyError::Head("the chat reused part of the message's states".into());
             return self.fail(e);
         }
-        features.add(states, *start - ran_from);
-        let scores = match self.guard.scores(features.vector()) {
-            Ok(s) => s,
-            Err(e) => return self.fail(e),
-        };
-        let mut s = self.guard.judge(Some(scores), self.guard.input_threshold);
+        // A long message is judged in windows, as the guard's own session reads it, the worst
+        // window winning: averaged whole, a harmful line buried in pages of benign text would
+        // vanish in the mean. The reply is then read on from the last window.
+        let first = *start - ran_from;
+        let window = self.guard.head.info.spec.window;
+        let mut worst: Option<Scores> = None;
+        for rows in window_ranges(first, tokens.len(), window) {
+            features.clear();
+            features.add_rows(states, rows);
+            let scores = match self.guard.scores(features.vector()) {
+                Ok(s) => s,
+                Err(e) => return self.fail(e),
+            };
+            if worst
+                .as_ref()
+                .is_none_or(|w| scores.unsafe_prob > w.unsafe_prob)
+            {
+                worst = Some(scores);
+            }
+        }
+        let mut s = self.guard.judge(worst, self.guard.input_threshold);
         s.tokens = *prompt_len - *start;
         s.ms = ms_since(t);
         self.input_ms = s.ms;
@@ -411,7 +427,7 @@ impl Observer for ReplyScreen<'_> {
         }
     }
 
-    fn token(&mut self, _id: u32, text: &str, states: &[Vec<f32>]) -> ControlFlow<()> {
+    fn token(&mut self, _id: u32, text: &str, states: &[Vec<f32>]) -> Judgement {
         match &mut self.mode {
             Mode::Riding { features, .. } => features.add(states, 0),
             Mode::Own { pending } => pending.push_str(text),
@@ -420,6 +436,16 @@ impl Observer for ReplyScreen<'_> {
         if ends_sentence(text) || self.since_check >= self.every_tokens {
             return self.check();
         }
-        ControlFlow::Continue(())
+        Judgement::Hold
+    }
+
+    fn finish(&mut self) -> Judgement {
+        if self.error.is_some() || self.flagged.is_some() {
+            return Judgement::Stop;
+        }
+        if self.since_check == 0 {
+            return Judgement::Show;
+        }
+        self.check()
     }
 }

@@ -115,7 +115,15 @@ pub fn respond(
         shown.push_str(text);
         on_event(&ReplyEvent::Token(text.to_string()));
     })?;
-    screen.finish()?;
+    if let Some(e) = screen.take_error() {
+        // A guard that cannot read passes nothing more, and takes back what it had passed.
+        on_event(&ReplyEvent::Withdraw {
+            from: 0,
+            to: shown.len(),
+            notice: policy::GUARD_FAILED_NOTICE.to_string(),
+        });
+        return Err(e);
+    }
     if let Some(input) = screen.input() {
         report.input_score = report.input_score.max(input.score);
         report.input_ms += input.ms;

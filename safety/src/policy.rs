@@ -66,6 +66,10 @@ pub fn withdrawn_notice(category: Category) -> String {
     )
 }
 
+/// Shown in place of a reply when the safety check itself failed: nothing it could not read
+/// is shown, so what was shown is taken back too.
+pub const GUARD_FAILED_NOTICE: &str = "[This reply was withdrawn because the on-device safety check could not read it. Please try again.]";
+
 /// Tone rules for the chat model's system prompt: the same policy, said to the model. Kept
 /// short: a 135M model follows one plain sentence better than a paragraph (a longer version
 /// made the default model drift off the question).

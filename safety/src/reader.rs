@@ -8,6 +8,7 @@
 //! almost nothing. Otherwise the [`Reader`] runs the guard model on its own session over the
 //! same rendered conversation.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use kostant_engine::{Message, Model, Role, Session};
@@ -71,21 +72,27 @@ impl Features {
 
     /// Adds rows `from..` of each tap's (n, n_embd) state matrix.
     pub fn add(&mut self, states: &[Vec<f32>], from: usize) {
+        self.add_rows(states, from..usize::MAX);
+    }
+
+    /// Adds rows `rows` (clipped to the matrix) of each tap's (n, n_embd) state matrix.
+    pub fn add_rows(&mut self, states: &[Vec<f32>], rows: Range<usize>) {
         let e = self.n_embd;
-        let mut rows = 0;
+        let mut added = 0;
         for ((state, sum), last) in states.iter().zip(&mut self.sums).zip(&mut self.last) {
-            let skip = from.min(state.len() / e);
-            rows = state.len() / e - skip;
-            for row in state.chunks_exact(e).skip(skip) {
+            let n = state.len() / e;
+            let (begin, end) = (rows.start.min(n), rows.end.min(n));
+            added = end.saturating_sub(begin);
+            for row in state[begin * e..end.max(begin) * e].chunks_exact(e) {
                 for (s, &v) in sum.iter_mut().zip(row) {
                     *s += v as f64;
                 }
             }
-            if rows > 0 {
-                last.copy_from_slice(&state[state.len() - e..]);
+            if added > 0 {
+                last.copy_from_slice(&state[(end - 1) * e..end * e]);
             }
         }
-        self.count += rows;
+        self.count += added;
     }
 
     /// Per tap: [mean, latest]. None before any token.
@@ -99,6 +106,25 @@ impl Features {
             f.extend_from_slice(last);
         }
         Some(f)
+    }
+}
+
+/// Tokens each window shares with the one before it, so no phrase is only ever read cut in two.
+const WINDOW_OVERLAP: usize = 16;
+
+/// The windows a message of tokens `begin..end` is read in: runs of at most `window` tokens,
+/// each starting `WINDOW_OVERLAP` tokens before the previous one ends; one run when it fits.
+pub fn window_ranges(begin: usize, end: usize, window: usize) -> Vec<Range<usize>> {
+    let step = window.saturating_sub(WINDOW_OVERLAP).max(1);
+    let mut out = Vec::new();
+    let mut at = begin;
+    loop {
+        let stop = at.saturating_add(window).min(end);
+        out.push(at..stop);
+        if stop >= end {
+            return out;
+        }
+        at += step;
     }
 }
 
@@ -188,25 +214,17 @@ impl Reader {
         self.session.as_ref().map_or(0, Session::kv_bytes)
     }
 
-    /// Splits a message into the windows the reader takes: token runs of at most `window`,
-    /// each starting 16 tokens before the previous one ends, as text.
+    /// Splits a message into the windows the reader takes ([`window_ranges`]), as text.
     pub fn windows(&self, message: &str) -> Result<Vec<String>> {
-        const OVERLAP: usize = 16;
         let tok = &self.model().tokenizer;
         let ids = tok.encode(message.trim(), false)?;
         if ids.len() <= self.spec.window {
             return Ok(vec![message.trim().to_string()]);
         }
-        let mut out = Vec::new();
-        let mut begin = 0;
-        loop {
-            let end = (begin + self.spec.window).min(ids.len());
-            out.push(tok.decode(&ids[begin..end]));
-            if end == ids.len() {
-                return Ok(out);
-            }
-            begin = end - OVERLAP;
-        }
+        Ok(window_ranges(0, ids.len(), self.spec.window)
+            .into_iter()
+            .map(|r| tok.decode(&ids[r]))
+            .collect())
     }
 
     /// Reads `message` (at most one window of it; see [`Reader::windows`]) as the user's turn,
@@ -289,4 +307,38 @@ fn session<'s>(
     }
     slot.as_mut()
         .ok_or_else(|| SafetyError::Head("the guard's session could not be made".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_cover_the_message_with_overlap() {
+        assert_eq!(window_ranges(3, 10, 512), vec![3..10]);
+        let w = window_ranges(10, 1210, 512);
+        assert_eq!(w.first().unwrap().start, 10);
+        assert_eq!(w.last().unwrap().end, 1210);
+        for pair in w.windows(2) {
+            assert_eq!(pair[0].end - pair[1].start, WINDOW_OVERLAP);
+            assert!(pair[0].len() == 512);
+        }
+        assert!(w.iter().all(|r| r.len() <= 512));
+    }
+
+    #[test]
+    fn rows_added_in_a_range_are_its_mean_and_last() {
+        // Two taps, width 2, four rows: row r is [r, 10 r].
+        let m: Vec<f32> = (0..4).flat_map(|r| [r as f32, 10.0 * r as f32]).collect();
+        let states = vec![m.clone(), m];
+        let mut f = Features::new(2, 2);
+        f.add_rows(&states, 1..3);
+        assert_eq!(f.len(), 2);
+        let v = f.vector().unwrap();
+        assert_eq!(&v[..4], &[1.5, 15.0, 2.0, 20.0]);
+        let mut all = Features::new(2, 2);
+        all.add(&states, 1);
+        assert_eq!(all.len(), 3);
+        assert_eq!(&all.vector().unwrap()[..4], &[2.0, 20.0, 3.0, 30.0]);
+    }
 }

@@ -13,7 +13,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use kostant_engine::{
-    generate_observed, CancelHandle, GenerateRequest, Message, Model, Observer, Role,
+    generate_observed, CancelHandle, GenerateRequest, Judgement, Message, Model, Observer, Role,
     SamplingParams, Session,
 };
 
@@ -54,13 +54,18 @@ impl Observer for Recorder {
         ControlFlow::Continue(())
     }
 
-    fn token(&mut self, _id: u32, text: &str, states: &[Vec<f32>]) -> ControlFlow<()> {
+    fn token(&mut self, _id: u32, text: &str, states: &[Vec<f32>]) -> Judgement {
         self.features.add(states, 0);
         self.since += 1;
         if ends_sentence(text) || self.since >= self.every {
             self.take();
         }
-        ControlFlow::Continue(())
+        // Training only records: the text goes nowhere, so everything may pass.
+        Judgement::Show
+    }
+
+    fn finish(&mut self) -> Judgement {
+        Judgement::Show
     }
 }
 

@@ -7,7 +7,8 @@ use std::sync::{Arc, OnceLock};
 use base64::Engine as _;
 use kostant_engine::testing::real_model_path;
 use kostant_engine::{
-    CancelHandle, GenerateRequest, Message, Model, Observer, Role, SamplingParams, Session,
+    CancelHandle, GenerateRequest, Judgement, Message, Model, Observer, Role, SamplingParams,
+    Session,
 };
 use kostant_safety::head::Head;
 use kostant_safety::{policy, respond, Category, Guard, ReplyEvent, StoppedBy, Verdict};
@@ -135,9 +136,10 @@ fn streamed_reply_is_read_incrementally() {
         "reading on its own needs no states"
     );
     for piece in text.split_inclusive(' ') {
-        assert!(screen.token(0, piece, &[]).is_continue());
+        assert_ne!(screen.token(0, piece, &[]), Judgement::Stop);
     }
-    screen.finish().unwrap();
+    assert_eq!(screen.finish(), Judgement::Show);
+    assert!(screen.take_error().is_none());
     assert!(
         screen.checks() >= 2,
         "checked only {} times",
@@ -155,11 +157,12 @@ fn streamed_reply_is_read_incrementally() {
     let mut pieces = 0;
     for piece in text.split_inclusive(' ') {
         pieces += 1;
-        if screen.token(0, piece, &[]).is_break() {
+        if screen.token(0, piece, &[]) == Judgement::Stop {
             break;
         }
     }
-    screen.finish().unwrap();
+    screen.finish();
+    assert!(screen.take_error().is_none());
     assert!(
         screen.flagged().is_some(),
         "stream never flagged (worst {})",

@@ -196,6 +196,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 100.0 * f("output_overhead_fraction"),
                 f("output_screen_ms")
             );
+            println!(
+                "guard check  {:>8.3} ms     ({:.1} checks a reply; judging every token would add {:.1}% to a decode step)",
+                f("output_check_ms"),
+                f("output_checks"),
+                100.0 * f("per_token_check_fraction")
+            );
+            println!(
+                "guard shown  {:>8.1} ms     (first text shown, once judged; at most {} tokens held back)",
+                f("first_shown_ms_guarded"),
+                g["max_held_tokens"]
+            );
         }
     }
     Ok(())

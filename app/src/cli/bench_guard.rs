@@ -46,7 +46,7 @@ pub fn measure(
     let cancel = CancelHandle::new();
     let mut plain: Vec<Generation> = Vec::new();
     let mut guarded: Vec<Generation> = Vec::new();
-    let (mut input_ms, mut output_ms) = (Vec::new(), Vec::new());
+    let (mut input_ms, mut output_ms, mut checks) = (Vec::new(), Vec::new(), Vec::new());
     // One unmeasured round of each pages everything in.
     for round in 0..=repetitions {
         session.reset();
@@ -64,6 +64,7 @@ pub fn measure(
             guarded.push(r.generation.unwrap());
             input_ms.push(r.guard.input_ms);
             output_ms.push(r.guard.output_ms);
+            checks.push(r.guard.output_checks as f64);
         }
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
@@ -73,6 +74,10 @@ pub fn measure(
     let ttft_guarded = stat(&guarded, |g| g.stats.ttft_ms);
     let decode_plain = stat(&plain, |g| g.stats.decode_tok_s);
     let decode_guarded = stat(&guarded, |g| g.stats.decode_tok_s);
+    // One judgement of the reply: what judging every token (instead of holding text to the
+    // next sentence end or 16 tokens) would add to each decode step.
+    let check_ms = mean(&output_ms) / mean(&checks).max(1.0);
+    let step_ms = 1e3 / decode_plain.max(f64::MIN_POSITIVE);
     Ok(json!({
         "rides_on_chat_pass": guard.rides_on(model),
         "prompt_tokens": prompt.len(),
@@ -86,6 +91,13 @@ pub fn measure(
         "decode_tok_s_guarded": decode_guarded,
         "output_screen_ms": mean(&output_ms),
         "output_overhead_fraction": decode_plain / decode_guarded - 1.0,
+        "output_checks": mean(&checks),
+        "output_check_ms": check_ms,
+        "per_token_check_fraction": check_ms / step_ms,
+        // Text is shown only once judged: when the first of it appears, and the most tokens
+        // held back at once.
+        "first_shown_ms_guarded": stat(&guarded, |g| g.stats.first_shown_ms),
+        "max_held_tokens": guarded.iter().map(|g| g.stats.max_held_tokens).max().unwrap_or(0),
         "guard_resident_mb": guard.resident_bytes() as f64 / (1024.0 * 1024.0),
     }))
 }

@@ -165,6 +165,8 @@ fn stats_json(g: Option<&Generation>) -> serde_json::Value {
         "reused_tokens": s.reused_tokens,
         "generated_tokens": s.generated_tokens,
         "ttft_ms": s.ttft_ms,
+        "first_shown_ms": s.first_shown_ms,
+        "max_held_tokens": s.max_held_tokens,
         "prefill_tok_s": s.prefill_tok_s,
         "decode_tok_s": s.decode_tok_s,
         "peak_rss_mb": peak_rss_mb(),
@@ -178,6 +180,10 @@ fn one_shot(chat: &mut Chat, prompt: &str, as_json: bool) -> Result<()> {
     install_ctrl_c(chat.cancel.clone(), false)?;
     let stdout = std::io::stdout();
     let tty = std::io::IsTerminal::is_terminal(&stdout);
+    if tty && !as_json {
+        // Save the cursor where the reply starts, so a withdrawn reply can be erased.
+        print!("\x1b7");
+    }
     let r = chat.reply(prompt, |ev| {
         let mut out = stdout.lock();
         // A closed stdout (e.g. `| head`) is not worth a panic; generation just goes on.
@@ -185,16 +191,22 @@ fn one_shot(chat: &mut Chat, prompt: &str, as_json: bool) -> Result<()> {
             ReplyEvent::Token(text) if as_json => {
                 writeln!(out, "{}", json!({"event": "token", "text": text}))
             }
-            ReplyEvent::Token(text) => write!(out, "{text}").and_then(|_| out.flush()),
             ReplyEvent::Withdraw { from, to, notice } if as_json => writeln!(
                 out,
                 "{}",
                 json!({"event": "withdraw", "from": from, "to": to, "notice": notice})
             ),
-            ReplyEvent::Withdraw { notice, .. } => withdraw_on_terminal(&mut out, tty, notice),
+            // Text written to a pipe or file cannot be taken back: there the reply is written
+            // once it has ended, as the user is meant to see it.
+            _ if !tty => Ok(()),
+            ReplyEvent::Token(text) => write!(out, "{text}").and_then(|_| out.flush()),
+            ReplyEvent::Withdraw { notice, .. } => withdraw_on_terminal(&mut out, notice),
         };
     })?;
     let mut out = stdout.lock();
+    if !as_json && !tty {
+        write!(out, "{}", r.text)?;
+    }
     if as_json {
         let done = json!({
             "event": "done",
@@ -270,11 +282,16 @@ fn interactive(chat: &mut Chat) -> Result<()> {
         let result = chat.reply(line, |ev| {
             let mut out = stdout.lock();
             let _ = match ev {
+                // Off a terminal the reply is written once it has ended (it cannot be erased).
+                _ if !tty => Ok(()),
                 ReplyEvent::Token(text) => write!(out, "{text}").and_then(|_| out.flush()),
-                ReplyEvent::Withdraw { notice, .. } => withdraw_on_terminal(&mut out, tty, notice),
+                ReplyEvent::Withdraw { notice, .. } => withdraw_on_terminal(&mut out, notice),
             };
         });
         BUSY.store(false, std::sync::atomic::Ordering::SeqCst);
+        if let (false, Ok(r)) = (tty, &result) {
+            print!("{}", r.text);
+        }
         println!();
         match result {
             Ok(r) => {
@@ -316,15 +333,10 @@ fn guard_json(r: &Reply) -> serde_json::Value {
     })
 }
 
-/// Replaces a withdrawn reply with the notice: on a terminal, the text since the saved cursor
+/// Replaces a withdrawn reply on the terminal with the notice: the text since the saved cursor
 /// is erased first (it may have scrolled off; then the notice follows it).
-fn withdraw_on_terminal(out: &mut impl Write, tty: bool, notice: &str) -> std::io::Result<()> {
-    if tty {
-        write!(out, "\x1b8\x1b[J")?;
-    } else {
-        writeln!(out)?;
-    }
-    write!(out, "{notice}")?;
+fn withdraw_on_terminal(out: &mut impl Write, notice: &str) -> std::io::Result<()> {
+    write!(out, "\x1b8\x1b[J{notice}")?;
     out.flush()
 }
 
