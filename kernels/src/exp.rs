@@ -148,7 +148,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx2_equals_scalar_bit_for_bit() {
-        if !crate::dispatch::has_avx2() {
+        if !crate::required::test_needs("avx2") {
             return;
         }
         let x = inputs();

@@ -14,8 +14,8 @@
 //! kernels compute the same exact block integers and differ from it only in f32 summation order.
 //!
 //! Repacking: where a format runs faster in another layout, [`PackedWeights`] copies a matrix
-//! into it once at load (today Q4_0 and Q4_1 on AVX2, 8 rows interleaved per block, see
-//! `formats/q4x8.rs`). Repacked Q4_1 keeps ggml's lane order, so it still equals llama.cpp bit
+//! into it once at load (today Q4_0, Q4_1 and Q8_0 on AVX2 and Q4_0 on NEON, 8 rows
+//! interleaved per block, see `formats/q4x8.rs` and `formats/q8_0x8.rs`). Repacked Q4_1 keeps ggml's lane order, so it still equals llama.cpp bit
 //! for bit; repacked Q4_0 keeps the scalar reference's order (as llama.cpp's own repacked Q4_0
 //! leaves its row-dot order).
 //!
@@ -41,6 +41,7 @@ mod matmul;
 mod neon;
 pub mod norm;
 mod packed;
+mod required;
 mod threads;
 mod types;
 #[cfg(target_arch = "x86_64")]
@@ -54,6 +55,7 @@ pub use error::KernelError;
 pub use matmul::{matmul, matmul_input};
 pub use norm::Input;
 pub use packed::{matvec_fused, PackedWeights};
+pub use required::{cpu_has, required_cpu_features, test_needs, FEATURE_NAMES};
 pub use threads::{in_pool, init_threads};
 pub use types::{GgmlType, Weights};
 

@@ -1,6 +1,7 @@
 //! Weights repacked once at load into a layout this CPU's kernels stream faster than GGUF's
 //! own. Today: Q4_0, Q4_1 and Q8_0 as 8-row interleaved blocks ([`crate::formats::q4x8`],
-//! [`crate::formats::q8_0x8`]) where the AVX2 kernels run. Everything else, and every other CPU, keeps reading the GGUF bytes in place.
+//! [`crate::formats::q8_0x8`]) where the AVX2 kernels run, and Q4_0 where the NEON ones do.
+//! Everything else, and every other CPU, keeps reading the GGUF bytes in place.
 
 use crate::block::cast_blocks;
 use crate::dispatch::kernels;

@@ -4,7 +4,33 @@
 mod common;
 
 use common::*;
-use kostant_kernels::{cpu_features, matmul, set_force_scalar, GgmlType, KernelPath, Weights};
+use kostant_kernels::{
+    cpu_features, cpu_has, matmul, required_cpu_features, set_force_scalar, test_needs, GgmlType,
+    KernelPath, Weights, FEATURE_NAMES,
+};
+
+/// Prints the dispatch table this run uses (`.ci/run` shows it) and fails when
+/// `KOSTANT_REQUIRE_FEATURES` names a feature this CPU lacks, or a name it does not know.
+#[test]
+fn the_required_cpu_features_are_present() {
+    let features = cpu_features();
+    let present: Vec<&str> = FEATURE_NAMES
+        .into_iter()
+        .filter(|name| cpu_has(name) == Some(true))
+        .collect();
+    let required = required_cpu_features();
+    eprintln!(
+        "dispatch: kernels {} (best {}), cpu features {present:?}, required {required:?}",
+        features.path, features.best
+    );
+    for name in &required {
+        assert_eq!(
+            cpu_has(name),
+            Some(true),
+            "KOSTANT_REQUIRE_FEATURES names {name:?}: not a feature of this CPU (known: {FEATURE_NAMES:?})"
+        );
+    }
+}
 
 #[test]
 fn simd_matmul_matches_scalar_matmul() {
@@ -13,8 +39,8 @@ fn simd_matmul_matches_scalar_matmul() {
     assert_eq!(features.to_string(), features.path.name());
     assert!(!features.forced_scalar);
     #[cfg(target_arch = "x86_64")]
-    if features.avx2 && features.fma && features.f16c {
-        let want = if features.avx512vnni {
+    if test_needs("avx2") {
+        let want = if test_needs("avx512vnni") {
             KernelPath::Avx512Vnni
         } else {
             KernelPath::Avx2Fma

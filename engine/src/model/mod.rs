@@ -205,8 +205,7 @@ impl Model {
     }
 
     /// How many weight matrices were repacked at load for this CPU's kernels (Q4_0, Q4_1 and Q8_0
-    /// on AVX2);
-    /// the rest are read in place from the file.
+    /// on AVX2, Q4_0 on NEON); the rest are read in place from the file.
     pub fn repacked_matrices(&self) -> usize {
         self.weights.packed.len()
     }

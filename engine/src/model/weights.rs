@@ -153,7 +153,8 @@ impl ModelWeights {
 }
 
 /// Repacks the matrices this CPU multiplies faster in another layout (Q4_0, Q4_1 and Q8_0 on
-/// AVX2: 8 rows interleaved per block; `cargo bench -p kostant-kernels --bench matvec -- q4x8`),
+/// AVX2, Q4_0 on NEON: 8 rows interleaved per block; `cargo bench -p kostant-kernels --bench
+/// matvec -- q4x8`),
 /// once, at load: the layers' and the lm head. A repacked matrix's mapped pages are handed back
 /// to the OS, so the weights are held once, not twice. The token embedding stays in the
 /// mapping even when the lm head is tied to it: it is read one row per token, and those rows

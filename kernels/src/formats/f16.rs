@@ -97,7 +97,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx2_matches_scalar_on_odd_lengths() {
-        if !crate::dispatch::has_avx2() {
+        if !crate::required::test_needs("avx2") {
             return;
         }
         let mut r = rng(71);

@@ -307,7 +307,7 @@ mod tests {
             let (w, a) = (random_blocks(&mut r, nb), random_q8_1(&mut r, nb));
             // SAFETY: NEON is part of the aarch64 baseline.
             let simd = unsafe { neon::dot(&w, &a) };
-            if std::arch::is_aarch64_feature_detected!("dotprod") {
+            if crate::required::test_needs("dotprod") {
                 // SAFETY: dotprod was just detected.
                 let sdot = unsafe { neon::dotprod::dot(&w, &a) };
                 assert_eq!(sdot.to_bits(), simd.to_bits(), "sdot against NEON");
@@ -319,7 +319,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx2_matches_scalar() {
-        if !crate::dispatch::has_avx2() {
+        if !crate::required::test_needs("avx2") {
             return;
         }
         let mut r = rng(22);
@@ -345,7 +345,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx2_multi_token_equals_single_token() {
-        if !crate::dispatch::has_avx2() {
+        if !crate::required::test_needs("avx2") {
             return;
         }
         let mut r = rng(24);

@@ -703,10 +703,10 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     fn x86_flavours<B: Q4x8>() -> Vec<(&'static str, Gemm<B>, Gemm<B>)> {
         let mut out: Vec<(&str, Gemm<B>, Gemm<B>)> = Vec::new();
-        if crate::dispatch::has_avx2() {
+        if crate::required::test_needs("avx2") {
             out.push(("avx2", avx2::gemm::<B>, avx2::gemv::<B>));
         }
-        if crate::dispatch::has_avx512vnni() {
+        if crate::required::test_needs("avx512vnni") {
             out.push(("avx512vnni", avx512vnni::gemm::<B>, avx512vnni::gemv::<B>));
         }
         eprintln!(
@@ -821,13 +821,12 @@ mod tests {
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn q4_0x8_neon_flavours_equal_the_gguf_row_dot_bit_for_bit() {
-        use std::arch::is_aarch64_feature_detected as has;
         type Gemm = unsafe fn(&[BlockQ4_0x8], &[BlockQ8_1], &[i32], &mut [f32]);
         let mut gemms: Vec<(&str, Gemm, Gemm)> =
             vec![("neon", neon::gemm as Gemm, neon::gemv as Gemm)];
-        if has!("dotprod") {
+        if crate::required::test_needs("dotprod") {
             gemms.push(("sdot", neon::dotprod::gemm, neon::dotprod::gemv));
-            if has!("i8mm") {
+            if crate::required::test_needs("i8mm") {
                 gemms.push(("i8mm", neon::i8mm::gemm, neon::dotprod::gemv));
             }
         }
@@ -868,7 +867,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn q4_1x8_equals_the_gguf_avx2_row_dot_bit_for_bit() {
-        if crate::dispatch::has_avx2() {
+        if crate::required::test_needs("avx2") {
             // SAFETY: AVX2, FMA and F16C were detected just above.
             check::<BlockQ4_1x8>(q4_1::quantize, |w, a| unsafe { q4_1::avx2::dot(w, a) });
         }

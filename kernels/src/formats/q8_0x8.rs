@@ -166,7 +166,7 @@ mod tests {
             gemv_scalar(&p, &a, &[], &mut got);
             assert_eq!(bits(&got), bits(&want), "scalar, nb {nb}");
             #[cfg(target_arch = "x86_64")]
-            if crate::dispatch::has_avx2() {
+            if crate::required::test_needs("avx2") {
                 for (wg, o) in p.chunks_exact(nb).zip(want.chunks_exact_mut(ROWS)) {
                     // SAFETY: AVX2, FMA and F16C were detected just above.
                     unsafe { avx2::gemm(wg, &a, &[], o) };
@@ -208,7 +208,7 @@ mod tests {
             let mut got = vec![0.0; ROWS * t];
             gemm_scalar(&p, &a, &[], &mut got);
             #[cfg(target_arch = "x86_64")]
-            if crate::dispatch::has_avx2() {
+            if crate::required::test_needs("avx2") {
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got), bits(&want), "scalar, nb {nb}, {t} tokens");
                 let mut simd = vec![0.0; ROWS * t];

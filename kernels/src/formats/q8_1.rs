@@ -232,7 +232,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx2_is_bit_identical_to_scalar() {
-        if !crate::dispatch::has_avx2() {
+        if !crate::required::test_needs("avx2") {
             return;
         }
         let mut r = rng(2);
