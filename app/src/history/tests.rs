@@ -707,7 +707,9 @@ fn delete_all_replaces_the_kek_so_the_old_bytes_open_with_nothing() {
 
     // The database and its rollback journal as they are mid-delete: the journal then holds
     // the old pages, and is removed (its blocks freed, not cleared) by the commit.
-    let caught: Arc<Mutex<Vec<(String, Vec<u8>)>>> = Arc::default();
+    /// (file name suffix, bytes) of each file caught.
+    type Caught = Vec<(String, Vec<u8>)>;
+    let caught: Arc<Mutex<Caught>> = Arc::default();
     let sink = caught.clone();
     store.erase_hook = Some(Box::new(move |step, db: &Path| {
         if step == EraseStep::Deleted {
