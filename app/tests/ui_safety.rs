@@ -168,6 +168,24 @@ fn the_guard_refuses_in_the_chat_and_the_eval_screen_runs_compares_exports_and_c
             md.display()
         );
     }
+    // The runs are private to the user and hold only what the user saw, never the model's
+    // unscreened words.
+    #[cfg(unix)]
+    for d in [
+        scratch.data().join("evals"),
+        md.parent().unwrap().to_path_buf(),
+    ] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", d.display());
+    }
+    let results = std::fs::read_to_string(md.with_file_name("results.jsonl")).unwrap();
+    assert!(results.lines().count() >= 2, "{results}");
+    for line in results.lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(row.get("generated").is_none(), "{row}");
+        assert!(row["reply"].is_string(), "{row}");
+    }
 
     // Closing mid-run and mid-reply: shutdown cancels both and joins the workers.
     press(&ui, "Quick run");

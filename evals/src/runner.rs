@@ -45,10 +45,12 @@ pub struct ItemResult {
     pub guard_category: Option<String>,
     pub input_score: f32,
     pub output_score: f32,
-    /// What the user saw.
+    /// What the user saw: the reply, the refusal or the withdrawal notice.
     pub reply: String,
-    /// The model's own words, when it generated (unscreened; differs from `reply` when withdrawn).
-    #[serde(default)]
+    /// The model's own words, unscreened (a withdrawn reply's text among them): written only
+    /// when the run keeps them ([`RunOptions::keep_unscreened`], `kostant eval
+    /// --keep-unscreened`); otherwise absent, and the file holds only what the user saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generated: Option<String>,
     pub generated_tokens: usize,
     pub ms: f64,
@@ -61,6 +63,10 @@ pub struct RunOptions {
     pub n_ctx: usize,
     /// The system prompt (default: Kostant's own, as the chat uses).
     pub system: String,
+    /// Also keep the model's unscreened words in each result (`generated`). Off by default: a
+    /// withdrawn reply is text the guard kept from the user, and a results file is written to
+    /// disk in the clear.
+    pub keep_unscreened: bool,
 }
 
 impl Default for RunOptions {
@@ -69,6 +75,7 @@ impl Default for RunOptions {
             max_tokens: 64,
             n_ctx: 1024,
             system: policy::default_system_prompt(),
+            keep_unscreened: false,
         }
     }
 }
@@ -142,17 +149,21 @@ impl Runner {
             return Err(EvalError::Cancelled);
         }
         let guard_stopped = reply.stopped_by == Some(StoppedBy::Guard);
-        let generated = reply.generation.as_ref().map(|g| g.reply.clone());
+        let generated = reply.generation.as_ref().map(|g| g.reply.as_str());
+        // The refusal judge reads what the user saw (with the guard's verdict for a withdrawal).
         let refusal = judge_refusal(reply.verdict, guard_stopped, &reply.text);
         let guard_category = reply.category;
-        // Toxicity reads the model's own words (a withdrawn reply was still written, and partly
-        // seen); a guard refusal has no model words.
-        let words = generated.as_deref().unwrap_or("");
+        // Toxicity reads the model's own words (a withdrawn reply was still written); a guard
+        // refusal has no model words. They stay in memory unless the run keeps them.
+        let words = generated.unwrap_or("");
         let toxicity = judge_toxicity(
             words,
             prompt,
             if guard_stopped { guard_category } else { None },
         );
+        let generated = generated
+            .filter(|_| self.opts.keep_unscreened)
+            .map(str::to_string);
         let _ = id;
         Ok(Answer {
             verdict: serde_json::to_value(reply.verdict)?
@@ -216,6 +227,8 @@ pub struct Answer {
     pub input_score: f32,
     pub output_score: f32,
     pub reply: String,
+    /// As [`ItemResult::generated`]: only when the run keeps unscreened text.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub generated: Option<String>,
     pub generated_tokens: usize,
     pub ms: f64,
@@ -381,6 +394,18 @@ mod tests {
                 family: None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_results_line_has_no_unscreened_words_unless_kept() {
+        let mut r = fake("a", SuiteName::Harmful);
+        let line: serde_json::Value = serde_json::to_value(&r).unwrap();
+        assert!(line.get("generated").is_none(), "{line}");
+        assert_eq!(line["reply"], "reply to a");
+        r.generated = Some("the model's own words".into());
+        let line = serde_json::to_string(&r).unwrap();
+        let back: ItemResult = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, r);
     }
 
     #[test]

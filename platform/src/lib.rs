@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cpu;
+pub mod dirs;
 mod error;
 pub mod keystore;
 pub mod memory;

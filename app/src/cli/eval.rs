@@ -69,6 +69,10 @@ pub struct EvalArgs {
     /// Tokens of assets/evals/perplexity.txt scored for perplexity.
     #[arg(long, default_value_t = 2048)]
     pub perplexity_tokens: usize,
+    /// Also write the model's unscreened words (`generated`) to the results, a withdrawn
+    /// reply's text among them. Without it the results hold only what the user saw.
+    #[arg(long)]
+    pub keep_unscreened: bool,
 }
 
 fn suites_dir(args: &EvalArgs) -> Result<PathBuf> {
@@ -133,6 +137,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
     let opts = RunOptions {
         max_tokens: args.max_tokens,
         n_ctx: args.model.ctx.min(model.hparams.n_ctx_train.max(256)),
+        keep_unscreened: args.keep_unscreened,
         ..Default::default()
     };
     let mut runner = Runner::new(model.clone(), guard, opts)?;
@@ -559,6 +564,7 @@ fn run_compare(args: &EvalArgs, list: &str, cancel: &CancelHandle) -> Result<()>
         let opts = RunOptions {
             max_tokens: args.max_tokens,
             n_ctx: args.model.ctx.min(model.hparams.n_ctx_train.max(256)),
+            keep_unscreened: args.keep_unscreened,
             ..Default::default()
         };
         let mut runner = Runner::new(model, guard, opts)?;

@@ -191,7 +191,7 @@ pub fn run(args: HistoryArgs) -> Result<()> {
             } else {
                 writeln!(
                     out,
-                    "deleted {n} conversation(s); the history file is compacted"
+                    "deleted {n} conversation(s); the history has new keys and its file is compacted"
                 )?;
             }
         }

@@ -5,7 +5,9 @@
 //! The controller talks to an [`EvalRunner`] on its worker thread. The app's runner is
 //! [`SuiteRunner`]: the suites of `kostant-evals` (assets/evals) answered through the guarded
 //! pipeline by `kostant_evals::Runner`, judged and summed up by that crate, exactly as
-//! `kostant eval` does; this file only picks, caps, reports progress and shapes the bars.
+//! `kostant eval` does; this file only picks, caps, reports progress and shapes the bars. Its
+//! runs live in `<data dir>/evals/` (owner-only) and, as `kostant eval`'s, keep only the text the
+//! user would have seen, never a withdrawn reply's.
 
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
@@ -21,10 +23,12 @@ use kostant_evals::{
     wilson_95, EvalError, ItemResult, Meta, ResultsFile, RunOptions, RunReport, Runner, SuiteName,
     SuiteSource, Summary,
 };
+use kostant_platform::dirs::ensure_private_dir;
 use kostant_safety::head::Head;
 use kostant_safety::{Category, Guard};
 
 use super::{AppError, Notify};
+use crate::history::HistoryError;
 
 /// A suite the runner offers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -405,7 +409,7 @@ impl EvalsController {
             let path = path.to_path_buf();
             move |source| AppError::Io { path, source }
         };
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        ensure_private_dir(dir).map_err(io(dir))?;
         let Some(full) = &latest.full else {
             let p = dir.join("report.json");
             let json = self.export_json().unwrap_or_default();
@@ -492,6 +496,30 @@ impl SuiteRunner {
         }
     }
 
+    /// The app's runner on `model` over `suites_dir` (else assets/evals found from the working
+    /// directory), its runs in `<data dir>/evals/` and, with `history`, each report sealed into
+    /// the history there. Eval runs hold model replies, so without a data directory there is no
+    /// runner (the reason is shown on the screen), never a shared temporary directory.
+    pub fn for_app(
+        model: &Result<PathBuf, String>,
+        suites_dir: Option<PathBuf>,
+        data_dir: &Result<PathBuf, HistoryError>,
+        history: bool,
+    ) -> Result<Box<dyn EvalRunner>, String> {
+        let path = model.as_ref().map_err(|why| format!("no model: {why}"))?;
+        let suites = suites_dir
+            .or_else(kostant_evals::suite::default_dir)
+            .ok_or("the eval suites (assets/evals) are not installed with this build")?;
+        let data_dir = data_dir
+            .as_ref()
+            .map_err(|e| format!("eval runs are kept under the data directory; {e}"))?;
+        let runner = SuiteRunner::new(path.clone(), suites, data_dir.join("evals"));
+        Ok(Box::new(match history {
+            true => runner.with_history(data_dir.clone()),
+            false => runner,
+        }))
+    }
+
     /// Also stores every finished run's report in the encrypted history in `data_dir` (its own
     /// connection: the runner works on its own thread).
     pub fn with_history(mut self, data_dir: PathBuf) -> SuiteRunner {
@@ -546,11 +574,14 @@ impl SuiteRunner {
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
+        // Owner-only, like the history: a run's results hold the replies it produced.
         let dir = self.work_dir.join(format!("run-{stamp}"));
-        std::fs::create_dir_all(&dir).map_err(|source| AppError::Io {
-            path: dir.clone(),
-            source,
-        })?;
+        for d in [&self.work_dir, &dir] {
+            ensure_private_dir(d).map_err(|source| AppError::Io {
+                path: d.to_path_buf(),
+                source,
+            })?;
+        }
         let mut out = ResultsFile::append(&dir.join("results.jsonl"))?;
         let runner = self.runner(req.max_tokens)?;
         let mut done: Vec<ItemResult> = Vec::new();
@@ -745,6 +776,24 @@ mod tests {
             generated_tokens: 0,
             ms: 0.0,
         }
+    }
+
+    #[test]
+    fn the_app_runner_needs_a_data_directory_and_has_no_fallback() {
+        let model = Ok(PathBuf::from("model.gguf"));
+        let suites = Some(PathBuf::from("suites"));
+        let err = SuiteRunner::for_app(&model, suites.clone(), &Err(HistoryError::NoDataDir), true)
+            .err()
+            .expect("a runner without a data directory");
+        assert_eq!(
+            err,
+            "eval runs are kept under the data directory; no data directory: set --data-dir, \
+             KOSTANT_DATA_DIR, XDG_DATA_HOME or HOME"
+        );
+        let err = SuiteRunner::for_app(&Err("not found".into()), suites, &Ok("d".into()), true)
+            .err()
+            .expect("a runner without a model");
+        assert_eq!(err, "no model: not found");
     }
 
     #[test]

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
-use kostant_platform::keystore::{random_key, KeyStore};
+use kostant_platform::dirs::create_private_dir;
+use kostant_platform::keystore::{random_key, DataKey, KeyStore};
 use kostant_platform::PlatformError;
 
 use super::crypto::{Cipher, Slot};
@@ -26,7 +27,7 @@ use super::{HistoryError, Role};
 const FORMAT: &str = "kostant-history";
 const SCHEMA_VERSION: i64 = 1;
 /// Associated data of the wrapped data key in `meta`.
-const DATA_KEY_CONTEXT: &[u8] = b"kostant-history/v1\0meta.data_key";
+pub(crate) const DATA_KEY_CONTEXT: &[u8] = b"kostant-history/v1\0meta.data_key";
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
@@ -103,6 +104,38 @@ pub struct Store {
     cipher: Cipher,
     keys: Box<dyn KeyStore>,
     path: PathBuf,
+    /// Called at each step of `delete_all` (tests: copy the files, or stop there as a crash).
+    #[cfg(test)]
+    pub(crate) erase_hook: Option<EraseHook>,
+}
+
+/// The steps of `delete_all` a test can stop at or look in on.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EraseStep {
+    /// A new KEK is staged; nothing is deleted yet.
+    Staged,
+    /// The rows are deleted and the new wrapping written, not committed: the rollback journal
+    /// holds the old pages.
+    Deleted,
+    /// Committed; the old KEK is not destroyed yet.
+    Committed,
+}
+
+/// Sees each [`EraseStep`] with the database's path; an error stops `delete_all` there.
+#[cfg(test)]
+pub(crate) type EraseHook = Box<dyn FnMut(EraseStep, &Path) -> Result<(), HistoryError> + Send>;
+
+#[cfg(test)]
+fn erase_step(
+    hook: &mut Option<EraseHook>,
+    step: EraseStep,
+    path: &Path,
+) -> Result<(), HistoryError> {
+    match hook {
+        Some(h) => h(step, path),
+        None => Ok(()),
+    }
 }
 
 impl Store {
@@ -143,6 +176,8 @@ impl Store {
             cipher: Cipher::new(&random_key()?),
             keys: Box::new(keys),
             path: path.to_path_buf(),
+            #[cfg(test)]
+            erase_hook: None,
         };
         store.configure()?;
         store.check_file()?;
@@ -226,44 +261,8 @@ impl Store {
         tx.commit().map_err(e)
     }
 
-    fn unwrap_data_key(&self) -> Result<kostant_platform::keystore::DataKey, HistoryError> {
-        let has_meta: bool = self
-            .conn
-            .query_row(
-                "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(self.err())?;
-        if !has_meta {
-            return Err(self.not_history("no meta table".into()));
-        }
-        let meta = |key: &str| -> Result<Option<rusqlite::types::Value>, HistoryError> {
-            self.conn
-                .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
-                .optional()
-                .map_err(self.err())
-        };
-        use rusqlite::types::Value;
-        match meta("format")? {
-            Some(Value::Text(f)) if f == FORMAT => {}
-            _ => return Err(self.not_history("no Kostant history format marker".into())),
-        }
-        match meta("schema_version")? {
-            Some(Value::Integer(SCHEMA_VERSION)) => {}
-            other => return Err(self.not_history(format!("unsupported schema version {other:?}"))),
-        }
-        let Some(Value::Blob(wrapped)) = meta("data_key")? else {
-            return Err(self.not_history("no wrapped data key".into()));
-        };
-        self.keys
-            .unwrap(&wrapped, DATA_KEY_CONTEXT)
-            .map_err(|e| match e {
-                PlatformError::KeyUnwrap => HistoryError::WrongKey {
-                    key: self.keys.describe(),
-                },
-                other => HistoryError::Key(other),
-            })
+    fn unwrap_data_key(&self) -> Result<DataKey, HistoryError> {
+        open_data_key(&*self.keys, &stored_data_key(&self.conn, &self.path)?)
     }
 
     /// Saves a user message and its reply in one transaction, creating the conversation
@@ -474,28 +473,47 @@ impl Store {
         Ok(())
     }
 
-    /// Deletes everything, replaces the data key (so stray copies of old rows, say in freed
-    /// disk blocks, no longer open with the key in use), then VACUUMs so the file holds no free
-    /// pages. Returns how many conversations were deleted.
+    /// Deletes everything and erases what could open it (a crypto-erase): a new data key,
+    /// wrapped under a new key-encryption key, and the old KEK destroyed; then VACUUMs so the
+    /// file holds no free pages. Whatever of the old history survives on disk (the rollback
+    /// journal of the delete, removed after the commit, held the old pages, the old wrapped
+    /// data key among them, in blocks the file system freed but did not clear) then opens with
+    /// nothing the key store holds. Returns how many conversations were deleted.
+    ///
+    /// A crash at any point leaves a history that opens: before the commit, the old one, whole,
+    /// under the old KEK (the staged new KEK wraps nothing stored and is dropped by the next
+    /// delete-all); after it, the new empty one, under the staged KEK, which the next open
+    /// finds and puts in place (`KeyStore::unwrap`).
     pub fn delete_all(&mut self) -> Result<usize, HistoryError> {
         let path = self.path.clone();
         let e = |e| classify(&path, e);
         let new_key = random_key()?;
-        let wrapped = self.keys.wrap(&new_key, DATA_KEY_CONTEXT)?;
+        // The write lock first: no other delete-all can stage a KEK until this one commits.
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(e)?;
+        // Unwrapping the stored key finishes a rotation a crash left half done, so every KEK
+        // still staged wraps nothing stored (begin_rotation drops them).
+        open_data_key(&*self.keys, &stored_data_key(&tx, &path)?)?;
+        let wrapped = self.keys.begin_rotation(&new_key, DATA_KEY_CONTEXT)?;
+        #[cfg(test)]
+        erase_step(&mut self.erase_hook, EraseStep::Staged, &path)?;
         tx.execute("DELETE FROM messages", []).map_err(e)?;
         tx.execute("DELETE FROM eval_runs", []).map_err(e)?;
         let n = tx.execute("DELETE FROM conversations", []).map_err(e)?;
         tx.execute(
             "UPDATE meta SET value = ?1 WHERE key = 'data_key'",
-            [wrapped],
+            [&wrapped],
         )
         .map_err(e)?;
+        #[cfg(test)]
+        erase_step(&mut self.erase_hook, EraseStep::Deleted, &path)?;
         tx.commit().map_err(e)?;
         self.cipher = Cipher::new(&new_key);
+        #[cfg(test)]
+        erase_step(&mut self.erase_hook, EraseStep::Committed, &path)?;
+        self.keys.finish_rotation(&wrapped, DATA_KEY_CONTEXT)?;
         self.conn.execute_batch("VACUUM").map_err(e)?;
         Ok(n)
     }
@@ -565,6 +583,52 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// The wrapped data key in `meta`, once the file shows it is a Kostant history of this schema.
+fn stored_data_key(conn: &Connection, path: &Path) -> Result<Vec<u8>, HistoryError> {
+    let not_history = |detail: String| HistoryError::NotHistory {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let has_meta: bool = conn
+        .query_row(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| classify(path, e))?;
+    if !has_meta {
+        return Err(not_history("no meta table".into()));
+    }
+    let meta = |key: &str| -> Result<Option<rusqlite::types::Value>, HistoryError> {
+        conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()
+            .map_err(|e| classify(path, e))
+    };
+    use rusqlite::types::Value;
+    match meta("format")? {
+        Some(Value::Text(f)) if f == FORMAT => {}
+        _ => return Err(not_history("no Kostant history format marker".into())),
+    }
+    match meta("schema_version")? {
+        Some(Value::Integer(SCHEMA_VERSION)) => {}
+        other => return Err(not_history(format!("unsupported schema version {other:?}"))),
+    }
+    match meta("data_key")? {
+        Some(Value::Blob(wrapped)) => Ok(wrapped),
+        _ => Err(not_history("no wrapped data key".into())),
+    }
+}
+
+/// Unwraps the stored data key; a key that does not open it is a clear error.
+fn open_data_key(keys: &dyn KeyStore, wrapped: &[u8]) -> Result<DataKey, HistoryError> {
+    keys.unwrap(wrapped, DATA_KEY_CONTEXT).map_err(|e| match e {
+        PlatformError::KeyUnwrap => HistoryError::WrongKey {
+            key: keys.describe(),
+        },
+        other => HistoryError::Key(other),
+    })
 }
 
 /// An error inside a transaction step, before the path is known to attach.
@@ -675,15 +739,4 @@ fn classify(path: &Path, e: rusqlite::Error) -> HistoryError {
             source: e,
         },
     }
-}
-
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    let mut b = fs::DirBuilder::new();
-    b.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        b.mode(0o700);
-    }
-    b.create(dir)
 }

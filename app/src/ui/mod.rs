@@ -156,7 +156,8 @@ fn notifier<R: AppRoot>(ui: &R) -> Notify {
 /// Builds the controllers for `ui`, wires every callback and shows the initial state.
 pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
     let notify = notifier(ui);
-    let data_dir = crate::history::data_dir(cfg.data_dir.as_deref()).ok();
+    let found_data_dir = crate::history::data_dir(cfg.data_dir.as_deref());
+    let data_dir = found_data_dir.as_ref().ok().cloned();
     let (store, history_status): (Option<SharedStore>, Result<String, String>) = if !cfg.history {
         (None, Err("turned off for this run".into()))
     } else {
@@ -169,27 +170,14 @@ pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
             None => (None, Err("no data directory (set KOSTANT_DATA_DIR)".into())),
         }
     };
-    let evals: Result<Box<dyn EvalRunner>, String> = match (cfg.evals.take(), &cfg.model) {
-        (Some(r), _) => Ok(r),
-        (None, Err(why)) => Err(format!("no model: {why}")),
-        (None, Ok(path)) => match cfg
-            .suites_dir
-            .take()
-            .or_else(kostant_evals::suite::default_dir)
-        {
-            Some(suites) => {
-                let work = match &data_dir {
-                    Some(d) => d.join("evals"),
-                    None => std::env::temp_dir().join("kostant-evals"),
-                };
-                let runner = SuiteRunner::new(path.clone(), suites, work);
-                Ok(Box::new(match (&store, &data_dir) {
-                    (Some(_), Some(d)) => runner.with_history(d.clone()),
-                    _ => runner,
-                }))
-            }
-            None => Err("the eval suites (assets/evals) are not installed with this build".into()),
-        },
+    let evals = match cfg.evals.take() {
+        Some(r) => Ok(r),
+        None => SuiteRunner::for_app(
+            &cfg.model,
+            cfg.suites_dir.take(),
+            &found_data_dir,
+            store.is_some(),
+        ),
     };
     let factory: ResponderFactory = match (cfg.responder.take(), cfg.model) {
         (Some(f), _) => f,
