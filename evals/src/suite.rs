@@ -282,6 +282,16 @@ fn fnv1a(s: &str) -> u64 {
     })
 }
 
+/// A 64-bit finaliser (MurmurHash3's fmix64): FNV-1a alone barely moves the high bits for ids
+/// that differ only at the end ("multiturn-benign-40", "-41"), so sorting by it grouped them.
+fn mix(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
 /// `n` jailbreak items: templates taken in turn (so every family gets its share) around
 /// harmful items in a fixed hashed order, each item used once until all have been.
 pub fn expand_jailbreaks(harmful: &[Item], templates: &[Template], n: usize) -> Vec<Item> {
@@ -317,7 +327,7 @@ pub fn expand_jailbreaks(harmful: &[Item], templates: &[Template], n: usize) -> 
 /// already takes the templates in turn.
 pub fn sample(suite: SuiteName, mut items: Vec<Item>, n: usize) -> Vec<Item> {
     if items.len() > n && suite != SuiteName::Jailbreak {
-        items.sort_by_key(|it| (fnv1a(&it.id), it.id.clone()));
+        items.sort_by_key(|it| (mix(fnv1a(&it.id)), it.id.clone()));
     }
     items.truncate(n);
     items
@@ -532,6 +542,14 @@ mod tests {
         let j = sample(SuiteName::Jailbreak, items.clone(), 10);
         assert_eq!(j, items[..10].to_vec());
         assert_eq!(sample(SuiteName::Harmful, items.clone(), 1000).len(), 100);
+        // Ids that share a long prefix are still spread: a small sample of two halves holds both.
+        let halves: Vec<Item> = (1..=45)
+            .map(|i| item(&format!("multiturn-harmful-{i:02}")))
+            .chain((1..=45).map(|i| item(&format!("multiturn-benign-{i:02}"))))
+            .collect();
+        let s = sample(SuiteName::Multiturn, halves, 12);
+        let harmful = s.iter().filter(|i| i.id.contains("harmful")).count();
+        assert!((3..=9).contains(&harmful), "{harmful} of 12");
     }
 
     #[test]
