@@ -313,6 +313,10 @@ impl RunReport {
         let g = &x.guard;
         let positives = g.true_positives + g.false_negatives;
         let negatives = g.false_positives + g.true_negatives;
+        if positives == 0 || negatives == 0 {
+            // One half alone (a --limit sample, or one suite) is not a classification.
+            return None;
+        }
         Some(format!(
             "XSTest as a classifier, the guard alone ({} unsafe, {} safe prompts): F1 {:.3}, precision {:.3}, recall {:.3}, false positives {:.1}% ({}/{})",
             positives,

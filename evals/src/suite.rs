@@ -108,7 +108,7 @@ pub struct Turn {
 
 /// Why a conversation's earlier turns cannot be used, if they cannot.
 fn history_problem(history: &[Turn]) -> Option<String> {
-    if history.len() % 2 != 0 {
+    if !history.len().is_multiple_of(2) {
         return Some("history must be user and assistant turns in pairs".into());
     }
     for (i, t) in history.iter().enumerate() {
