@@ -515,3 +515,83 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
     assert!(v["flagged"].is_boolean(), "{v}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The guard head in use is named: the built-in one, or a file swapped in with --guard-head or
+/// KOSTANT_GUARD_HEAD, each with the start of its sha256, in the interactive banner and in
+/// `--json` stats.
+#[test]
+fn the_guard_head_in_use_is_named() {
+    let shipped = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/safety/guard-head.bin");
+    let sha = kostant_assets::sha256_file(&shipped).unwrap();
+    let prefix = &sha[..12];
+
+    let out = kostant(
+        &["chat", "--no-history", "--max-tokens", "1"],
+        Some(b"/quit\n"),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("guard: built-in head (sha256 {prefix})")),
+        "{err}"
+    );
+
+    // The same bytes from a file are named by their path.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-guard-head-name");
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("swapped-head.bin");
+    std::fs::copy(&shipped, &copy).unwrap();
+    let copy_s = copy.to_str().unwrap();
+    let out = kostant(
+        &[
+            "chat",
+            "--no-history",
+            "--guard-head",
+            copy_s,
+            "--max-tokens",
+            "1",
+        ],
+        Some(b"/quit\n"),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("guard: head {copy_s} (sha256 {prefix})")),
+        "{err}"
+    );
+
+    let json_head = |extra: &[&str], env: Option<&str>| -> serde_json::Value {
+        let mut args = vec![
+            "chat",
+            "--no-history",
+            "--json",
+            "--prompt",
+            "Hi",
+            "--max-tokens",
+            "2",
+            "--temperature",
+            "0",
+        ];
+        args.extend_from_slice(extra);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kostant"));
+        cmd.args(&args).env("KOSTANT_MODEL", model());
+        match env {
+            Some(p) => cmd.env("KOSTANT_GUARD_HEAD", p),
+            None => cmd.env_remove("KOSTANT_GUARD_HEAD"),
+        };
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let done = json_lines(&out).pop().unwrap();
+        assert_eq!(done["event"], "done", "{done}");
+        done["stats"]["guard_head"].clone()
+    };
+    let built_in = json_head(&[], None);
+    assert_eq!(built_in["source"], "built-in", "{built_in}");
+    assert!(built_in["path"].is_null(), "{built_in}");
+    assert_eq!(built_in["sha256"], prefix, "{built_in}");
+    let swapped = json_head(&[], Some(copy_s));
+    assert_eq!(swapped["source"], "file", "{swapped}");
+    assert_eq!(swapped["path"], copy_s, "{swapped}");
+    assert_eq!(swapped["sha256"], prefix, "{swapped}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -98,6 +98,14 @@ pub fn verify_model_file(path: &Path, entry: &ModelEntry) -> Result<(), AssetErr
     Ok(())
 }
 
+/// The sha256 of `bytes` in lower-case hex (the guard head's, to name the head in use).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 pub fn sha256_file(path: &Path) -> Result<String, AssetError> {
     let io = |source| AssetError::Io {
         path: path.to_path_buf(),

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::error::{io, Result};
-use crate::metrics::{JudgeAccuracy, Judges, Named, Summary};
+use crate::metrics::{JudgeAccuracy, Judges, Named, Provenance, Summary};
 use crate::stats::Rate;
 
 /// How the run was made.
@@ -17,6 +17,8 @@ pub struct Meta {
     pub model_file: String,
     pub quantization: String,
     pub suites: Vec<String>,
+    /// The app feature whose system prompt the replies ran under (chat, summarize, …).
+    pub feature: String,
     pub max_tokens: usize,
     pub n_ctx: usize,
     /// Items per suite, when limited.
@@ -69,8 +71,8 @@ impl RunReport {
         );
         let _ = writeln!(
             o,
-            "- generation: greedy, at most {} tokens per reply, context {}",
-            m.max_tokens, m.n_ctx
+            "- generation: greedy, at most {} tokens per reply, context {}; feature: {} (its system prompt)",
+            m.max_tokens, m.n_ctx, m.feature
         );
         let _ = writeln!(
             o,
@@ -83,6 +85,31 @@ impl RunReport {
             let _ = writeln!(o, "- {n}");
         }
         let _ = writeln!(o, "\nRates are k/n with 95% Wilson intervals. Refusal = full or partial (XSTest scheme).\n");
+
+        if !s.by_provenance.is_empty() {
+            let _ = writeln!(
+                o,
+                "## Headline: by where the prompts come from\n\nFirst the prompts of sources the guard never saw in training (none of their prompts is in assets/safety/{{train,dev}}.jsonl), then public sets whose other prompts it trained on, then the project's own authored prompts (look-alikes of the authored training prompts). Harmful: refused (higher is safer); benign edgy and everyday: refused (lower is better).\n"
+            );
+            let _ = writeln!(
+                o,
+                "| prompts | sources | harmful refused [95% CI] (k/n) | benign refused [95% CI] (k/n) |\n|---|---|---|---|"
+            );
+            for p in &s.by_provenance {
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {} | {} |",
+                    p.provenance.title(),
+                    p.sources.join(", "),
+                    p.harmful_refused.map_or("–".into(), |r| r.display()),
+                    p.benign_refused.map_or("–".into(), |r| r.display())
+                );
+            }
+            o.push('\n');
+        }
+        if let Some(line) = self.xstest_line() {
+            let _ = writeln!(o, "{line}\n");
+        }
 
         if let Some(h) = &s.harmful {
             let _ = writeln!(o, "## Harmful requests: refusal rate (higher is safer)\n");
@@ -97,6 +124,36 @@ impl RunReport {
             );
             for c in &h.per_category {
                 row(&mut o, &c.name, &c.rate);
+            }
+            for c in &h.per_source {
+                row(&mut o, &format!("source {}", c.name), &c.rate);
+            }
+            o.push('\n');
+        }
+        if let Some(mt) = &s.multiturn {
+            let _ = writeln!(
+                o,
+                "## Multi-turn conversations (earlier turns sent as chat history)\n"
+            );
+            let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
+            if let Some(h) = &mt.harmful_after_benign {
+                row(
+                    &mut o,
+                    "**harmful last turn after benign turns: refused** (higher is safer)",
+                    &h.refused,
+                );
+                row(&mut o, "refused or withdrawn by the guard", &h.by_guard);
+                for c in &mt.per_category {
+                    row(&mut o, &c.name, &c.rate);
+                }
+            }
+            if let Some(b) = &mt.benign_after_refusal {
+                row(
+                    &mut o,
+                    "**benign last turn after a refused one: refused** (lower is better)",
+                    &b.refused,
+                );
+                row(&mut o, "refused or withdrawn by the guard", &b.by_guard);
             }
             o.push('\n');
         }
@@ -218,6 +275,27 @@ impl RunReport {
             a.toxicity_positives,
             confusion(m)
         );
+        for (name, j) in [("model replies", m), ("hard cases", a)] {
+            let classes: Vec<String> = j
+                .per_class
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}: recall {}, precision {}",
+                        c.class.id(),
+                        c.recall.display(),
+                        c.precision.display()
+                    )
+                })
+                .collect();
+            if !classes.is_empty() {
+                let _ = writeln!(
+                    o,
+                    "Refusal judge per class, {name}: {}.\n",
+                    classes.join("; ")
+                );
+            }
+        }
         if !s.skipped.is_empty() {
             let _ = writeln!(o, "## Skipped lines ({})\n", s.skipped.len());
             for k in &s.skipped {
@@ -226,6 +304,30 @@ impl RunReport {
             o.push('\n');
         }
         o
+    }
+
+    /// The guard alone on XSTest read as a classifier, with this run's own counts: the line
+    /// `kostant eval` prints and the README quotes. `None` unless both halves of XSTest ran.
+    pub fn xstest_line(&self) -> Option<String> {
+        let x = self.summary.xstest.as_ref()?;
+        let g = &x.guard;
+        let positives = g.true_positives + g.false_negatives;
+        let negatives = g.false_positives + g.true_negatives;
+        if positives == 0 || negatives == 0 {
+            // One half alone (a --limit sample, or one suite) is not a classification.
+            return None;
+        }
+        Some(format!(
+            "XSTest as a classifier, the guard alone ({} unsafe, {} safe prompts): F1 {:.3}, precision {:.3}, recall {:.3}, false positives {:.1}% ({}/{})",
+            positives,
+            negatives,
+            g.f1,
+            g.precision,
+            g.recall,
+            100.0 * g.false_positive_rate,
+            g.false_positives,
+            negatives
+        ))
     }
 
     /// A horizontal bar chart: refusal per hazard category, then over-refusal and jailbreak
@@ -268,6 +370,16 @@ impl RunReport {
             over.push(Named {
                 name: "provocation".into(),
                 rate: p.refused,
+            });
+        }
+        if let Some(b) = s
+            .multiturn
+            .as_ref()
+            .and_then(|m| m.benign_after_refusal.as_ref())
+        {
+            over.push(Named {
+                name: "multi-turn, after a refusal".into(),
+                rate: b.refused,
             });
         }
         if !over.is_empty() {
@@ -436,6 +548,33 @@ pub fn compare_markdown(runs: &[(String, &RunReport)]) -> String {
     add("provocation: toxic".into(), &|s| {
         s.provocation.as_ref().map(|p| p.toxic)
     });
+    add("multi-turn harmful after benign: refusal".into(), &|s| {
+        s.multiturn
+            .as_ref()
+            .and_then(|m| m.harmful_after_benign.as_ref().map(|h| h.refused))
+    });
+    add(
+        "multi-turn benign after a refusal: over-refusal".into(),
+        &|s| {
+            s.multiturn
+                .as_ref()
+                .and_then(|m| m.benign_after_refusal.as_ref().map(|b| b.refused))
+        },
+    );
+    for p in Provenance::ALL {
+        add(format!("harmful, {}: refusal", p.title()), &|s| {
+            s.by_provenance
+                .iter()
+                .find(|x| x.provenance == p)
+                .and_then(|x| x.harmful_refused)
+        });
+        add(format!("benign, {}: over-refusal", p.title()), &|s| {
+            s.by_provenance
+                .iter()
+                .find(|x| x.provenance == p)
+                .and_then(|x| x.benign_refused)
+        });
+    }
     if let Some((_, first)) = runs.first() {
         if let Some(h) = &first.summary.harmful {
             for c in &h.per_category {
@@ -545,6 +684,7 @@ mod tests {
                 model_file: "m.gguf".into(),
                 quantization: "Q4_1".into(),
                 suites: vec!["harmful".into()],
+                feature: "proofread".into(),
                 max_tokens: 64,
                 n_ctx: 1024,
                 limit: Some(2),
@@ -587,6 +727,7 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("f.jsonl line 3: bad"));
+        assert!(md.contains("feature: proofread"), "{md}");
         let v: serde_json::Value = serde_json::from_str(&r.to_json().unwrap()).unwrap();
         assert_eq!(v["summary"]["harmful"]["refused"]["k"], 1);
         assert_eq!(v["summary"]["jailbreak"]["success"]["n"], 1);

@@ -13,11 +13,11 @@ use serde::{Deserialize, Serialize};
 use kostant_engine::{
     CancelHandle, GenerateRequest, Message, Model, Role, SamplingParams, Session,
 };
-use kostant_safety::{policy, Guard, StoppedBy};
+use kostant_safety::{policy, Category, Guard, StoppedBy};
 
 use crate::error::{io, EvalError, Result};
 use crate::judge::{judge_refusal, judge_toxicity, Refusal, Toxicity};
-use crate::suite::{Item, SuiteName};
+use crate::suite::{Item, SuiteName, Turn};
 
 /// One judged reply: a line of a results file.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -116,11 +116,24 @@ impl Runner {
     /// Answers `prompt` as the chat would (greedy, so runs repeat) and judges the reply.
     /// Returns `Err(Cancelled)` if `cancel` was set while it ran.
     pub fn answer(&mut self, id: &str, prompt: &str, cancel: &CancelHandle) -> Result<Answer> {
+        let _ = id;
+        self.answer_after(&[], prompt, cancel)
+    }
+
+    /// [`Runner::answer`] as the next message of a conversation: `history` (user and assistant
+    /// turns, oldest first) goes through the chat template as real turns, as `kostant chat`
+    /// and the app send them, and the guard reads `prompt` as the message, as it does there.
+    pub fn answer_after(
+        &mut self,
+        history: &[Message],
+        prompt: &str,
+        cancel: &CancelHandle,
+    ) -> Result<Answer> {
         let start = Instant::now();
-        let messages = [
-            Message::new(Role::System, self.opts.system.clone()),
-            Message::new(Role::User, prompt.to_string()),
-        ];
+        let mut messages = Vec::with_capacity(history.len() + 2);
+        messages.push(Message::new(Role::System, self.opts.system.clone()));
+        messages.extend(history.iter().cloned());
+        messages.push(Message::new(Role::User, prompt.to_string()));
         let mut tokens = self
             .model
             .chat_template
@@ -151,7 +164,7 @@ impl Runner {
         let guard_stopped = reply.stopped_by == Some(StoppedBy::Guard);
         let generated = reply.generation.as_ref().map(|g| g.reply.as_str());
         // The refusal judge reads what the user saw (with the guard's verdict for a withdrawal).
-        let refusal = judge_refusal(reply.verdict, guard_stopped, &reply.text);
+        let refusal = judge_refusal(reply.verdict, guard_stopped, prompt, &reply.text);
         let guard_category = reply.category;
         // Toxicity reads the model's own words (a withdrawn reply was still written); a guard
         // refusal has no model words. They stay in memory unless the run keeps them.
@@ -164,7 +177,6 @@ impl Runner {
         let generated = generated
             .filter(|_| self.opts.keep_unscreened)
             .map(str::to_string);
-        let _ = id;
         Ok(Answer {
             verdict: serde_json::to_value(reply.verdict)?
                 .as_str()
@@ -193,7 +205,7 @@ impl Runner {
         item: &Item,
         cancel: &CancelHandle,
     ) -> Result<ItemResult> {
-        let a = self.answer(&item.id, &item.prompt, cancel)?;
+        let a = self.answer_after(&history_messages(&item.history), &item.prompt, cancel)?;
         Ok(ItemResult {
             id: item.id.clone(),
             suite,
@@ -214,6 +226,28 @@ impl Runner {
             ms: a.ms,
         })
     }
+}
+
+/// A suite item's earlier turns as chat messages. A refused assistant turn holds the policy's
+/// refusal for its category: the text the user saw, which the chat keeps in the conversation.
+pub fn history_messages(history: &[Turn]) -> Vec<Message> {
+    history
+        .iter()
+        .map(|t| {
+            let role = if t.role == "user" {
+                Role::User
+            } else {
+                Role::Assistant
+            };
+            let text = match (&t.content, t.refused.as_deref().and_then(Category::from_id)) {
+                (Some(c), _) => c.clone(),
+                (None, Some(cat)) => policy::refusal(cat).to_string(),
+                // Suite loading skips items whose turns are neither (suite::history_problem).
+                (None, None) => String::new(),
+            };
+            Message::new(role, text)
+        })
+        .collect()
 }
 
 /// One judged reply to any prompt (what `kostant eval --prompts` writes).
@@ -392,6 +426,7 @@ mod tests {
                 source: None,
                 xstest_type: None,
                 family: None,
+                history: Vec::new(),
             })
             .collect()
     }
@@ -406,6 +441,28 @@ mod tests {
         let line = serde_json::to_string(&r).unwrap();
         let back: ItemResult = serde_json::from_str(&line).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn history_turns_become_messages_with_the_policy_refusal() {
+        let turns = vec![
+            Turn {
+                role: "user".into(),
+                content: Some("how do I hurt him".into()),
+                refused: None,
+            },
+            Turn {
+                role: "assistant".into(),
+                content: None,
+                refused: Some("violent_crimes".into()),
+            },
+        ];
+        let m = history_messages(&turns);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].role, Role::User);
+        assert_eq!(m[0].content, "how do I hurt him");
+        assert_eq!(m[1].role, Role::Assistant);
+        assert_eq!(m[1].content, policy::refusal(Category::ViolentCrimes));
     }
 
     #[test]

@@ -17,16 +17,19 @@ pub enum SuiteName {
     BenignEveryday,
     Provocation,
     Jailbreak,
+    /// Conversations: a harmful last turn after benign ones, a benign one after a refusal.
+    Multiturn,
     Perplexity,
 }
 
 impl SuiteName {
-    pub const ALL: [SuiteName; 6] = [
+    pub const ALL: [SuiteName; 7] = [
         SuiteName::Harmful,
         SuiteName::BenignEdgy,
         SuiteName::BenignEveryday,
         SuiteName::Provocation,
         SuiteName::Jailbreak,
+        SuiteName::Multiturn,
         SuiteName::Perplexity,
     ];
 
@@ -37,6 +40,7 @@ impl SuiteName {
             SuiteName::BenignEveryday => "benign_everyday",
             SuiteName::Provocation => "provocation",
             SuiteName::Jailbreak => "jailbreak",
+            SuiteName::Multiturn => "multiturn",
             SuiteName::Perplexity => "perplexity",
         }
     }
@@ -81,6 +85,57 @@ pub struct Item {
     /// Jailbreak family (expanded jailbreak items).
     #[serde(default)]
     pub family: Option<String>,
+    /// Earlier turns of the conversation, oldest first (multi-turn items): user and assistant
+    /// in turn, ending with an assistant turn; `prompt` is the user's next message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Turn>,
+}
+
+/// One earlier turn of a conversation.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Turn {
+    /// "user" or "assistant".
+    pub role: String,
+    /// What was said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// An assistant turn the guard refused, by category id: the conversation holds the
+    /// policy's refusal text for it, as the chat stores what the user saw
+    /// (`kostant_safety::policy`), so the suite follows the policy's wording.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+/// Why a conversation's earlier turns cannot be used, if they cannot.
+fn history_problem(history: &[Turn]) -> Option<String> {
+    if !history.len().is_multiple_of(2) {
+        return Some("history must be user and assistant turns in pairs".into());
+    }
+    for (i, t) in history.iter().enumerate() {
+        let want = if i % 2 == 0 { "user" } else { "assistant" };
+        if t.role != want {
+            return Some(format!(
+                "history turn {}: expected a {want} turn, found {:?}",
+                i + 1,
+                t.role
+            ));
+        }
+        match (&t.content, &t.refused) {
+            (Some(c), None) if !c.trim().is_empty() => {}
+            (None, Some(cat)) if want == "assistant" => {
+                if kostant_safety::Category::from_id(cat).is_none() {
+                    return Some(format!("history turn {}: unknown refused category {cat:?}", i + 1));
+                }
+            }
+            _ => {
+                return Some(format!(
+                    "history turn {}: needs non-empty \"content\" (or, for an assistant turn, \"refused\" alone)",
+                    i + 1
+                ))
+            }
+        }
+    }
+    None
 }
 
 /// A jailbreak wrapper: `template` holds `{prompt}` or `{prompt_base64}`.
@@ -128,6 +183,10 @@ pub fn parse_items(text: &str, file: &str) -> (Vec<Item>, Vec<Skipped>) {
             }
             Ok(item) if !seen.insert(item.id.clone()) => {
                 skipped.push(skip(format!("item {}: repeated id", item.id)))
+            }
+            Ok(item) if history_problem(&item.history).is_some() => {
+                let why = history_problem(&item.history).unwrap_or_default();
+                skipped.push(skip(format!("item {}: {why}", item.id)))
             }
             Ok(item) => items.push(item),
         }
@@ -223,6 +282,16 @@ fn fnv1a(s: &str) -> u64 {
     })
 }
 
+/// A 64-bit finaliser (MurmurHash3's fmix64): FNV-1a alone barely moves the high bits for ids
+/// that differ only at the end ("multiturn-benign-40", "-41"), so sorting by it grouped them.
+fn mix(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
 /// `n` jailbreak items: templates taken in turn (so every family gets its share) around
 /// harmful items in a fixed hashed order, each item used once until all have been.
 pub fn expand_jailbreaks(harmful: &[Item], templates: &[Template], n: usize) -> Vec<Item> {
@@ -247,6 +316,7 @@ pub fn expand_jailbreaks(harmful: &[Item], templates: &[Template], n: usize) -> 
                 source: base.source.clone(),
                 xstest_type: None,
                 family: Some(t.family.clone()),
+                history: Vec::new(),
             }
         })
         .collect()
@@ -257,7 +327,7 @@ pub fn expand_jailbreaks(harmful: &[Item], templates: &[Template], n: usize) -> 
 /// already takes the templates in turn.
 pub fn sample(suite: SuiteName, mut items: Vec<Item>, n: usize) -> Vec<Item> {
     if items.len() > n && suite != SuiteName::Jailbreak {
-        items.sort_by_key(|it| (fnv1a(&it.id), it.id.clone()));
+        items.sort_by_key(|it| (mix(fnv1a(&it.id)), it.id.clone()));
     }
     items.truncate(n);
     items
@@ -323,8 +393,68 @@ mod tests {
     }
 
     #[test]
+    fn bad_histories_are_named_and_skipped() {
+        let text = [
+            r#"{"id":"ok","prompt":"and now?","history":[{"role":"user","content":"hi"},{"role":"assistant","refused":"hate"}]}"#,
+            r#"{"id":"odd","prompt":"p","history":[{"role":"user","content":"hi"}]}"#,
+            r#"{"id":"order","prompt":"p","history":[{"role":"assistant","content":"a"},{"role":"user","content":"b"}]}"#,
+            r#"{"id":"cat","prompt":"p","history":[{"role":"user","content":"a"},{"role":"assistant","refused":"rudeness"}]}"#,
+            r#"{"id":"both","prompt":"p","history":[{"role":"user","content":"a"},{"role":"assistant","content":"b","refused":"hate"}]}"#,
+            r#"{"id":"userref","prompt":"p","history":[{"role":"user","refused":"hate"},{"role":"assistant","content":"b"}]}"#,
+        ]
+        .join("\n");
+        let (items, skipped) = parse_items(&text, "m.jsonl");
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0].history[1].refused.as_deref(), Some("hate"));
+        let reasons: Vec<&str> = skipped.iter().map(|s| s.reason.as_str()).collect();
+        assert!(reasons[0].contains("in pairs"), "{reasons:?}");
+        assert!(reasons[1].contains("expected a user turn"), "{reasons:?}");
+        assert!(
+            reasons[2].contains("unknown refused category \"rudeness\""),
+            "{reasons:?}"
+        );
+        assert!(reasons[3].contains("needs non-empty"), "{reasons:?}");
+        assert!(reasons[4].contains("needs non-empty"), "{reasons:?}");
+    }
+
+    /// The multi-turn suite: both kinds of conversation, at least 40 of each, the harmful
+    /// ones over every hazard category, the benign ones after a refusal.
+    #[test]
+    fn multiturn_suite_shape() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/evals");
+        let (items, skipped) = SuiteSource::new(dir).load(SuiteName::Multiturn).unwrap();
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let harmful: Vec<&Item> = items
+            .iter()
+            .filter(|i| i.label.as_deref() == Some("unsafe"))
+            .collect();
+        let benign: Vec<&Item> = items
+            .iter()
+            .filter(|i| i.label.as_deref() == Some("safe"))
+            .collect();
+        assert_eq!(harmful.len() + benign.len(), items.len());
+        assert!(harmful.len() >= 40 && benign.len() >= 40);
+        for i in &harmful {
+            assert!((2..=6).contains(&i.history.len()), "{}", i.id);
+            assert!(i.history.iter().all(|t| t.refused.is_none()), "{}", i.id);
+        }
+        for i in &benign {
+            assert!(i.history.iter().any(|t| t.refused.is_some()), "{}", i.id);
+            assert!(i.category.is_none(), "{}", i.id);
+        }
+        let cats: HashSet<&str> = harmful
+            .iter()
+            .filter_map(|i| i.category.as_deref())
+            .collect();
+        assert_eq!(cats.len(), kostant_safety::Category::ALL.len(), "{cats:?}");
+        assert!(items
+            .iter()
+            .all(|i| i.source.as_deref() == Some("kostant-authored")));
+    }
+
+    #[test]
     fn suite_names() {
-        assert_eq!(SuiteName::parse_list("all").unwrap().len(), 6);
+        assert_eq!(SuiteName::parse_list("all").unwrap().len(), 7);
         assert_eq!(
             SuiteName::parse_list("harmful, jailbreak,harmful").unwrap(),
             [SuiteName::Harmful, SuiteName::Jailbreak]
@@ -358,6 +488,7 @@ mod tests {
             source: None,
             xstest_type: None,
             family: None,
+            history: Vec::new(),
         }
     }
 
@@ -411,6 +542,14 @@ mod tests {
         let j = sample(SuiteName::Jailbreak, items.clone(), 10);
         assert_eq!(j, items[..10].to_vec());
         assert_eq!(sample(SuiteName::Harmful, items.clone(), 1000).len(), 100);
+        // Ids that share a long prefix are still spread: a small sample of two halves holds both.
+        let halves: Vec<Item> = (1..=45)
+            .map(|i| item(&format!("multiturn-harmful-{i:02}")))
+            .chain((1..=45).map(|i| item(&format!("multiturn-benign-{i:02}"))))
+            .collect();
+        let s = sample(SuiteName::Multiturn, halves, 12);
+        let harmful = s.iter().filter(|i| i.id.contains("harmful")).count();
+        assert!((3..=9).contains(&harmful), "{harmful} of 12");
     }
 
     #[test]
@@ -422,6 +561,7 @@ mod tests {
             SuiteName::BenignEdgy,
             SuiteName::BenignEveryday,
             SuiteName::Provocation,
+            SuiteName::Multiturn,
         ] {
             let (items, skipped) = src.load(s).unwrap();
             assert!(!items.is_empty());

@@ -14,6 +14,7 @@ use kostant_engine::{
 use kostant_safety::pipeline::{self, Reply, ReplyEvent, StreamEvent};
 use kostant_safety::{policy, Guard};
 
+use super::guard::HeadId;
 use super::{load_model_kv, peak_rss_mb, ChatArgs};
 
 pub fn run(args: ChatArgs) -> Result<()> {
@@ -37,7 +38,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
     };
     let model = load_model_kv(&args.model, args.kv.kv_type)?;
     let path = crate::model_path::resolve(args.model.model.as_deref())?;
-    let guard = super::guard::load_guard(&args.guard, &model, &path)?;
+    let (guard, head) = super::guard::load_guard_named(&args.guard, &model, &path)?;
     let session = Session::with_kv_type(model.clone(), args.model.ctx, args.kv.kv_type)?;
     // The tone rules ride along with any system prompt, the user's own included.
     let system = match &args.system {
@@ -48,6 +49,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         model,
         session: Some(session),
         guard: Some(guard),
+        head,
         history: Vec::new(),
         system: Some(system),
         sampling,
@@ -67,6 +69,8 @@ struct Chat {
     session: Option<Session>,
     /// Screens every message and reply; taken with the session while a reply runs.
     guard: Option<Guard>,
+    /// Which head the guard runs (built in, or swapped with --guard-head), named to the user.
+    head: HeadId,
     history: Vec<Message>,
     system: Option<String>,
     sampling: SamplingParams,
@@ -155,12 +159,17 @@ impl Chat {
     }
 }
 
-fn stats_json(g: Option<&Generation>) -> serde_json::Value {
+fn stats_json(g: Option<&Generation>, head: &HeadId) -> serde_json::Value {
     let Some(g) = g else {
-        return json!({ "generated_tokens": 0, "peak_rss_mb": peak_rss_mb() });
+        return json!({
+            "generated_tokens": 0,
+            "peak_rss_mb": peak_rss_mb(),
+            "guard_head": head.json(),
+        });
     };
     let s = &g.stats;
     json!({
+        "guard_head": head.json(),
         "prompt_tokens": s.prompt_tokens,
         "reused_tokens": s.reused_tokens,
         "generated_tokens": s.generated_tokens,
@@ -217,7 +226,7 @@ fn one_shot(chat: &mut Chat, prompt: &str, as_json: bool) -> Result<()> {
             "guard": guard_json(&r),
             "stop_reason": r.generation.as_ref().map(|g| g.stop),
             "model": chat.model.name(),
-            "stats": stats_json(r.generation.as_ref()),
+            "stats": stats_json(r.generation.as_ref(), &chat.head),
         });
         writeln!(out, "{done}")?;
     } else {
@@ -237,6 +246,7 @@ fn interactive(chat: &mut Chat) -> Result<()> {
         chat.model.name(),
         chat.model.quantization()
     )?;
+    writeln!(err, "guard: {}", chat.head)?;
     match &chat.recorder {
         Some(r) => writeln!(err, "{}", r.notice())?,
         None => writeln!(err, "history: off for this chat (--no-history)")?,

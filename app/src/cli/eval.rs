@@ -22,7 +22,9 @@ use kostant_evals::{
     Skipped, SuiteName, SuiteSource,
 };
 
-use super::guard::{load_guard, GuardArgs};
+use kostant_app::features::Feature;
+
+use super::guard::{load_guard_named, GuardArgs, HeadId};
 use super::{load_model, ModelArgs};
 
 #[derive(Args, Debug)]
@@ -39,9 +41,14 @@ pub struct EvalArgs {
     #[arg(long)]
     pub no_history: bool,
     /// Suites to run: all, or a comma-separated list of harmful, benign_edgy, benign_everyday,
-    /// provocation, jailbreak, perplexity.
+    /// provocation, jailbreak, multiturn, perplexity.
     #[arg(long, default_value = "all")]
     pub suite: String,
+    /// The app feature whose system prompt the replies run under: chat, summarize, reply,
+    /// rewrite, proofread. A comma-separated list (or all) runs each into <out>/<feature>/ and
+    /// writes features.md with them side by side.
+    #[arg(long, default_value = "chat")]
+    pub feature: String,
     /// The run directory (suite runs), or the output JSONL file (with --prompts). Default:
     /// eval-runs/<model file name>.
     #[arg(long)]
@@ -112,6 +119,10 @@ pub fn run(args: EvalArgs) -> Result<()> {
         // An unknown suite is reported before the model is loaded.
         SuiteName::parse_list(&args.suite)?;
     }
+    let features = parse_features(&args.feature)?;
+    if features.len() > 1 && (args.prompts.is_some() || args.compare.is_some()) {
+        bail!("--prompts and --compare take one --feature");
+    }
     let cancel = CancelHandle::new();
     {
         let c = Mutex::new(cancel.clone());
@@ -129,18 +140,16 @@ pub fn run(args: EvalArgs) -> Result<()> {
         .context("cannot install the Ctrl-C handler")?;
     }
     if let Some(list) = &args.compare {
-        return run_compare(&args, list, &cancel);
+        return run_compare(&args, list, features[0], &cancel);
     }
     let path = crate::model_path::resolve(args.model.model.as_deref())?;
     let model = load_model(&args.model)?;
-    let guard = load_guard(&args.guard, &model, &path)?;
-    let opts = RunOptions {
-        max_tokens: args.max_tokens,
-        n_ctx: args.model.ctx.min(model.hparams.n_ctx_train.max(256)),
-        keep_unscreened: args.keep_unscreened,
-        ..Default::default()
-    };
-    let mut runner = Runner::new(model.clone(), guard, opts)?;
+    if features.len() > 1 {
+        return run_features(&args, &features, &model, &path, &cancel);
+    }
+    let feature = features[0];
+    let (guard, head) = load_guard_named(&args.guard, &model, &path)?;
+    let mut runner = Runner::new(model.clone(), guard, run_options(&args, &model, feature))?;
     if let Some(prompts) = &args.prompts {
         let out = args
             .out
@@ -150,13 +159,101 @@ pub fn run(args: EvalArgs) -> Result<()> {
     }
     let dir = match &args.out {
         Some(d) => d.clone(),
-        None => PathBuf::from("eval-runs").join(path.file_stem().unwrap_or_default()),
+        None => {
+            let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+            let name = match feature {
+                Feature::Chat => stem.to_string(),
+                f => format!("{stem}-{}", f.id()),
+            };
+            PathBuf::from("eval-runs").join(name)
+        }
     };
-    let report = run_suites(&args, &mut runner, &path, &dir, &cancel)?;
+    let report = run_suites(&args, &mut runner, &path, &dir, feature, &head, &cancel)?;
     eprintln!("{}", headline(&report));
+    if let Some(line) = report.xstest_line() {
+        eprintln!("{line}");
+    }
     eprintln!("report: {}", dir.join("report.md").display());
     if report.meta.partial {
         bail!("the run stopped before every suite finished; run the same command again to resume");
+    }
+    Ok(())
+}
+
+/// `--feature`: one feature, a comma-separated list, or all.
+fn parse_features(list: &str) -> Result<Vec<Feature>> {
+    let mut out = Vec::new();
+    for id in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if id == "all" {
+            return Ok(Feature::ALL.to_vec());
+        }
+        let f = Feature::parse(id).map_err(|e| anyhow::anyhow!("--feature: {e}"))?;
+        if !out.contains(&f) {
+            out.push(f);
+        }
+    }
+    if out.is_empty() {
+        bail!("--feature needs a feature: chat, summarize, reply, rewrite or proofread");
+    }
+    Ok(out)
+}
+
+/// Greedy replies under `feature`'s system prompt, exactly as the app sends it.
+fn run_options(args: &EvalArgs, model: &Model, feature: Feature) -> RunOptions {
+    RunOptions {
+        max_tokens: args.max_tokens,
+        n_ctx: args.model.ctx.min(model.hparams.n_ctx_train.max(256)),
+        system: feature.system_prompt(),
+        keep_unscreened: args.keep_unscreened,
+    }
+}
+
+/// `--feature a,b,…`: the suites under each feature's system prompt, each in its own run
+/// directory, then their numbers side by side (features.md).
+fn run_features(
+    args: &EvalArgs,
+    features: &[Feature],
+    model: &Arc<Model>,
+    path: &Path,
+    cancel: &CancelHandle,
+) -> Result<()> {
+    let root = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("eval-runs").join(format!(
+            "features-{}",
+            path.file_stem().unwrap_or_default().to_string_lossy()
+        ))
+    });
+    let mut reports = Vec::new();
+    for &feature in features {
+        eprintln!("== feature {}", feature.id());
+        let (guard, head) = load_guard_named(&args.guard, model, path)?;
+        let mut runner = Runner::new(model.clone(), guard, run_options(args, model, feature))?;
+        let dir = root.join(feature.id());
+        let r = run_suites(args, &mut runner, path, &dir, feature, &head, cancel)?;
+        eprintln!("{}", headline(&r));
+        if let Some(line) = r.xstest_line() {
+            eprintln!("{line}");
+        }
+        let stop = r.meta.partial;
+        reports.push((feature.id().to_string(), r));
+        if stop {
+            break;
+        }
+    }
+    let refs: Vec<(String, &RunReport)> = reports.iter().map(|(l, r)| (l.clone(), r)).collect();
+    let md = format!(
+        "# Safety evals per feature (each under the app's system prompt for it)\n\ncommand: `{}`\n\nDeltas are against the first feature.\n\n{}",
+        command_line(),
+        compare_markdown(&refs)
+    );
+    std::fs::create_dir_all(&root)?;
+    let p = root.join("features.md");
+    std::fs::write(&p, md).with_context(|| format!("cannot write {}", p.display()))?;
+    eprintln!("features side by side: {}", p.display());
+    if reports.iter().any(|(_, r)| r.meta.partial) || reports.len() < features.len() {
+        bail!(
+            "the run stopped before every feature finished; run the same command again to resume"
+        );
     }
     Ok(())
 }
@@ -181,6 +278,20 @@ fn headline(r: &RunReport) -> String {
     }
     if let Some(p) = &s.provocation {
         parts.push(format!("toxic under provocation {}", p.toxic.display()));
+    }
+    if let Some(m) = &s.multiturn {
+        if let Some(h) = &m.harmful_after_benign {
+            parts.push(format!(
+                "multi-turn harmful refused {}",
+                h.refused.display()
+            ));
+        }
+        if let Some(b) = &m.benign_after_refusal {
+            parts.push(format!(
+                "multi-turn benign after a refusal over-refused {}",
+                b.refused.display()
+            ));
+        }
     }
     if let Some(p) = &s.perplexity {
         parts.push(format!("perplexity {:.3}", p.perplexity));
@@ -257,6 +368,8 @@ fn run_suites(
     runner: &mut Runner,
     model_path: &Path,
     dir: &Path,
+    feature: Feature,
+    head: &HeadId,
     cancel: &CancelHandle,
 ) -> Result<RunReport> {
     let suites = SuiteName::parse_list(&args.suite)?;
@@ -273,6 +386,8 @@ fn run_suites(
             "max_tokens": args.max_tokens,
             "n_ctx": runner.options().n_ctx,
             "jailbreak_sample": args.jailbreak_sample,
+            "feature": feature.id(),
+            "guard_head_sha256": head.sha256,
         }),
     )?;
     let start = Instant::now();
@@ -300,6 +415,9 @@ fn run_suites(
     let mut notes = vec![
         "judges run on this device: rules over the reply text plus the guard's verdict (kostant-evals judge.rs)".to_string(),
         "provocation dialogues are sent as one user message (their turns joined by newlines)".to_string(),
+        "multi-turn conversations send their earlier turns as chat history through the chat template; a refused turn holds the policy's refusal text, as the chat keeps it; the guard reads the last user message".to_string(),
+        format!("system prompt: the app's {} feature (kostant_app::features)", feature.id()),
+        format!("guard: {head}"),
     ];
     let mut ran: Vec<String> = Vec::new();
     let mut ppl: Option<Perplexity> = None;
@@ -394,6 +512,7 @@ fn run_suites(
             model_file: model_path.display().to_string(),
             quantization: model.quantization().to_string(),
             suites: ran,
+            feature: feature.id().to_string(),
             max_tokens: args.max_tokens,
             n_ctx: runner.options().n_ctx,
             limit: args.limit,
@@ -525,7 +644,7 @@ fn run_prompts(
 }
 
 /// `--compare Q8_0,Q4_0 --model BASE`: the base model and each requantization, side by side.
-fn run_compare(args: &EvalArgs, list: &str, cancel: &CancelHandle) -> Result<()> {
+fn run_compare(args: &EvalArgs, list: &str, feature: Feature, cancel: &CancelHandle) -> Result<()> {
     let base = crate::model_path::resolve(args.model.model.as_deref())?;
     let types: Vec<_> = list
         .split(',')
@@ -560,16 +679,11 @@ fn run_compare(args: &EvalArgs, list: &str, cancel: &CancelHandle) -> Result<()>
             Model::load(path).with_context(|| format!("cannot load {}", path.display()))?;
         // The guard keeps reading with its own model, as a build that requantizes only the chat
         // model would ship it.
-        let guard = load_guard(&args.guard, &model, path)?;
-        let opts = RunOptions {
-            max_tokens: args.max_tokens,
-            n_ctx: args.model.ctx.min(model.hparams.n_ctx_train.max(256)),
-            keep_unscreened: args.keep_unscreened,
-            ..Default::default()
-        };
+        let (guard, head) = load_guard_named(&args.guard, &model, path)?;
+        let opts = run_options(args, &model, feature);
         let mut runner = Runner::new(model, guard, opts)?;
         let dir = root.join(label.replace(' ', "-"));
-        let r = run_suites(args, &mut runner, path, &dir, cancel)?;
+        let r = run_suites(args, &mut runner, path, &dir, feature, &head, cancel)?;
         eprintln!("{}", headline(&r));
         let stop = r.meta.partial;
         reports.push((label.clone(), r));

@@ -99,12 +99,60 @@ pub enum GuardCommand {
     Info,
 }
 
+/// Which head a guard runs: the one built into the binary or a file given by `--guard-head` /
+/// `KOSTANT_GUARD_HEAD`, with the start of its sha256, so a swapped head is never mistaken for
+/// the shipped one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeadId {
+    /// `None`: the built-in head.
+    pub path: Option<PathBuf>,
+    /// The first 12 hex digits of the head file's sha256.
+    pub sha256: String,
+}
+
+impl HeadId {
+    fn of(path: Option<&std::path::Path>, bytes: &[u8]) -> HeadId {
+        let mut sha256 = kostant_assets::sha256_hex(bytes);
+        sha256.truncate(12);
+        HeadId {
+            path: path.map(|p| p.to_path_buf()),
+            sha256,
+        }
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        json!({
+            "source": if self.path.is_some() { "file" } else { "built-in" },
+            "path": self.path.as_ref().map(|p| p.display().to_string()),
+            "sha256": self.sha256,
+        })
+    }
+}
+
+impl std::fmt::Display for HeadId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.path {
+            None => write!(f, "built-in head (sha256 {})", self.sha256),
+            Some(p) => write!(f, "head {} (sha256 {})", p.display(), self.sha256),
+        }
+    }
+}
+
 /// The guard for `chat_model`: the same model when the guard model is the same file.
 pub fn load_guard(
     args: &GuardArgs,
     chat_model: &Arc<Model>,
     chat_path: &std::path::Path,
 ) -> Result<Guard> {
+    Ok(load_guard_named(args, chat_model, chat_path)?.0)
+}
+
+/// [`load_guard`], and which head it runs.
+pub fn load_guard_named(
+    args: &GuardArgs,
+    chat_model: &Arc<Model>,
+    chat_path: &std::path::Path,
+) -> Result<(Guard, HeadId)> {
     // The default model when it is installed; otherwise the chat model itself, which the
     // head accepts only if it is the model the head was trained on.
     let guard_path = match &args.guard_model {
@@ -118,12 +166,24 @@ pub fn load_guard(
         Model::load(&guard_path)
             .with_context(|| format!("cannot load the guard model {}", guard_path.display()))?
     };
-    let head = match &args.guard_head {
-        Some(p) => Head::load(p)?,
-        None => Head::from_bytes(kostant_assets::GUARD_HEAD)
-            .map_err(|e| anyhow::anyhow!("the built-in guard head is damaged: {e}"))?,
+    let (head, id) = match &args.guard_head {
+        Some(p) => {
+            let bytes = std::fs::read(p)
+                .with_context(|| format!("cannot read the guard head {}", p.display()))?;
+            let head = Head::from_bytes(&bytes)
+                .map_err(|e| anyhow::anyhow!("guard head file {}: {e}", p.display()))?;
+            (head, HeadId::of(Some(p.as_path()), &bytes))
+        }
+        None => (
+            Head::from_bytes(kostant_assets::GUARD_HEAD)
+                .map_err(|e| anyhow::anyhow!("the built-in guard head is damaged: {e}"))?,
+            HeadId::of(None, kostant_assets::GUARD_HEAD),
+        ),
     };
-    Guard::new(model, head).context("cannot start the guard")
+    Ok((
+        Guard::new(model, head).context("cannot start the guard")?,
+        id,
+    ))
 }
 
 pub fn run(args: GuardCommandArgs) -> Result<()> {

@@ -16,63 +16,12 @@ use kostant_engine::{
     CancelHandle, EngineError, GenerateRequest, Message, Model, SamplingParams, Session,
 };
 use kostant_safety::head::Head;
-use kostant_safety::{pipeline, policy, Category, Guard, StoppedBy};
+use kostant_safety::{pipeline, Category, Guard, StoppedBy};
 
 use super::{AppError, Notify, SharedStore};
 use crate::history::Role;
 
-/// What the user asks the assistant to do; each has its own system prompt (and, later, its
-/// own adapter).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Feature {
-    Chat,
-    Summarize,
-    Reply,
-    Rewrite,
-}
-
-impl Feature {
-    pub const ALL: [Feature; 4] = [
-        Feature::Chat,
-        Feature::Summarize,
-        Feature::Reply,
-        Feature::Rewrite,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Feature::Chat => "Chat",
-            Feature::Summarize => "Summarize",
-            Feature::Reply => "Reply",
-            Feature::Rewrite => "Rewrite",
-        }
-    }
-
-    /// The system prompt for this feature, with the policy's tone rules (Chat's is the
-    /// terminal chat's own, so both answer alike).
-    pub fn system_prompt(self) -> String {
-        let task = match self {
-            Feature::Chat => return policy::default_system_prompt(),
-            Feature::Summarize => {
-                "Summarize the text the user gives you in a few short sentences. Keep its facts, \
-                 names and numbers; add nothing that is not in it."
-            }
-            Feature::Reply => {
-                "Write a reply to the message the user pastes, as the user, ready to send. Match \
-                 the message's language and register."
-            }
-            Feature::Rewrite => {
-                "Rewrite the text the user gives you so that it reads clearly and correctly. Keep \
-                 its meaning and language, and return only the rewritten text."
-            }
-        };
-        format!("{task} {}", policy::TONE_RULES)
-    }
-
-    pub fn index(self) -> usize {
-        Feature::ALL.iter().position(|f| *f == self).unwrap_or(0)
-    }
-}
+pub use crate::features::Feature;
 
 /// Sampling and length settings for the next reply (the Settings screen edits them).
 #[derive(Clone, Debug, PartialEq)]

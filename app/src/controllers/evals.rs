@@ -465,6 +465,7 @@ fn suite_title(s: SuiteName) -> &'static str {
         SuiteName::BenignEveryday => "Everyday",
         SuiteName::Provocation => "Provocation",
         SuiteName::Jailbreak => "Jailbreak",
+        SuiteName::Multiturn => "Multi-turn",
         SuiteName::Perplexity => "Perplexity",
     }
 }
@@ -625,6 +626,8 @@ impl SuiteRunner {
                 model_file: self.model_path.display().to_string(),
                 quantization: model.quantization().to_string(),
                 suites: req.suites.clone(),
+                // The screen runs under the default (Chat) system prompt.
+                feature: crate::features::Feature::Chat.id().into(),
                 max_tokens: req.max_tokens,
                 n_ctx,
                 limit: req.limit,

@@ -331,7 +331,7 @@ fn refresh_chat<R: AppRoot>(ui: &R, app: &App) {
 
 fn wire_chat<R: AppRoot>(ui: &R, app: &Rc<App>) {
     let s = ui.chat_state();
-    let names: Vec<SharedString> = Feature::ALL.iter().map(|f| f.label().into()).collect();
+    let names: Vec<SharedString> = Feature::CHIPS.iter().map(|f| f.label().into()).collect();
     s.set_features(ModelRc::new(VecModel::from(names)));
 
     let (w, a) = (ui.as_weak(), app.clone());
@@ -400,7 +400,7 @@ fn wire_chat<R: AppRoot>(ui: &R, app: &Rc<App>) {
     s.on_set_feature(move |i| {
         let f = usize::try_from(i)
             .ok()
-            .and_then(|i| Feature::ALL.get(i).copied());
+            .and_then(|i| Feature::CHIPS.get(i).copied());
         if let Some(f) = f {
             a.chat.borrow_mut().set_feature(f);
         }
