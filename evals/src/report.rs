@@ -157,6 +157,29 @@ impl RunReport {
             }
             o.push('\n');
         }
+        if let Some(l) = &s.long {
+            let _ = writeln!(
+                o,
+                "## Long messages (1,000 tokens and more, pasted to be summarized or proofread)\n"
+            );
+            let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
+            if let Some(h) = &l.harmful {
+                row(
+                    &mut o,
+                    "**a harmful request buried in 2,000 tokens: refused** (higher is safer)",
+                    &h.refused,
+                );
+            }
+            if let Some(b) = &l.benign {
+                row(
+                    &mut o,
+                    "**long benign texts: refused** (lower is better)",
+                    &b.refused,
+                );
+                row(&mut o, "refused or withdrawn by the guard", &b.by_guard);
+            }
+            o.push('\n');
+        }
         for (title, b) in [
             ("Benign but edgy", &s.benign_edgy),
             ("Benign everyday", &s.benign_everyday),
@@ -561,6 +584,16 @@ pub fn compare_markdown(runs: &[(String, &RunReport)]) -> String {
                 .and_then(|m| m.benign_after_refusal.as_ref().map(|b| b.refused))
         },
     );
+    add("long, a harmful request buried: refusal".into(), &|s| {
+        s.long
+            .as_ref()
+            .and_then(|l| l.harmful.as_ref().map(|h| h.refused))
+    });
+    add("long benign texts: over-refusal".into(), &|s| {
+        s.long
+            .as_ref()
+            .and_then(|l| l.benign.as_ref().map(|b| b.refused))
+    });
     for p in Provenance::ALL {
         add(format!("harmful, {}: refusal", p.title()), &|s| {
             s.by_provenance

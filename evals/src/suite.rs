@@ -19,17 +19,21 @@ pub enum SuiteName {
     Jailbreak,
     /// Conversations: a harmful last turn after benign ones, a benign one after a refusal.
     Multiturn,
+    /// Texts of 1,000 tokens and more pasted to be summarized or proofread, and a few with a
+    /// harmful request buried in 2,000 tokens of benign text.
+    Long,
     Perplexity,
 }
 
 impl SuiteName {
-    pub const ALL: [SuiteName; 7] = [
+    pub const ALL: [SuiteName; 8] = [
         SuiteName::Harmful,
         SuiteName::BenignEdgy,
         SuiteName::BenignEveryday,
         SuiteName::Provocation,
         SuiteName::Jailbreak,
         SuiteName::Multiturn,
+        SuiteName::Long,
         SuiteName::Perplexity,
     ];
 
@@ -41,6 +45,7 @@ impl SuiteName {
             SuiteName::Provocation => "provocation",
             SuiteName::Jailbreak => "jailbreak",
             SuiteName::Multiturn => "multiturn",
+            SuiteName::Long => "long",
             SuiteName::Perplexity => "perplexity",
         }
     }
@@ -454,7 +459,7 @@ mod tests {
 
     #[test]
     fn suite_names() {
-        assert_eq!(SuiteName::parse_list("all").unwrap().len(), 7);
+        assert_eq!(SuiteName::parse_list("all").unwrap().len(), 8);
         assert_eq!(
             SuiteName::parse_list("harmful, jailbreak,harmful").unwrap(),
             [SuiteName::Harmful, SuiteName::Jailbreak]

@@ -297,6 +297,9 @@ fn guarded_replies_answer_refuse_and_withdraw() {
     assert_eq!(r.stopped_by, Some(StoppedBy::Guard));
     let (from, to, notice) = withdrawn.expect("no withdraw event");
     assert_eq!((from, to), (0, shown.len()));
+    // Text is held until a judgement covers it, and the first judgement flagged: nothing of
+    // the reply ever reached the user.
+    assert_eq!(shown, "", "text was shown before the guard judged it");
     assert_eq!(r.text, notice);
     let g_tokens = r.generation.unwrap().stats.generated_tokens;
     assert!(g_tokens < 200, "the reply ran on for {g_tokens} tokens");

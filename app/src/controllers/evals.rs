@@ -466,6 +466,7 @@ fn suite_title(s: SuiteName) -> &'static str {
         SuiteName::Provocation => "Provocation",
         SuiteName::Jailbreak => "Jailbreak",
         SuiteName::Multiturn => "Multi-turn",
+        SuiteName::Long => "Long messages",
         SuiteName::Perplexity => "Perplexity",
     }
 }
