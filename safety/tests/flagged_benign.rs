@@ -4,7 +4,6 @@
 //! on a benign prompt accuses the asker of that harm.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use kostant_engine::testing::real_model_path;
 use kostant_engine::{
@@ -26,7 +25,7 @@ fn fixture() -> Vec<String> {
 fn flagged_benign_prompts_get_the_neutral_text_or_an_answer() {
     let prompts = fixture();
     assert!(prompts.len() >= 5, "{prompts:?}");
-    let model = Arc::new(Model::load(&real_model_path()).expect("run scripts/setup.sh first"));
+    let model = Model::load(&real_model_path()).expect("run scripts/setup.sh first");
     let head = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/safety/guard-head.bin");
     let mut guard = Guard::load(model.clone(), &head).unwrap();
     let mut session = Session::new(model.clone(), 1024).unwrap();
