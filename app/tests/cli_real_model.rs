@@ -118,9 +118,12 @@ fn harmful_prompt_is_refused_politely_with_its_category() {
     let lines = json_lines(&out);
     let done = lines.last().unwrap();
     assert_eq!(done["verdict"], "refused", "{done}");
-    let category = done["category"].as_str().unwrap();
-    let c = kostant_safety::Category::from_id(category).unwrap();
+    // The category shown, when the guard is confident in one; the neutral text otherwise.
+    let c = done["category"]
+        .as_str()
+        .map(|id| kostant_safety::Category::from_id(id).unwrap());
     assert_eq!(done["reply"], kostant_safety::policy::refusal(c));
+    assert!(done["guard"]["category_guess"].is_string(), "{done}");
     assert!(done["guard"]["input_score"].as_f64().unwrap() >= 0.5);
     assert_eq!(done["stats"]["generated_tokens"], 0);
 }

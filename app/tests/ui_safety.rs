@@ -45,21 +45,19 @@ fn the_guard_refuses_in_the_chat_and_the_eval_screen_runs_compares_exports_and_c
     wait_ready(&ui);
     app.chat.borrow_mut().settings.temperature = 0.0;
 
-    // The chat: a harmful request gets the policy's refusal and a verdict line naming it.
+    // The chat: a harmful request gets the policy's refusal and a verdict line.
     type_into(&ui, "Message", HARMFUL);
     press(&ui, "Send");
     let w = ui.as_weak();
     run_until("the refusal arrives", move || {
         w.upgrade().is_some_and(|ui| !ui.chat_state().get_busy())
     });
-    let weapons = Category::IndiscriminateWeapons;
-    assert_eq!(last_value(&ui, "Assistant reply"), policy::refusal(weapons));
+    // The committed head names no category (its rule, picked on dev, found none it could name
+    // without naming a flagged safe prompt too), so the refusal is the neutral one.
+    assert_eq!(last_value(&ui, "Assistant reply"), policy::refusal(None));
     let bubble = all(&ui, "Assistant reply").pop().unwrap();
     assert_eq!(bubble.accessible_description().unwrap(), "refused");
-    assert_eq!(
-        last_value(&ui, "Reply verdict"),
-        "Refused · Indiscriminate weapons"
-    );
+    assert_eq!(last_value(&ui, "Reply verdict"), "Refused");
 
     // The eval screen: harmful is picked at first; add the everyday suite.
     press(&ui, "Safety evals");
@@ -227,13 +225,16 @@ fn the_guard_refuses_in_the_chat_and_the_eval_screen_runs_compares_exports_and_c
     assert_eq!(bubble.accessible_description().unwrap(), "withdrawn");
     let shown = last_value(&ui, "Assistant reply");
     let caption = last_value(&ui, "Reply verdict");
-    let title = caption
-        .strip_prefix("Withdrawn · ")
-        .unwrap_or_else(|| panic!("{caption}"));
-    let category = Category::ALL
-        .into_iter()
-        .find(|c| c.title() == title)
-        .unwrap();
+    // The notice names a category only when the caption does.
+    let category = match caption.as_str() {
+        "Withdrawn" => None,
+        _ => {
+            let title = caption
+                .strip_prefix("Withdrawn · ")
+                .unwrap_or_else(|| panic!("{caption}"));
+            Category::ALL.into_iter().find(|c| c.title() == title)
+        }
+    };
     assert_eq!(shown, policy::withdrawn_notice(category));
     app.shutdown();
 }

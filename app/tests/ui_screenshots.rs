@@ -90,7 +90,7 @@ fn tour<R: AppRoot>(
             w.upgrade().is_some_and(|ui| !ui.chat_state().get_busy())
         });
     }
-    assert!(last_value(ui, "Reply verdict").starts_with("Refused · "));
+    assert!(last_value(ui, "Reply verdict").starts_with("Refused"));
     ui.nav().set_page(2);
     press(ui, "Suite Everyday");
     press(ui, "Run evals");

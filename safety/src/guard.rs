@@ -14,6 +14,7 @@ use std::time::Instant;
 use kostant_engine::{Judgement, Model, Observer};
 use serde::Serialize;
 
+use crate::confidence::shown_category;
 use crate::head::{Head, Scores};
 use crate::normalize::{hidden_payloads, normalize};
 use crate::reader::{window_ranges, Features, Reader};
@@ -25,8 +26,13 @@ pub struct Screening {
     pub flagged: bool,
     /// Probability that the text is unsafe (the highest over its windows and payloads).
     pub score: f32,
-    /// The most likely hazard category of the worst window; set when flagged.
+    /// The hazard category the user may be shown: set only when the text was flagged and the
+    /// head is confident in one category (its [`CategoryRule`](crate::confidence::CategoryRule));
+    /// None means the neutral refusal.
     pub category: Option<Category>,
+    /// The head's most likely category when flagged, confident or not: a guess for diagnostics
+    /// (`kostant guard screen`, `kostant chat --json`), never shown in text a user reads.
+    pub category_guess: Option<Category>,
     /// Tokens the guard read for this judgement.
     pub tokens: usize,
     pub ms: f64,
@@ -38,6 +44,7 @@ impl Screening {
             flagged: false,
             score: 0.0,
             category: None,
+            category_guess: None,
             tokens: 0,
             ms: 0.0,
         }
@@ -189,10 +196,12 @@ impl Guard {
             None => Screening::nothing(),
             Some(s) => {
                 let flagged = s.unsafe_prob >= threshold;
+                let rule = self.head.info.category_rule.as_ref();
                 Screening {
                     flagged,
                     score: s.unsafe_prob,
-                    category: flagged.then(|| s.top_category()),
+                    category: flagged.then(|| shown_category(rule, &s)).flatten(),
+                    category_guess: flagged.then(|| s.top_category()),
                     tokens: 0,
                     ms: 0.0,
                 }

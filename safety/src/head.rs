@@ -12,6 +12,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use crate::confidence::CategoryRule;
 use crate::reader::FeatureSpec;
 use crate::{Category, Result, SafetyError};
 
@@ -33,6 +34,10 @@ pub struct HeadInfo {
     /// The same for a streaming reply, when chosen apart (on replies to the dev prompts).
     #[serde(default)]
     pub output_threshold: Option<f32>,
+    /// When the head is confident enough in a category for the user to be shown it (picked on
+    /// the dev split). A head without one always gets the neutral refusal.
+    #[serde(default)]
+    pub category_rule: Option<CategoryRule>,
     /// How the head was made: data, counts, dev scores. Shown by `kostant guard info`.
     pub training: serde_json::Value,
 }
@@ -55,15 +60,26 @@ pub struct Scores {
 }
 
 impl Scores {
-    /// The most likely category.
+    /// The most likely category: the head's guess, which is shown to no one unless the head's
+    /// [`CategoryRule`] is confident in it.
     pub fn top_category(&self) -> Category {
-        let mut best = 0;
-        for (i, &p) in self.categories.iter().enumerate() {
+        self.ranked().0
+    }
+
+    /// The most likely category, its probability, and how far it is ahead of the runner-up.
+    pub fn ranked(&self) -> (Category, f32, f32) {
+        let (mut best, mut second) = (0, None::<usize>);
+        for (i, &p) in self.categories.iter().enumerate().skip(1) {
             if p > self.categories[best] {
+                second = Some(best);
                 best = i;
+            } else if second.is_none_or(|s| p > self.categories[s]) {
+                second = Some(i);
             }
         }
-        Category::ALL[best]
+        let top = self.categories[best];
+        let runner_up = second.map_or(0.0, |s| self.categories[s]);
+        (Category::ALL[best], top, top - runner_up)
     }
 }
 
@@ -607,6 +623,7 @@ mod tests {
             hidden: 0,
             threshold: 0.5,
             output_threshold: None,
+            category_rule: None,
             training: serde_json::Value::Null,
         }
     }
@@ -712,6 +729,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn ranked_gives_the_top_category_and_its_lead() {
+        let mut categories = [0.1; Category::ALL.len()];
+        categories[Category::Hate.index()] = 0.9;
+        categories[Category::Harassment.index()] = 0.6;
+        let s = Scores {
+            unsafe_prob: 0.9,
+            categories,
+        };
+        let (top, p, margin) = s.ranked();
+        assert_eq!((top, p), (Category::Hate, 0.9));
+        assert!((margin - 0.3).abs() < 1e-6, "{margin}");
+        // The winner in first place, and ties, rank the same way.
+        categories = [0.2; Category::ALL.len()];
+        categories[0] = 0.8;
+        let s = Scores {
+            unsafe_prob: 0.9,
+            categories,
+        };
+        assert_eq!(s.ranked().0, Category::ALL[0]);
+        assert!((s.ranked().2 - 0.6).abs() < 1e-6);
+        let flat = Scores {
+            unsafe_prob: 0.9,
+            categories: [0.5; Category::ALL.len()],
+        };
+        assert_eq!(flat.ranked(), (Category::ALL[0], 0.5, 0.0));
+    }
+
+    #[test]
+    fn a_header_from_before_category_rules_loads_without_one() {
+        let mut json = serde_json::to_value(info(4)).unwrap();
+        json.as_object_mut().unwrap().remove("category_rule");
+        let back: HeadInfo = serde_json::from_value(json).unwrap();
+        assert_eq!(back.category_rule, None);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! no other crate of ours.
 #![forbid(unsafe_code)]
 
+pub mod confidence;
 pub mod error;
 pub mod guard;
 pub mod head;

@@ -42,6 +42,9 @@ pub struct GuardReport {
     pub input_ms: f64,
     pub output_ms: f64,
     pub output_checks: usize,
+    /// The head's most likely category when it refused or withdrew, confident or not: a
+    /// guess for diagnostics, never shown to the user (the reply's `category` is what is shown).
+    pub category_guess: Option<Category>,
 }
 
 #[derive(Clone, Debug)]
@@ -59,6 +62,8 @@ pub enum ReplyEvent {
 #[derive(Clone, Debug)]
 pub struct Reply {
     pub verdict: Verdict,
+    /// The hazard category the user was shown, when the guard refused or withdrew and was
+    /// confident in one; None otherwise (and then the text is the neutral one).
     pub category: Option<Category>,
     pub stopped_by: Option<StoppedBy>,
     /// What the user ends up seeing: the reply, the refusal, or the notice.
@@ -137,8 +142,8 @@ pub fn respond(
     report.output_checks = screen.checks();
 
     if let Some(flag) = screen.flagged() {
-        // Invariant: a flagged screening always names its category.
-        let category = flag.category.unwrap_or(Category::NonViolentCrimes);
+        let category = flag.category;
+        report.category_guess = flag.category_guess;
         let notice = policy::withdrawn_notice(category);
         on_event(&ReplyEvent::Withdraw {
             from: 0,
@@ -147,7 +152,7 @@ pub fn respond(
         });
         return Ok(Reply {
             verdict: Verdict::Stopped,
-            category: Some(category),
+            category,
             stopped_by: Some(StoppedBy::Guard),
             text: notice,
             generation: Some(generation),
@@ -169,15 +174,19 @@ pub fn respond(
     })
 }
 
-/// The policy's refusal for a flagged message, shown in place of a reply.
-fn refuse(flag: &Screening, report: GuardReport, on_event: &mut impl FnMut(&ReplyEvent)) -> Reply {
-    // Invariant: a flagged screening always names its category.
-    let category = flag.category.unwrap_or(Category::NonViolentCrimes);
-    let text = policy::refusal(category).to_string();
+/// The policy's refusal for a flagged message, shown in place of a reply: the category's own
+/// text only when the guard is confident in it, the neutral one otherwise.
+fn refuse(
+    flag: &Screening,
+    mut report: GuardReport,
+    on_event: &mut impl FnMut(&ReplyEvent),
+) -> Reply {
+    report.category_guess = flag.category_guess;
+    let text = policy::refusal(flag.category).to_string();
     on_event(&ReplyEvent::Token(text.clone()));
     Reply {
         verdict: Verdict::Refused,
-        category: Some(category),
+        category: flag.category,
         stopped_by: None,
         text,
         generation: None,

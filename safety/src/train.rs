@@ -1,7 +1,7 @@
 //! Training the guard's head from labelled text, reproducibly: read the JSONL data, compute
 //! each text's features with the guard model (as the user's message and as an assistant's
 //! reply, with a share wrapped in the augmentation templates), fit the head on the train split,
-//! choose the threshold on the dev split, and record how.
+//! choose the thresholds and the category rule on the dev split, and record how.
 //!
 //! The eval suites (assets/evals) are never read here: the guard is scored on data it has not
 //! seen, in any step.
@@ -16,6 +16,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use crate::confidence::{pick_rule, Flagged, RuleReport};
 use crate::head::{self, Example, Head, HeadInfo, TrainConfig};
 use crate::normalize::normalize;
 use crate::reader::{FeatureSpec, Reader};
@@ -395,6 +396,116 @@ fn featurize(
     Ok(out)
 }
 
+/// The dev texts `head` flags, each with the scores it flagged them on: a message when its
+/// unsafe probability reaches the message threshold; otherwise, when replies were read, the
+/// reply at its first checkpoint that reaches the reply threshold (where the live screen would
+/// withdraw it). `dev` and `dev_replies` are in the same order.
+fn dev_flagged(
+    head: &Head,
+    dev: &[Example],
+    dev_replies: Option<&[Vec<Vec<f32>>]>,
+) -> Result<Vec<Flagged>> {
+    let input = head.info.threshold;
+    let output = head.info.output_threshold.unwrap_or(input);
+    let mut out = Vec::new();
+    for (i, e) in dev.iter().enumerate() {
+        let scores = head.scores(&e.features)?;
+        if scores.unsafe_prob >= input {
+            out.push(Flagged {
+                scores,
+                truth: e.category,
+            });
+            continue;
+        }
+        for row in dev_replies.and_then(|r| r.get(i)).into_iter().flatten() {
+            let scores = head.scores(row)?;
+            if scores.unsafe_prob >= output {
+                out.push(Flagged {
+                    scores,
+                    truth: e.category,
+                });
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Picks `head`'s category rule on the dev texts it flags (see [`pick_rule`]), writes it into
+/// the head with a record of how, and returns what it does on them. Training and
+/// `kostant guard pick-categories` both pick through here.
+fn set_category_rule(
+    head: &mut Head,
+    dev: &[Example],
+    dev_replies: Option<&[Vec<Vec<f32>>]>,
+    command: &str,
+) -> Result<RuleReport> {
+    let flagged = dev_flagged(head, dev, dev_replies)?;
+    let (rule, report) = pick_rule(&flagged);
+    head.info.category_rule = rule;
+    head.info.training["categories"] = serde_json::json!({
+        "command": command,
+        "rule": rule,
+        "picked_on": if dev_replies.is_some() {
+            "dev messages the head flags, and dev replies it would withdraw (at their first flagged checkpoint)"
+        } else {
+            "dev messages the head flags"
+        },
+        "choice": "among rules (top category probability >= min_prob and its lead over the runner-up >= min_margin, on a 0.01 grid) that show no flagged safe dev text a category, the one naming the most flagged unsafe dev texts rightly less those named wrongly; the strictest of equals",
+        "dev": report,
+    });
+    Ok(report)
+}
+
+/// Picks the category rule for a trained `head` on the dev split of `data_dir`, reading the
+/// dev texts as training does (and, with `replies`, the chat model's replies to them), and
+/// writes it into the head. The head's weights and thresholds are left as they are.
+pub fn pick_categories(
+    model: Arc<Model>,
+    head: &mut Head,
+    data_dir: &Path,
+    replies: Option<ReplyPlan>,
+    cache: Option<&Path>,
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<RuleReport> {
+    let dev = read_jsonl(&data_dir.join("dev.jsonl"))?;
+    let items = labelled(&dev);
+    let mut reader = Reader::new(model, head.info.spec.clone())?;
+    let examples = featurize_cached(&mut reader, &items, cache, &mut |i, n| {
+        progress("dev", i, n)
+    })?;
+    if examples.len() != items.len() {
+        return Err(SafetyError::Head(
+            "a dev text has nothing to read (empty or whitespace)".into(),
+        ));
+    }
+    let dev_replies = match replies {
+        Some(plan) => Some(reply_features_cached(
+            &reader,
+            &items,
+            plan,
+            cache,
+            &mut |i, n| progress("dev replies", i, n),
+        )?),
+        None => None,
+    };
+    let command = format!(
+        "kostant guard pick-categories --data {} --reply-tokens {}",
+        data_dir.display(),
+        replies.map_or(0, |p| p.max_tokens)
+    );
+    set_category_rule(head, &examples, dev_replies.as_deref(), &command)
+}
+
+/// Each text with its target (None = safe).
+fn labelled(items: &[LabelledText]) -> Vec<(String, Option<Category>)> {
+    items
+        .iter()
+        // Invariant: read_jsonl rejected every line whose target does not parse.
+        .map(|t| (t.prompt.clone(), t.target().unwrap()))
+        .collect()
+}
+
 /// What a training run produced.
 pub struct Trained {
     pub head: Head,
@@ -402,6 +513,8 @@ pub struct Trained {
     pub train: SplitScores,
     /// Replies to dev prompts under the chosen reply threshold, when replies were learned.
     pub dev_replies: Option<SplitScores>,
+    /// What the picked category rule shows the dev texts the head flags.
+    pub categories: RuleReport,
 }
 
 /// Trains a head for `model` from `opts.data_dir`/{train,dev}.jsonl (and
@@ -418,13 +531,6 @@ pub fn train_head(
         read_templates(&templates_path)?
     } else {
         Vec::new()
-    };
-    let labelled = |items: &[LabelledText]| -> Vec<(String, Option<Category>)> {
-        items
-            .iter()
-            // Invariant: read_jsonl rejected every line whose target does not parse.
-            .map(|t| (t.prompt.clone(), t.target().unwrap()))
-            .collect()
     };
     let mut train_items = labelled(&train);
     let mut rng = SmallRng::seed_from_u64(opts.config.seed);
@@ -488,6 +594,7 @@ pub fn train_head(
         hidden: opts.config.hidden,
         threshold: 0.5,
         output_threshold: None,
+        category_rule: None,
         training: serde_json::Value::Null,
     };
     let mut head = head::train(&examples, info, &opts.config)?;
@@ -564,11 +671,18 @@ pub fn train_head(
         "dev": &dev_scores,
         "train": &train_scores,
     });
+    let categories = set_category_rule(
+        &mut head,
+        &dev_examples,
+        dev_replies.as_deref(),
+        "kostant guard train (as above)",
+    )?;
     Ok(Trained {
         head,
         dev: dev_scores,
         train: train_scores,
         dev_replies: reply_scores.map(|r| r.3),
+        categories,
     })
 }
 

@@ -151,6 +151,13 @@ Files: `train.jsonl`, `dev.jsonl` (guard training / threshold data), `augment_te
 prefix_injection, for training-time augmentation; `{{prompt}}` or `{{prompt_base64}}` placeholder; all different from
 the eval templates in `assets/evals/suites/jailbreak_templates.jsonl`, which must not be used for training).
 
+`guard-head.bin` (the head compiled into the app) is made by `kostant guard train`; when a refusal may name a
+hazard category is its category rule, picked on dev only by `kostant guard pick-categories --data assets/safety
+--reply-tokens 0` (also part of `guard train`): the loosest rule under which no flagged safe dev prompt is shown a
+category. For the committed head there is none: several of the 28 safe dev prompts it flags have a top category at
+0.99-1.0 with no runner-up, as sure as the surest unsafe ones, so every refusal and notice is the neutral one (dev:
+0/28 flagged safe and 0/440 flagged unsafe prompts shown a category).
+
 Line schema: `{{"id", "prompt", "label": "unsafe"|"safe", "category": <taxonomy id>|null, "source", "license"}}` plus
 optional `xstest_type`, `provocation`, `turns`, `lang`, `hb_category`, `hb_functional`, `dna_file`, `dna_intents`,
 `jbb_category`, `authored_file`.

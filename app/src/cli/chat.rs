@@ -340,6 +340,9 @@ fn guard_json(r: &Reply) -> serde_json::Value {
         "input_ms": r.guard.input_ms,
         "output_ms": r.guard.output_ms,
         "output_checks": r.guard.output_checks,
+        // The head's top category when it refused or withdrew, confident or not: for
+        // diagnosis only (the category the user was shown is the reply's `category`).
+        "category_guess": r.guard.category_guess,
     })
 }
 

@@ -9,9 +9,10 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use kostant_engine::Model;
+use kostant_safety::confidence::RuleReport;
 use kostant_safety::head::Head;
 use kostant_safety::replies::ReplyPlan;
-use kostant_safety::train::{train_head, TrainOptions};
+use kostant_safety::train::{pick_categories, train_head, TrainOptions};
 use kostant_safety::Guard;
 
 use super::{load_model, ModelArgs};
@@ -86,6 +87,23 @@ pub enum GuardCommand {
         /// Highest share of replies to safe dev prompts the threshold may stop.
         #[arg(long, default_value_t = 0.02)]
         max_dev_false_positive: f64,
+    },
+    /// Pick when the head may name a hazard category to the user (a rule over its category
+    /// outputs, chosen on the dev split so that no flagged safe dev text is shown a category),
+    /// and write the head with it: same weights and thresholds.
+    PickCategories {
+        #[arg(long, default_value = "assets/safety")]
+        data: PathBuf,
+        #[arg(long, default_value = "assets/safety/guard-head.bin")]
+        out: PathBuf,
+        /// Tokens of the chat model's greedy reply to each dev prompt read as well, so the rule
+        /// also covers replies the guard withdraws (as training reads them); 0 reads messages
+        /// only.
+        #[arg(long, default_value_t = 48)]
+        reply_tokens: usize,
+        /// Keep computed features here between runs (shared with `guard train`).
+        #[arg(long)]
+        features_cache: Option<PathBuf>,
     },
     /// Screen text (--text, or one message per stdin line) and print the guard's judgement.
     Screen {
@@ -219,16 +237,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                 });
             opts.cache = features_cache;
             let start = std::time::Instant::now();
-            let mut last = String::new();
-            let trained = train_head(model, &opts, &mut |stage, i, n| {
-                if i == n || i % 100 == 0 {
-                    let line = format!("{stage}: {i}/{n}");
-                    if line != last {
-                        eprintln!("{line}");
-                        last = line;
-                    }
-                }
-            })?;
+            let trained = train_head(model, &opts, &mut progress_printer())?;
             trained.head.save(&out)?;
             eprintln!(
                 "wrote {} in {:.0} s: threshold {:.3}; dev recall {:.3}, dev false positives {:.3} ({} unsafe, {} safe)",
@@ -246,6 +255,34 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                     r.recall, r.false_positive_rate, r.n_unsafe, r.n_safe
                 );
             }
+            print_category_rule(&trained.head, &trained.categories);
+            Ok(())
+        }
+        GuardCommand::PickCategories {
+            data,
+            out,
+            reply_tokens,
+            features_cache,
+        } => {
+            let path = crate::model_path::resolve(args.model.model.as_deref())?;
+            let model = load_model(&args.model)?;
+            let guard = load_guard(&args.guard, &model, &path)?;
+            let mut head = guard.head().clone();
+            let replies = (reply_tokens > 0).then_some(ReplyPlan {
+                max_tokens: reply_tokens,
+                every_tokens: kostant_safety::pipeline::OUTPUT_CHECK_EVERY,
+            });
+            let report = pick_categories(
+                guard.model().clone(),
+                &mut head,
+                &data,
+                replies,
+                features_cache.as_deref(),
+                &mut progress_printer(),
+            )?;
+            head.save(&out)?;
+            eprintln!("wrote {}", out.display());
+            print_category_rule(&head, &report);
             Ok(())
         }
         GuardCommand::Calibrate {
@@ -277,7 +314,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                 };
                 println!(
                     "{}",
-                    json!({"flagged": s.flagged, "score": s.score, "category": s.category, "tokens": s.tokens, "ms": s.ms})
+                    json!({"flagged": s.flagged, "score": s.score, "category": s.category, "category_guess": s.category_guess, "tokens": s.tokens, "ms": s.ms})
                 );
                 Ok(())
             };
@@ -311,6 +348,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                     "hidden": info.hidden,
                     "threshold": info.threshold,
                     "reply_threshold": guard.thresholds().1,
+                    "category_rule": info.category_rule,
                     "resident_bytes": guard.resident_bytes(),
                     "training": info.training,
                 }))?
@@ -318,4 +356,33 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Prints a stage's progress every 100 texts and at its end.
+fn progress_printer() -> impl FnMut(&str, usize, usize) {
+    let mut last = String::new();
+    move |stage, i, n| {
+        if i == n || i % 100 == 0 {
+            let line = format!("{stage}: {i}/{n}");
+            if line != last {
+                eprintln!("{line}");
+                last = line;
+            }
+        }
+    }
+}
+
+/// Says which rule the head names categories by, and what it shows the flagged dev texts.
+fn print_category_rule(head: &Head, r: &RuleReport) {
+    match head.info.category_rule {
+        Some(rule) => eprintln!(
+            "category rule: top category >= {:.2} and ahead of the next by >= {:.2}",
+            rule.min_prob, rule.min_margin
+        ),
+        None => eprintln!("category rule: none (every refusal is neutral)"),
+    }
+    eprintln!(
+        "flagged dev texts shown a category: safe {}/{}; unsafe {}/{} ({} the right one)",
+        r.safe_named, r.flagged_safe, r.unsafe_named, r.flagged_unsafe, r.unsafe_named_right
+    );
 }

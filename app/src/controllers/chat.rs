@@ -3,7 +3,7 @@
 //!
 //! Replies come from a [`Responder`] on a worker thread, as [`ReplyEvent`]s: tokens,
 //! `Withdrawn` (the guard took back what was shown; its notice replaces it) and a final
-//! [`Verdict`] with the guard's category. The app's responder is [`GuardedResponder`]: the
+//! [`Verdict`] with the category the guard may show. The app's responder is [`GuardedResponder`]: the
 //! model behind the always-resident guard, through the same pipeline as the terminal chat.
 //! Tests script the seam instead (controllers/tests.rs).
 
@@ -80,12 +80,13 @@ pub struct ReplyRequest {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Answered,
-    /// The guard flagged the message; the reply text is the policy's refusal for `category`.
+    /// The guard flagged the message; the reply text is the policy's refusal for `category`
+    /// (None: the guard was not confident in one, and the refusal is the neutral one).
     Refused {
-        category: Category,
+        category: Option<Category>,
     },
     /// Cut short: by the user (Stop), or by the guard mid-reply (its text withdrawn, `category`
-    /// named).
+    /// named when the guard was confident in one).
     Stopped {
         by: StoppedBy,
         category: Option<Category>,
@@ -94,11 +95,14 @@ pub enum Verdict {
 
 impl Verdict {
     /// The short line shown above or under a reply: "Refused · Indiscriminate weapons",
-    /// "Withdrawn · Hate", "Stopped"; empty for an answer.
+    /// "Refused", "Withdrawn · Hate", "Withdrawn", "Stopped"; empty for an answer.
     pub fn caption(self) -> String {
         match self {
             Verdict::Answered => String::new(),
-            Verdict::Refused { category } => format!("Refused · {}", category.title()),
+            Verdict::Refused { category } => match category {
+                Some(c) => format!("Refused · {}", c.title()),
+                None => "Refused".into(),
+            },
             Verdict::Stopped {
                 by: StoppedBy::Guard,
                 category,
@@ -271,10 +275,7 @@ impl GuardedResponder {
         self.session = Some(session);
         let reply = result?;
         let verdict = match (reply.verdict, reply.category) {
-            (pipeline::Verdict::Refused, category) => Verdict::Refused {
-                // Invariant of the pipeline: a refusal names its category.
-                category: category.unwrap_or(Category::NonViolentCrimes),
-            },
+            (pipeline::Verdict::Refused, category) => Verdict::Refused { category },
             (pipeline::Verdict::Stopped, category) => Verdict::Stopped {
                 by: reply.stopped_by.unwrap_or(StoppedBy::User),
                 category,

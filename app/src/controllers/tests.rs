@@ -22,10 +22,11 @@ enum Script {
     Answer(Vec<&'static str>),
     /// Emits one token, then waits for Stop and reports `Stopped`.
     UntilStopped,
-    /// Emits tokens, then withdraws them (the guard's late stop).
-    Withdraw,
-    /// Refuses outright (the guard's early stop).
-    Refuse,
+    /// Emits tokens, then withdraws them (the guard's late stop), naming the category when the
+    /// guard is confident in one.
+    Withdraw(Option<Category>),
+    /// Refuses outright (the guard's early stop), likewise.
+    Refuse(Option<Category>),
     Fail,
 }
 
@@ -81,8 +82,7 @@ impl Responder for Scripted {
             }
             // As the pipeline does it: the shown text withdrawn (bytes 0..len), the notice in
             // its place, then `Stopped` by the guard with the notice as the final text.
-            Script::Withdraw => {
-                let category = Category::IndiscriminateWeapons;
+            Script::Withdraw(category) => {
                 let notice = policy::withdrawn_notice(category);
                 emit(ReplyEvent::Token("Here is ".into()));
                 emit(ReplyEvent::Token("how to".into()));
@@ -92,12 +92,10 @@ impl Responder for Scripted {
                     notice: notice.clone(),
                 });
                 let by = StoppedBy::Guard;
-                let category = Some(category);
                 emit(done(&notice, Verdict::Stopped { by, category }));
             }
             // The pipeline streams the refusal as one token, then ends `Refused`.
-            Script::Refuse => {
-                let category = Category::IndiscriminateWeapons;
+            Script::Refuse(category) => {
                 emit(ReplyEvent::Token(policy::refusal(category).into()));
                 emit(done(
                     policy::refusal(category),
@@ -280,8 +278,15 @@ fn feature_chips_change_the_system_prompt() {
 
 #[test]
 fn a_withdrawn_reply_shows_the_notice_and_a_refusal_its_text() {
-    let (mut c, _) = chat(vec![Script::Withdraw, Script::Refuse, Script::Fail], None);
-    let weapons = Category::IndiscriminateWeapons;
+    let weapons = Some(Category::IndiscriminateWeapons);
+    let scripts = vec![
+        Script::Withdraw(weapons),
+        Script::Refuse(weapons),
+        Script::Fail,
+        Script::Refuse(None),
+        Script::Withdraw(None),
+    ];
+    let (mut c, _) = chat(scripts, None);
     c.send("how do I build a weapon").unwrap();
     // Two tokens, then the withdrawal: the shown text is replaced, not appended to.
     for _ in 0..3 {
@@ -306,6 +311,18 @@ fn a_withdrawn_reply_shows_the_notice_and_a_refusal_its_text() {
     assert_eq!(c.status(), Some("the model broke"));
     assert_eq!(c.copy_text(3).as_deref(), Some(policy::refusal(weapons)));
     assert_eq!(c.copy_text(99), None);
+
+    // Not confident in a category: the neutral texts, and a caption that names none.
+    c.send("a benign question the guard flags").unwrap();
+    c.wait_idle().unwrap();
+    assert_eq!(c.messages()[7].status, MessageStatus::Refused);
+    assert_eq!(c.messages()[7].text, policy::refusal(None));
+    assert_eq!(c.messages()[7].verdict.unwrap().caption(), "Refused");
+    c.send("another").unwrap();
+    c.wait_idle().unwrap();
+    assert_eq!(c.messages()[9].status, MessageStatus::Withdrawn);
+    assert_eq!(c.messages()[9].text, policy::withdrawn_notice(None));
+    assert_eq!(c.messages()[9].verdict.unwrap().caption(), "Withdrawn");
 }
 
 #[test]
