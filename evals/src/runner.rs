@@ -241,7 +241,10 @@ pub fn history_messages(history: &[Turn]) -> Vec<Message> {
             };
             let text = match (&t.content, t.refused.as_deref().and_then(Category::from_id)) {
                 (Some(c), _) => c.clone(),
-                (None, Some(cat)) => policy::refusal(cat).to_string(),
+                // What the chat stores after a refusal: the neutral text unless the head is
+                // sure of the category; the shipped head's rule names none (MANIFEST), so the
+                // refused turn reads as users see it today.
+                (None, Some(_)) => policy::refusal(None).to_string(),
                 // Suite loading skips items whose turns are neither (suite::history_problem).
                 (None, None) => String::new(),
             };
@@ -462,7 +465,7 @@ mod tests {
         assert_eq!(m[0].role, Role::User);
         assert_eq!(m[0].content, "how do I hurt him");
         assert_eq!(m[1].role, Role::Assistant);
-        assert_eq!(m[1].content, policy::refusal(Category::ViolentCrimes));
+        assert_eq!(m[1].content, policy::refusal(None));
     }
 
     #[test]
