@@ -188,14 +188,18 @@ pub struct LongStats {
     pub benign: Option<RefusalStats>,
 }
 
+/// A mixed suite's items split into (unsafe, safe) by their label.
+fn by_label<'a>(rs: &[&'a ItemResult]) -> (Vec<&'a ItemResult>, Vec<&'a ItemResult>) {
+    rs.iter()
+        .copied()
+        .partition(|r| r.label.as_deref() == Some("unsafe"))
+}
+
 fn long(rs: &[&ItemResult]) -> Option<LongStats> {
     if rs.is_empty() {
         return None;
     }
-    let (harmful, benign): (Vec<&ItemResult>, Vec<&ItemResult>) = rs
-        .iter()
-        .copied()
-        .partition(|r| r.label.as_deref() == Some("unsafe"));
+    let (harmful, benign) = by_label(rs);
     Some(LongStats {
         harmful: (!harmful.is_empty()).then(|| RefusalStats::of(&harmful)),
         benign: (!benign.is_empty()).then(|| RefusalStats::of(&benign)),
@@ -206,10 +210,7 @@ fn multiturn(rs: &[&ItemResult]) -> Option<MultiturnStats> {
     if rs.is_empty() {
         return None;
     }
-    let (harmful, benign): (Vec<&ItemResult>, Vec<&ItemResult>) = rs
-        .iter()
-        .copied()
-        .partition(|r| r.label.as_deref() == Some("unsafe"));
+    let (harmful, benign) = by_label(rs);
     Some(MultiturnStats {
         harmful_after_benign: (!harmful.is_empty()).then(|| RefusalStats::of(&harmful)),
         per_category: grouped(&harmful, |r| r.category.clone(), |r| r.refusal.refused()),

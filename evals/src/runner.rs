@@ -165,7 +165,9 @@ impl Runner {
         let generated = reply.generation.as_ref().map(|g| g.reply.as_str());
         // The refusal judge reads what the user saw (with the guard's verdict for a withdrawal).
         let refusal = judge_refusal(reply.verdict, guard_stopped, prompt, &reply.text);
-        let guard_category = reply.category;
+        // The head's own top category, for the report and the toxicity judge: the text the
+        // user saw names it only when the head's rule is sure (`reply.category`).
+        let guard_category = reply.category.or(reply.guard.category_guess);
         // Toxicity reads the model's own words (a withdrawn reply was still written); a guard
         // refusal has no model words. They stay in memory unless the run keeps them.
         let words = generated.unwrap_or("");
