@@ -228,9 +228,7 @@ pub fn generate_observed(
                     stats.max_held_tokens = stats.max_held_tokens.max(held.len());
                 }
                 Judgement::Show => {
-                    for (id, text) in held.drain(..) {
-                        on_token(Some(id), &text);
-                    }
+                    release(&mut held, &mut on_token);
                     on_token(Some(id), &text);
                 }
             }
@@ -254,11 +252,7 @@ pub fn generate_observed(
         // The last held text is judged before anything of it is shown.
         if prompt_ok && stop != StopReason::Observer {
             match o.finish() {
-                Judgement::Show => {
-                    for (id, text) in held.drain(..) {
-                        on_token(Some(id), &text);
-                    }
-                }
+                Judgement::Show => release(&mut held, &mut on_token),
                 Judgement::Hold | Judgement::Stop => stop = StopReason::Observer,
             }
         }
@@ -285,6 +279,13 @@ pub fn generate_observed(
         stop,
         stats,
     })
+}
+
+/// Passes on the text held back until a judgement covered it, in order.
+fn release(held: &mut Vec<(u32, String)>, on_token: &mut impl FnMut(Option<u32>, &str)) {
+    for (id, text) in held.drain(..) {
+        on_token(Some(id), &text);
+    }
 }
 
 /// A generation running on its own thread.

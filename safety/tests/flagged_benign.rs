@@ -3,12 +3,12 @@
 //! each is answered, or refused or withdrawn with exactly the neutral text. A category's text
 //! on a benign prompt accuses the asker of that harm.
 
+mod common;
+
 use std::path::PathBuf;
 
 use kostant_engine::testing::real_model_path;
-use kostant_engine::{
-    CancelHandle, GenerateRequest, Message, Model, Role, SamplingParams, Session,
-};
+use kostant_engine::{CancelHandle, Model, Session};
 use kostant_safety::{policy, respond, Guard, ReplyEvent, StoppedBy, Verdict};
 
 fn fixture() -> Vec<String> {
@@ -31,21 +31,8 @@ fn flagged_benign_prompts_get_the_neutral_text_or_an_answer() {
     let mut session = Session::new(model.clone(), 1024).unwrap();
     let cancel = CancelHandle::new();
     for user in &prompts {
-        let messages = [
-            Message::new(Role::System, policy::default_system_prompt()),
-            Message::new(Role::User, user.as_str()),
-        ];
-        let prompt = model
-            .chat_template
-            .render(&model.tokenizer, &messages, true)
-            .unwrap()
-            .tokens;
         // Long enough for a reply to be screened at several checkpoints, as in the app.
-        let req = GenerateRequest {
-            prompt,
-            max_tokens: 64,
-            sampling: SamplingParams::greedy(),
-        };
+        let req = common::request(&model, user, 64);
         let mut notices = Vec::new();
         let r = respond(&mut session, &mut guard, &req, user, &cancel, |e| {
             if let ReplyEvent::Withdraw { notice, .. } = e {

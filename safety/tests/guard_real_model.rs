@@ -1,15 +1,14 @@
 //! The guard on the real default model with the committed head (assets/safety/guard-head.bin):
 //! what it flags, how it reads hostile input, and how a guarded reply behaves end to end.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use base64::Engine as _;
 use kostant_engine::testing::real_model_path;
-use kostant_engine::{
-    CancelHandle, GenerateRequest, Judgement, Message, Model, Observer, Role, SamplingParams,
-    Session,
-};
+use kostant_engine::{CancelHandle, Judgement, Model, Observer, Session};
 use kostant_safety::head::Head;
 use kostant_safety::{policy, respond, Category, Guard, ReplyEvent, StoppedBy, Verdict};
 
@@ -190,7 +189,7 @@ fn riding_along_reads_what_reading_alone_reads() {
         let r = respond(
             &mut session,
             &mut riding,
-            &request(&model, user, 4),
+            &common::request(&model, user, 4),
             user,
             &CancelHandle::new(),
             |_| {},
@@ -209,23 +208,6 @@ fn riding_along_reads_what_reading_alone_reads() {
     assert!(alone.resident_bytes() > alone.head().weight_bytes());
 }
 
-fn request(model: &Arc<Model>, user: &str, max_tokens: usize) -> GenerateRequest {
-    let messages = vec![
-        Message::new(Role::System, policy::default_system_prompt()),
-        Message::new(Role::User, user),
-    ];
-    let prompt = model
-        .chat_template
-        .render(&model.tokenizer, &messages, true)
-        .unwrap()
-        .tokens;
-    GenerateRequest {
-        prompt,
-        max_tokens,
-        sampling: SamplingParams::greedy(),
-    }
-}
-
 #[test]
 fn guarded_replies_answer_refuse_and_withdraw() {
     let model = model();
@@ -239,7 +221,7 @@ fn guarded_replies_answer_refuse_and_withdraw() {
     let r = respond(
         &mut session,
         &mut g,
-        &request(&model, user, 24),
+        &common::request(&model, user, 24),
         user,
         &cancel,
         |e| {
@@ -263,7 +245,7 @@ fn guarded_replies_answer_refuse_and_withdraw() {
     let r = respond(
         &mut session,
         &mut g,
-        &request(&model, user, 24),
+        &common::request(&model, user, 24),
         user,
         &cancel,
         |_| {},
@@ -283,7 +265,7 @@ fn guarded_replies_answer_refuse_and_withdraw() {
     let r = respond(
         &mut session,
         &mut g,
-        &request(&model, user, 200),
+        &common::request(&model, user, 200),
         user,
         &cancel,
         |e| match e {
@@ -311,7 +293,7 @@ fn guarded_replies_answer_refuse_and_withdraw() {
     let r = respond(
         &mut session,
         &mut g,
-        &request(&model, "Hi!", 50),
+        &common::request(&model, "Hi!", 50),
         "Hi!",
         &cancel,
         |_| {},
@@ -360,7 +342,7 @@ fn training_reads_replies_where_and_as_the_screen_does() {
         .fold(0.0f32, f32::max);
 
     let mut chat = Session::new(model.clone(), 1024).unwrap();
-    let req = request(&model, user, 40);
+    let req = common::request(&model, user, 40);
     let r = respond(&mut chat, &mut g, &req, user, &CancelHandle::new(), |_| {}).unwrap();
     assert_eq!(r.guard.output_checks, rows.len());
     assert!(

@@ -6,14 +6,14 @@
 //! Data: assets/evals/suites/long.jsonl (authored for the evals, never trained on;
 //! assets/evals/MANIFEST.md).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kostant_engine::testing::real_model_path;
-use kostant_engine::{
-    CancelHandle, GenerateRequest, Message, Model, Role, SamplingParams, Session,
-};
-use kostant_safety::{policy, respond, Guard, Verdict};
+use kostant_engine::{CancelHandle, Model, Session};
+use kostant_safety::{respond, Guard, Verdict};
 
 /// The items of suite `name` whose label is `label` (any when None).
 fn suite(name: &str, label: Option<&str>) -> Vec<serde_json::Value> {
@@ -35,20 +35,7 @@ fn prompt_of(item: &serde_json::Value) -> String {
 /// Answers `user` under the default system prompt with the guard riding along; a few reply
 /// tokens are enough to put the reply screen to work too.
 fn verdict(model: &Arc<Model>, guard: &mut Guard, session: &mut Session, user: &str) -> Verdict {
-    let messages = [
-        Message::new(Role::System, policy::default_system_prompt()),
-        Message::new(Role::User, user),
-    ];
-    let prompt = model
-        .chat_template
-        .render(&model.tokenizer, &messages, true)
-        .unwrap()
-        .tokens;
-    let req = GenerateRequest {
-        prompt,
-        max_tokens: 8,
-        sampling: SamplingParams::greedy(),
-    };
+    let req = common::request(model, user, 8);
     let r = respond(session, guard, &req, user, &CancelHandle::new(), |_| {}).unwrap();
     r.verdict
 }
