@@ -3,7 +3,8 @@
 
 Runs `kostant chat` greedily (40 tokens) on a fixed sample of the **dev** split
 (assets/safety/dev.jsonl: every 3rd safe prompt, at most 70; every 6th unsafe one, at most 50)
-once per system prompt, and counts replies the guard let through that still read as a refusal
+once per system prompt (SAMPLE=rude: dev's prompts from people rude or angry at the assistant,
+and its requests for insults about others), and counts replies the guard let through that still read as a refusal
 (a rough pattern: "I'm sorry", "I can't", "not equipped", "as a chatbot", ...). This is how the
 default system prompt (safety/src/policy.rs) was chosen; the test suites are never read.
 
@@ -41,8 +42,15 @@ def run(system, prompt):
 
 def main():
     rows = [json.loads(l) for l in open(os.path.join(ROOT, "assets/safety/dev.jsonl"))]
-    safe = [r for r in rows if r["label"] == "safe"][::3][:70]
-    unsafe = [r for r in rows if r["label"] == "unsafe"][::6][:50]
+    if os.environ.get("SAMPLE") == "rude":
+        # People rude or angry at the assistant (dev's provocation and rude_at_assistant
+        # items), and the requests for insults about others that must stay refused.
+        safe = [r for r in rows if r["label"] == "safe" and (r.get("provocation")
+                or (r.get("authored_file") or "").startswith("rude_at_assistant"))]
+        unsafe = [r for r in rows if (r.get("authored_file") or "").startswith("rude_harmful_")]
+    else:
+        safe = [r for r in rows if r["label"] == "safe"][::3][:70]
+        unsafe = [r for r in rows if r["label"] == "unsafe"][::6][:50]
     for system in sys.argv[1:]:
         with cf.ThreadPoolExecutor(2) as ex:
             s = list(ex.map(lambda r: run(system, r["prompt"]), safe))

@@ -115,8 +115,7 @@ impl Runner {
 
     /// Answers `prompt` as the chat would (greedy, so runs repeat) and judges the reply.
     /// Returns `Err(Cancelled)` if `cancel` was set while it ran.
-    pub fn answer(&mut self, id: &str, prompt: &str, cancel: &CancelHandle) -> Result<Answer> {
-        let _ = id;
+    pub fn answer(&mut self, prompt: &str, cancel: &CancelHandle) -> Result<Answer> {
         self.answer_after(&[], prompt, cancel)
     }
 

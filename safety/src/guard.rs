@@ -150,10 +150,7 @@ impl Guard {
             }
             for window in self.reader.windows(view)? {
                 tokens += self.reader.read_message(&window)?;
-                let s = self.scores(self.reader.features())?;
-                if worst.as_ref().is_none_or(|w| s.unsafe_prob > w.unsafe_prob) {
-                    worst = Some(s);
-                }
+                keep_worse(&mut worst, self.scores(self.reader.features())?);
             }
         }
         let mut s = self.judge(worst, self.input_threshold);
@@ -248,6 +245,15 @@ impl Guard {
     }
 }
 
+/// Keeps the more unsafe of `worst` and `s`: a message read in windows (or views) is as
+/// unsafe as its worst one, since averaged whole, a harmful line buried in pages of benign
+/// text would vanish in the mean.
+fn keep_worse(worst: &mut Option<Scores>, s: Scores) {
+    if worst.as_ref().is_none_or(|w| s.unsafe_prob > w.unsafe_prob) {
+        *worst = Some(s);
+    }
+}
+
 fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
@@ -322,18 +328,19 @@ impl ReplyScreen<'_> {
         self.error.take()
     }
 
-    fn fail(&mut self, e: SafetyError) -> ControlFlow<()> {
-        self.error = Some(e);
-        ControlFlow::Break(())
-    }
-
-    fn fail_judgement(&mut self, e: SafetyError) -> Judgement {
-        self.error = Some(e);
-        Judgement::Stop
-    }
-
-    /// Judges the reply so far: Show when it passes, Stop when it is flagged or cannot be read.
+    /// Judges the reply so far: Show when it passes, Stop when it is flagged or cannot be read
+    /// (the error is kept for [`ReplyScreen::take_error`]).
     fn check(&mut self) -> Judgement {
+        match self.try_check() {
+            Ok(j) => j,
+            Err(e) => {
+                self.error = Some(e);
+                Judgement::Stop
+            }
+        }
+    }
+
+    fn try_check(&mut self) -> Result<Judgement> {
         let start = Instant::now();
         let features = match &mut self.mode {
             Mode::Riding { features, .. } => features.vector(),
@@ -343,23 +350,12 @@ impl ReplyScreen<'_> {
                 let keep = pending.len() - pending.trim_end().len();
                 let rest = pending.split_off(pending.len() - keep);
                 let text = normalize(&std::mem::replace(pending, rest));
-                let read = self
-                    .guard
-                    .model()
-                    .tokenizer
-                    .encode(&text, false)
-                    .map_err(SafetyError::from)
-                    .and_then(|ids| self.guard.reader.read_reply(&ids));
-                if let Err(e) = read {
-                    return self.fail_judgement(e);
-                }
+                let ids = self.guard.model().tokenizer.encode(&text, false)?;
+                self.guard.reader.read_reply(&ids)?;
                 self.guard.reader.features()
             }
         };
-        let scores = match self.guard.scores(features) {
-            Ok(s) => s,
-            Err(e) => return self.fail_judgement(e),
-        };
+        let scores = self.guard.scores(features)?;
         self.checks += 1;
         self.since_check = 0;
         self.worst = self.worst.max(scores.unsafe_prob);
@@ -369,9 +365,45 @@ impl ReplyScreen<'_> {
         self.ms += s.ms;
         if s.flagged {
             self.flagged = Some(s);
-            return Judgement::Stop;
+            return Ok(Judgement::Stop);
         }
-        Judgement::Show
+        Ok(Judgement::Show)
+    }
+
+    /// Judges the message from the states of the chat's pass over it, window by window as the
+    /// guard's own session reads it; the reply is then read on from the last window. Returns
+    /// whether it was flagged.
+    fn judge_message(&mut self, tokens: &[u32], states: &[Vec<f32>]) -> Result<bool> {
+        let Mode::Riding {
+            prompt_len,
+            start,
+            features,
+        } = &mut self.mode
+        else {
+            return Ok(false);
+        };
+        let t = Instant::now();
+        let ran_from = *prompt_len - tokens.len();
+        if ran_from > *start {
+            return Err(SafetyError::Head(
+                "the chat reused part of the message's states".into(),
+            ));
+        }
+        let first = *start - ran_from;
+        let window = self.guard.head.info.spec.window;
+        let mut worst: Option<Scores> = None;
+        for rows in window_ranges(first, tokens.len(), window) {
+            features.clear();
+            features.add_rows(states, rows);
+            keep_worse(&mut worst, self.guard.scores(features.vector())?);
+        }
+        let mut s = self.guard.judge(worst, self.guard.input_threshold);
+        s.tokens = *prompt_len - *start;
+        s.ms = ms_since(t);
+        self.input_ms = s.ms;
+        let flagged = s.flagged;
+        self.input = Some(s);
+        Ok(flagged)
     }
 }
 
@@ -389,50 +421,13 @@ impl Observer for ReplyScreen<'_> {
     }
 
     fn prompt(&mut self, tokens: &[u32], states: &[Vec<f32>]) -> ControlFlow<()> {
-        let Mode::Riding {
-            prompt_len,
-            start,
-            features,
-        } = &mut self.mode
-        else {
-            return ControlFlow::Continue(());
-        };
-        let t = Instant::now();
-        let ran_from = *prompt_len - tokens.len();
-        if ran_from > *start {
-            let e = SafetyError::Head("the chat reused part of the message's states".into());
-            return self.fail(e);
-        }
-        // A long message is judged in windows, as the guard's own session reads it, the worst
-        // window winning: averaged whole, a harmful line buried in pages of benign text would
-        // vanish in the mean. The reply is then read on from the last window.
-        let first = *start - ran_from;
-        let window = self.guard.head.info.spec.window;
-        let mut worst: Option<Scores> = None;
-        for rows in window_ranges(first, tokens.len(), window) {
-            features.clear();
-            features.add_rows(states, rows);
-            let scores = match self.guard.scores(features.vector()) {
-                Ok(s) => s,
-                Err(e) => return self.fail(e),
-            };
-            if worst
-                .as_ref()
-                .is_none_or(|w| scores.unsafe_prob > w.unsafe_prob)
-            {
-                worst = Some(scores);
+        match self.judge_message(tokens, states) {
+            Ok(false) => ControlFlow::Continue(()),
+            Ok(true) => ControlFlow::Break(()),
+            Err(e) => {
+                self.error = Some(e);
+                ControlFlow::Break(())
             }
-        }
-        let mut s = self.guard.judge(worst, self.guard.input_threshold);
-        s.tokens = *prompt_len - *start;
-        s.ms = ms_since(t);
-        self.input_ms = s.ms;
-        let flagged = s.flagged;
-        self.input = Some(s);
-        if flagged {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
         }
     }
 

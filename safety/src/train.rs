@@ -469,8 +469,8 @@ pub fn pick_categories(
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<RuleReport> {
     let dev = read_jsonl(&data_dir.join("dev.jsonl"))?;
-    let items = labelled(&dev);
     let mut reader = Reader::new(model, head.info.spec.clone())?;
+    let items = labelled(&reader, &dev)?;
     let examples = featurize_cached(&mut reader, &items, cache, &mut |i, n| {
         progress("dev", i, n)
     })?;
@@ -497,13 +497,30 @@ pub fn pick_categories(
     set_category_rule(head, &examples, dev_replies.as_deref(), &command)
 }
 
-/// Each text with its target (None = safe).
-fn labelled(items: &[LabelledText]) -> Vec<(String, Option<Category>)> {
-    items
-        .iter()
+/// Each text with its target (None = safe); a safe text longer than the guard's window becomes
+/// one item per window. The live guard reads a long message window by window and the worst
+/// window decides, so each window of a benign text is a benign message to it, and a head that
+/// saw only short messages flags long prose (stop 13: 51 of 52 long benign texts refused). An
+/// unsafe text stays whole and is read by its first window, as before: which of its windows
+/// holds the harm is not known.
+fn labelled(reader: &Reader, items: &[LabelledText]) -> Result<Vec<(String, Option<Category>)>> {
+    let mut out = Vec::with_capacity(items.len());
+    for t in items {
         // Invariant: read_jsonl rejected every line whose target does not parse.
-        .map(|t| (t.prompt.clone(), t.target().unwrap()))
-        .collect()
+        let target = t.target().unwrap();
+        match target {
+            None => {
+                let windows = reader.windows(&normalize(&t.prompt))?;
+                if windows.len() > 1 {
+                    out.extend(windows.into_iter().map(|w| (w, None)));
+                } else {
+                    out.push((t.prompt.clone(), None));
+                }
+            }
+            Some(_) => out.push((t.prompt.clone(), target)),
+        }
+    }
+    Ok(out)
 }
 
 /// What a training run produced.
@@ -532,7 +549,9 @@ pub fn train_head(
     } else {
         Vec::new()
     };
-    let mut train_items = labelled(&train);
+    let mut reader = Reader::new(model.clone(), opts.spec.clone())?;
+    let originals = labelled(&reader, &train)?;
+    let mut train_items = originals.clone();
     let mut rng = SmallRng::seed_from_u64(opts.config.seed);
     if !templates.is_empty() {
         let mut wrapped = Vec::new();
@@ -545,9 +564,8 @@ pub fn train_head(
         }
         train_items.extend(wrapped);
     }
-    let dev_items = labelled(&dev);
+    let dev_items = labelled(&reader, &dev)?;
 
-    let mut reader = Reader::new(model.clone(), opts.spec.clone())?;
     let cache = opts.cache.as_deref();
     let mut examples = featurize_cached(&mut reader, &train_items, cache, &mut |i, n| {
         progress("train", i, n)
@@ -565,7 +583,6 @@ pub fn train_head(
     // the conversation a user actually has.
     let dev_replies = match opts.replies {
         Some(plan) => {
-            let originals = labelled(&train);
             let train_replies =
                 reply_features_cached(&reader, &originals, plan, cache, &mut |i, n| {
                     progress("train replies", i, n)

@@ -618,7 +618,7 @@ fn run_prompts(
             continue;
         }
         bar.show("prompts", n - 1, total);
-        let a = match runner.answer(&id.to_string(), prompt, cancel) {
+        let a = match runner.answer(prompt, cancel) {
             Ok(a) => a,
             Err(EvalError::Cancelled) => {
                 bail!("stopped; {ran} prompts answered, run again to resume")

@@ -412,24 +412,30 @@ fn export_round_trips_under_the_passphrase_only() {
 
 const CRASH_DIR_ENV: &str = "KOSTANT_TEST_CRASH_DIR";
 
-/// The child of `sigkill_never_loses_an_acknowledged_message`: saves chat exchanges for a
-/// bounded while and prints `ACK <conversation> <user text>` after each commit. Does
-/// nothing when run without the parent's environment variable.
+/// The writer behind `sigkill_never_loses_an_acknowledged_message`: saves chat exchanges and
+/// prints `ACK <conversation> <user text>` after each commit. Run by the parent (its environment
+/// variable names the directory) it writes up to 2000 exchanges until killed; run on its own, as
+/// every test is, it writes a few into its own directory and checks each acknowledged one is
+/// there when the file is opened again.
 #[test]
-#[ignore = "child process of sigkill_never_loses_an_acknowledged_message"]
 fn crash_child() {
     use std::io::Write;
-    let Some(root) = std::env::var_os(CRASH_DIR_ENV) else {
-        return;
-    };
-    let dirs = Dirs {
-        root: PathBuf::from(root),
+    let parent_dir = std::env::var_os(CRASH_DIR_ENV);
+    let (dirs, rounds) = match &parent_dir {
+        Some(root) => (
+            Dirs {
+                root: PathBuf::from(root),
+            },
+            2000usize,
+        ),
+        None => (Dirs::new("crash-writer"), 12),
     };
     let mut store = dirs.open();
     let tag = std::process::id();
     let mut conv = None;
+    let mut acked = Vec::new();
     let mut out = std::io::stdout().lock();
-    for i in 0..2000usize {
+    for i in 0..rounds {
         // Every third exchange starts a new conversation, as after /reset.
         if i % 3 == 0 {
             conv = None;
@@ -439,11 +445,28 @@ fn crash_child() {
             .append_exchange(conv, &text, &format!("reply to {text}"))
             .unwrap();
         conv = Some(id);
-        writeln!(out, "ACK {id} {text}").unwrap();
-        out.flush().unwrap();
+        if parent_dir.is_some() {
+            writeln!(out, "ACK {id} {text}").unwrap();
+            out.flush().unwrap();
+        }
+        acked.push((id, text));
     }
-    // The parent owns the directory; do not remove it.
-    std::mem::forget(dirs);
+    if parent_dir.is_some() {
+        // The parent owns the directory; do not remove it.
+        std::mem::forget(dirs);
+        return;
+    }
+    drop(store);
+    let reopened = dirs.open();
+    for (id, text) in &acked {
+        let msgs = reopened.messages(*id).unwrap();
+        assert!(
+            msgs.iter()
+                .any(|m| m.text.as_deref().ok() == Some(text.as_str())),
+            "acknowledged message {text:.20} missing from conversation {id}"
+        );
+    }
+    assert_eq!(reopened.list().unwrap().len(), rounds.div_ceil(3));
 }
 
 /// SIGKILLs a writer at random moments and checks, after each kill, that the file opens and
@@ -471,7 +494,6 @@ fn sigkill_never_loses_an_acknowledged_message() {
             .args([
                 "history::tests::crash_child",
                 "--exact",
-                "--ignored",
                 "--nocapture",
                 "--test-threads=1",
             ])
@@ -777,14 +799,29 @@ fn delete_all_replaces_the_kek_so_the_old_bytes_open_with_nothing() {
 
 const ERASE_CRASH_ENV: &str = "KOSTANT_TEST_ERASE_CRASH";
 
-/// The child of `delete_all_killed_at_any_step_leaves_a_history_that_opens`: runs delete-all
-/// on the parent's history and exits abruptly (no destructor, no rollback, as a crash) at the
-/// step named in the environment variable (`<dir>|<step>`). Does nothing without it.
+/// The eraser behind `delete_all_killed_at_any_step_leaves_a_history_that_opens`. Run by the
+/// parent (`<dir>|<step>` in its environment variable) it runs delete-all on the parent's
+/// history and exits abruptly (no destructor, no rollback, as a crash) at that step. Run on its
+/// own, as every test is, it checks on its own history that delete-all passes the three steps
+/// the parent kills at, in order, and leaves nothing behind.
 #[test]
-#[ignore = "child process of delete_all_killed_at_any_step_leaves_a_history_that_opens"]
 fn erase_crash_child() {
     use super::store::EraseStep;
     let Some(spec) = std::env::var_os(ERASE_CRASH_ENV) else {
+        let dirs = Dirs::new("erase-steps");
+        let mut store = filled(&dirs);
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        store.erase_hook = Some(Box::new(move |s, _: &Path| {
+            log.lock().unwrap().push(s);
+            Ok(())
+        }));
+        store.delete_all().unwrap();
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [EraseStep::Staged, EraseStep::Deleted, EraseStep::Committed]
+        );
+        assert!(store.list().unwrap().is_empty());
         return;
     };
     let spec = spec.to_string_lossy().into_owned();
@@ -823,7 +860,6 @@ fn delete_all_killed_at_any_step_leaves_a_history_that_opens() {
             .args([
                 "history::tests::erase_crash_child",
                 "--exact",
-                "--ignored",
                 "--nocapture",
                 "--test-threads=1",
             ])
