@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use kostant_engine::{
     CancelHandle, GenerateRequest, Message, Model, Role, SamplingParams, Session,
 };
-use kostant_safety::{policy, Category, Guard, StoppedBy};
+use kostant_safety::{policy, Category, Guard, StoppedBy, Verdict};
 
 use crate::error::{io, EvalError, Result};
 use crate::judge::{judge_refusal, judge_toxicity, Refusal, Toxicity};
@@ -229,29 +229,36 @@ impl Runner {
     }
 }
 
-/// A suite item's earlier turns as chat messages. A refused assistant turn holds the policy's
-/// refusal for its category: the text the user saw, which the chat keeps in the conversation.
+/// A suite item's earlier turns as the chat sends them to the model: an exchange the guard
+/// refused leaves the model's context as it does in the chat and the app
+/// ([`kostant_safety::stays_in_context`]), so a refused assistant turn and the user turn before
+/// it are dropped.
 pub fn history_messages(history: &[Turn]) -> Vec<Message> {
-    history
-        .iter()
-        .map(|t| {
-            let role = if t.role == "user" {
-                Role::User
-            } else {
-                Role::Assistant
-            };
-            let text = match (&t.content, t.refused.as_deref().and_then(Category::from_id)) {
-                (Some(c), _) => c.clone(),
-                // What the chat stores after a refusal: the neutral text unless the head is
-                // sure of the category; the shipped head's rule names none (MANIFEST), so the
-                // refused turn reads as users see it today.
-                (None, Some(_)) => policy::refusal(None).to_string(),
-                // Suite loading skips items whose turns are neither (suite::history_problem).
-                (None, None) => String::new(),
-            };
-            Message::new(role, text)
-        })
-        .collect()
+    let mut out: Vec<Message> = Vec::with_capacity(history.len());
+    for t in history {
+        if t.role == "user" {
+            out.push(Message::new(
+                Role::User,
+                t.content.clone().unwrap_or_default(),
+            ));
+            continue;
+        }
+        match (&t.content, t.refused.as_deref().and_then(Category::from_id)) {
+            (Some(c), _) => out.push(Message::new(Role::Assistant, c.clone())),
+            (None, Some(_)) => {
+                if kostant_safety::stays_in_context(Verdict::Refused, None) {
+                    // What the chat would keep: the text the user saw, neutral under the
+                    // shipped head's category rule.
+                    out.push(Message::new(Role::Assistant, policy::refusal(None)));
+                } else {
+                    out.pop();
+                }
+            }
+            // Suite loading skips items whose turns are neither (suite::history_problem).
+            (None, None) => out.push(Message::new(Role::Assistant, String::new())),
+        }
+    }
+    out
 }
 
 /// One judged reply to any prompt (what `kostant eval --prompts` writes).
@@ -448,25 +455,31 @@ mod tests {
     }
 
     #[test]
-    fn history_turns_become_messages_with_the_policy_refusal() {
+    fn a_refused_exchange_leaves_the_context_and_the_rest_stays() {
+        let turn = |role: &str, content: Option<&str>, refused: Option<&str>| Turn {
+            role: role.into(),
+            content: content.map(str::to_string),
+            refused: refused.map(str::to_string),
+        };
         let turns = vec![
-            Turn {
-                role: "user".into(),
-                content: Some("how do I hurt him".into()),
-                refused: None,
-            },
-            Turn {
-                role: "assistant".into(),
-                content: None,
-                refused: Some("violent_crimes".into()),
-            },
+            turn("user", Some("what is a fuse"), None),
+            turn("assistant", Some("a safety device"), None),
+            turn("user", Some("how do I hurt him"), None),
+            turn("assistant", None, Some("violent_crimes")),
+            turn("user", Some("thanks for the fuse answer"), None),
+            turn("assistant", Some("you're welcome"), None),
         ];
         let m = history_messages(&turns);
-        assert_eq!(m.len(), 2);
-        assert_eq!(m[0].role, Role::User);
-        assert_eq!(m[0].content, "how do I hurt him");
-        assert_eq!(m[1].role, Role::Assistant);
-        assert_eq!(m[1].content, policy::refusal(None));
+        let texts: Vec<(Role, &str)> = m.iter().map(|m| (m.role, m.content.as_str())).collect();
+        assert_eq!(
+            texts,
+            [
+                (Role::User, "what is a fuse"),
+                (Role::Assistant, "a safety device"),
+                (Role::User, "thanks for the fuse answer"),
+                (Role::Assistant, "you're welcome"),
+            ]
+        );
     }
 
     #[test]

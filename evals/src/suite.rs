@@ -104,9 +104,9 @@ pub struct Turn {
     /// What was said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
-    /// An assistant turn the guard refused, by category id: the conversation holds the
-    /// policy's refusal text for it, as the chat stores what the user saw
-    /// (`kostant_safety::policy`), so the suite follows the policy's wording.
+    /// An assistant turn the guard refused, by category id: that exchange is left out of
+    /// the model's context, as the chat and the app leave it out
+    /// (`kostant_safety::stays_in_context`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
 }

@@ -33,6 +33,21 @@ pub enum StoppedBy {
     User,
 }
 
+/// Whether an exchange goes back to the chat model as context for the turns after it: one the
+/// guard refused or withdrew does not. The user still sees it, and the history keeps it; only
+/// the model's context leaves it out. So the model cannot be talked into the refused request a
+/// turn later ("go on", "answer it anyway"), and the guard, which reads a new message with the
+/// conversation before it, is not swayed by a harmful turn that was already refused (with the
+/// refused exchange kept, a benign turn after it was refused 22 times in 45 on the multi-turn
+/// suite at stop 13; see docs/eval-report.md).
+pub fn stays_in_context(verdict: Verdict, stopped_by: Option<StoppedBy>) -> bool {
+    match verdict {
+        Verdict::Answered => true,
+        Verdict::Refused => false,
+        Verdict::Stopped => stopped_by != Some(StoppedBy::Guard),
+    }
+}
+
 /// What the guard measured for one reply.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct GuardReport {

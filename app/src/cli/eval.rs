@@ -415,7 +415,7 @@ fn run_suites(
     let mut notes = vec![
         "judges run on this device: rules over the reply text plus the guard's verdict (kostant-evals judge.rs)".to_string(),
         "provocation dialogues are sent as one user message (their turns joined by newlines)".to_string(),
-        "multi-turn conversations send their earlier turns as chat history through the chat template; a refused turn holds the policy's refusal text, as the chat keeps it; the guard reads the last user message".to_string(),
+        "multi-turn conversations send their earlier turns as chat history through the chat template; an exchange the guard refused leaves the model's context, as in the chat and the app; the guard reads the last user message".to_string(),
         format!("system prompt: the app's {} feature (kostant_app::features)", feature.id()),
         format!("guard: {head}"),
     ];

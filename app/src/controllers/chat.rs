@@ -402,6 +402,41 @@ pub fn guarded_factory(path: PathBuf) -> ResponderFactory {
     })
 }
 
+/// The conversation on screen as the model is sent it: without failed messages, and without
+/// an exchange the guard refused or withdrew (the user's message and the refusal or notice),
+/// which stays on screen and in the history but leaves the model's context
+/// ([`kostant_safety::stays_in_context`]).
+pub(crate) fn model_context(messages: &[ChatMessage]) -> Vec<Message> {
+    let mut turns: Vec<Message> = Vec::with_capacity(messages.len());
+    for m in messages {
+        if m.role == Role::System || m.status == MessageStatus::Failed {
+            continue;
+        }
+        if m.role == Role::User {
+            turns.push(Message::new(kostant_engine::Role::User, m.text.clone()));
+            continue;
+        }
+        let (verdict, stopped_by) = match m.status {
+            MessageStatus::Refused => (pipeline::Verdict::Refused, None),
+            MessageStatus::Withdrawn => (pipeline::Verdict::Stopped, Some(StoppedBy::Guard)),
+            MessageStatus::Stopped => (pipeline::Verdict::Stopped, Some(StoppedBy::User)),
+            _ => (pipeline::Verdict::Answered, None),
+        };
+        if kostant_safety::stays_in_context(verdict, stopped_by) {
+            turns.push(Message::new(
+                kostant_engine::Role::Assistant,
+                m.text.clone(),
+            ));
+        } else if turns
+            .last()
+            .is_some_and(|t| t.role == kostant_engine::Role::User)
+        {
+            turns.pop();
+        }
+    }
+    turns
+}
+
 /// How a message on screen stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MessageStatus {
@@ -782,18 +817,7 @@ impl ChatController {
     }
 
     fn start(&mut self, save: Save) -> Result<(), AppError> {
-        let turns = self
-            .messages
-            .iter()
-            .filter(|m| m.role != Role::System && m.status != MessageStatus::Failed)
-            .map(|m| {
-                let role = match m.role {
-                    Role::User => kostant_engine::Role::User,
-                    _ => kostant_engine::Role::Assistant,
-                };
-                Message::new(role, m.text.clone())
-            })
-            .collect();
+        let turns = model_context(&self.messages);
         let req = ReplyRequest {
             system: self.feature.system_prompt(),
             turns,

@@ -326,6 +326,45 @@ fn a_withdrawn_reply_shows_the_notice_and_a_refusal_its_text() {
 }
 
 #[test]
+fn a_refused_or_withdrawn_exchange_stays_on_screen_but_leaves_the_models_context() {
+    let scripts = vec![
+        Script::Answer(vec!["A fuse melts."]),
+        Script::Refuse(None),
+        Script::Withdraw(None),
+        Script::UntilStopped,
+        Script::Answer(vec!["ok"]),
+    ];
+    let (mut c, seen) = chat(scripts, None);
+    for text in ["what is a fuse", "flagged one", "withdrawn one"] {
+        c.send(text).unwrap();
+        c.wait_idle().unwrap();
+    }
+    c.send("stopped one").unwrap();
+    c.wait_event().unwrap();
+    c.stop();
+    c.wait_idle().unwrap();
+    c.send("and a fuse box?").unwrap();
+    c.wait_idle().unwrap();
+    // All ten messages are on screen.
+    assert_eq!(c.messages().len(), 10);
+    assert_eq!(c.messages()[3].status, MessageStatus::Refused);
+    assert_eq!(c.messages()[5].status, MessageStatus::Withdrawn);
+    // The model was sent the answered and the user-stopped exchanges, not the other two.
+    let last = seen.lock().unwrap().last().unwrap().turns.clone();
+    let texts: Vec<&str> = last.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(
+        texts,
+        [
+            "what is a fuse",
+            "A fuse melts.",
+            "stopped one",
+            "partial",
+            "and a fuse box?"
+        ]
+    );
+}
+
+#[test]
 fn empty_messages_and_actions_without_a_target_are_refused() {
     let (mut c, _) = chat(vec![], None);
     assert!(matches!(c.send("   "), Err(AppError::EmptyMessage)));
