@@ -1,8 +1,8 @@
 //! When the guard may name a hazard category to the user. A category-specific refusal tells the
 //! asker what the system thinks they asked for, so a wrong one accuses them: the head's category
-//! outputs are trusted only when one category clearly stands out ([`CategoryRule`]); otherwise
-//! the user gets the neutral refusal. The rule is picked on the dev split ([`pick_rule`]), never
-//! on the eval suites.
+//! outputs are trusted only when one category clearly stands out ([`CategoryRule`]), by a rule
+//! of that category's own ([`CategoryRules`]); otherwise the user gets the neutral refusal. The
+//! rules are picked on the dev split ([`pick_rules`]), never on the eval suites.
 
 use serde::{Deserialize, Serialize};
 
@@ -28,10 +28,29 @@ impl CategoryRule {
     }
 }
 
-/// The category a head with `rule` shows for `scores`; a head without a rule shows none (the
-/// safe default: heads made before rules existed are always neutral).
-pub fn shown_category(rule: Option<&CategoryRule>, scores: &Scores) -> Option<Category> {
-    rule.and_then(|r| r.name(scores))
+/// A rule per category. The head shows category `c` only when `c` is its top category and
+/// `c` has a rule here that is confident in it; a category without a rule is never shown (the
+/// safe default: a head with no rules is always neutral). Why one per category: benign text
+/// looks like some categories far more than others (stop 13: flagged safe dev prompts got a
+/// top category at 0.99-1.0 in a few categories), and one rule for all would then keep every
+/// category silent, the self-harm text with its crisis line among them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CategoryRules(pub Vec<(Category, CategoryRule)>);
+
+impl CategoryRules {
+    pub fn get(&self, c: Category) -> Option<&CategoryRule> {
+        self.0.iter().find(|(k, _)| *k == c).map(|(_, r)| r)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The category a head with `rules` shows for `scores`, if any.
+pub fn shown_category(rules: &CategoryRules, scores: &Scores) -> Option<Category> {
+    let (top, _, _) = scores.ranked();
+    rules.get(top).and_then(|r| r.name(scores))
 }
 
 /// One dev text the guard flagged: the head's scores where it flagged, and the text's true
@@ -55,11 +74,11 @@ pub struct RuleReport {
     pub unsafe_named_right: usize,
 }
 
-/// Counts what `rule` shows for each of `flagged`.
-pub fn evaluate(rule: Option<&CategoryRule>, flagged: &[Flagged]) -> RuleReport {
+/// Counts what `rules` show for each of `flagged`.
+pub fn evaluate(rules: &CategoryRules, flagged: &[Flagged]) -> RuleReport {
     let mut r = RuleReport::default();
     for f in flagged {
-        let shown = shown_category(rule, &f.scores);
+        let shown = shown_category(rules, &f.scores);
         match f.truth {
             None => {
                 r.flagged_safe += 1;
@@ -79,22 +98,45 @@ pub fn evaluate(rule: Option<&CategoryRule>, flagged: &[Flagged]) -> RuleReport 
 /// little room between the rule and the dev texts it had to exclude.
 const GRID: usize = 100;
 
-/// Picks the rule for a head from the texts it flagged on the dev split: among the rules that
-/// show no flagged safe text a category, the one under which the most flagged unsafe texts are
-/// named rightly, less those named wrongly (a wrong name on a harmful request misleads too). Of
-/// rules that do equally well on dev, the strictest is kept: dev cannot tell them apart, and
-/// on unseen text a needless category name costs more than a missing one. None when no rule
-/// names more unsafe texts rightly than wrongly: the head stays neutral.
-pub fn pick_rule(flagged: &[Flagged]) -> (Option<CategoryRule>, RuleReport) {
-    let mut best: Option<(i64, CategoryRule, RuleReport)> = None;
+/// Picks each category's rule from the texts the head flagged on the dev split whose top
+/// category it is (only those can be shown it): among the rules that show no flagged safe text
+/// that category, the one under which the most flagged unsafe texts are named rightly, less
+/// those named wrongly (a wrong name on a harmful request misleads too). Of rules that do
+/// equally well on dev, the strictest is kept: dev cannot tell them apart, and on unseen text
+/// a needless category name costs more than a missing one. A category gets no rule when no
+/// rule names more of its texts rightly than wrongly, or when fewer than [`MIN_NAMED`] would
+/// be named rightly (too little evidence that its texts can be told apart from benign ones).
+pub fn pick_rules(flagged: &[Flagged]) -> (CategoryRules, RuleReport) {
+    let mut rules = Vec::new();
+    for c in Category::ALL {
+        let mine: Vec<Flagged> = flagged
+            .iter()
+            .filter(|f| f.scores.ranked().0 == c)
+            .cloned()
+            .collect();
+        if let Some(rule) = pick_one(c, &mine) {
+            rules.push((c, rule));
+        }
+    }
+    let rules = CategoryRules(rules);
+    let report = evaluate(&rules, flagged);
+    (rules, report)
+}
+
+/// A category needs at least this many flagged unsafe dev texts named rightly to get a rule.
+pub const MIN_NAMED: usize = 3;
+
+/// The rule for category `c` over the flagged texts whose top category is `c`.
+fn pick_one(c: Category, mine: &[Flagged]) -> Option<CategoryRule> {
+    let mut best: Option<(i64, CategoryRule)> = None;
     for i in 0..=GRID {
         for j in 0..=GRID {
             let rule = CategoryRule {
                 min_prob: i as f32 / GRID as f32,
                 min_margin: j as f32 / GRID as f32,
             };
-            let r = evaluate(Some(&rule), flagged);
-            if r.safe_named > 0 {
+            let r = evaluate(&CategoryRules(vec![(c, rule)]), mine);
+            if r.safe_named > 0 || r.unsafe_named_right < MIN_NAMED {
                 continue;
             }
             let wrong = r.unsafe_named - r.unsafe_named_right;
@@ -102,14 +144,11 @@ pub fn pick_rule(flagged: &[Flagged]) -> (Option<CategoryRule>, RuleReport) {
             // Later grid points are stricter in one coordinate and no looser in the other, so
             // `>=` keeps the strictest among equals.
             if gain > 0 && best.as_ref().is_none_or(|b| gain >= b.0) {
-                best = Some((gain, rule, r));
+                best = Some((gain, rule));
             }
         }
     }
-    match best {
-        Some((_, rule, r)) => (Some(rule), r),
-        None => (None, evaluate(None, flagged)),
-    }
+    best.map(|(_, rule)| rule)
 }
 
 #[cfg(test)]
@@ -147,44 +186,57 @@ mod tests {
         assert_eq!(rule.name(&close), None);
         // Alone, but not likely.
         assert_eq!(rule.name(&scores(&[(hate, 0.4)])), None);
-        // No rule: never a name.
-        assert_eq!(shown_category(None, &scores(&[(hate, 0.99)])), None);
+        // No rules: never a name; a rule for another category does not name this one.
+        let none = CategoryRules::default();
+        assert_eq!(shown_category(&none, &scores(&[(hate, 0.99)])), None);
+        let other = CategoryRules(vec![(Category::Privacy, rule)]);
+        assert_eq!(shown_category(&other, &scores(&[(hate, 0.99)])), None);
+        let mine = CategoryRules(vec![(hate, rule)]);
+        assert_eq!(shown_category(&mine, &scores(&[(hate, 0.99)])), Some(hate));
     }
 
     #[test]
-    fn the_picked_rule_names_no_flagged_safe_text() {
-        let (v, nv, hate) = (
+    fn each_category_gets_its_own_rule_and_none_names_a_flagged_safe_text() {
+        let (v, sh, hate) = (
             Category::ViolentCrimes,
-            Category::NonViolentCrimes,
+            Category::SuicideSelfHarm,
             Category::Hate,
         );
-        let data = vec![
-            flagged(Some(v), &[(v, 0.95)]),
-            flagged(Some(v), &[(v, 0.8), (nv, 0.2)]),
-            flagged(Some(hate), &[(hate, 0.7)]),
-            flagged(Some(nv), &[(v, 0.6), (nv, 0.5)]),
-            // Safe but flagged: one middling, one confident-looking.
-            flagged(None, &[(v, 0.4), (nv, 0.35)]),
-            flagged(None, &[(hate, 0.65), (v, 0.05)]),
+        let mut data = vec![
+            // Self-harm: its unsafe texts clear 0.8, its one flagged safe text is at 0.6.
+            flagged(Some(sh), &[(sh, 0.95)]),
+            flagged(Some(sh), &[(sh, 0.9)]),
+            flagged(Some(sh), &[(sh, 0.85), (v, 0.1)]),
+            flagged(None, &[(sh, 0.6)]),
+            // Violent crimes: a flagged safe text as sure as the unsafe ones; no rule can name
+            // them without naming it.
+            flagged(Some(v), &[(v, 0.99)]),
+            flagged(Some(v), &[(v, 0.99)]),
+            flagged(Some(v), &[(v, 0.99)]),
+            flagged(None, &[(v, 0.99)]),
         ];
-        let (rule, r) = pick_rule(&data);
-        let rule = rule.expect("a rule that names something");
-        assert_eq!(r, evaluate(Some(&rule), &data));
+        // Hate: clearly apart from benign text, but only two texts: too little evidence.
+        data.push(flagged(Some(hate), &[(hate, 0.9)]));
+        data.push(flagged(Some(hate), &[(hate, 0.9)]));
+        let (rules, r) = pick_rules(&data);
+        assert_eq!(r, evaluate(&rules, &data));
         assert_eq!((r.flagged_safe, r.safe_named), (2, 0));
-        assert_eq!(r.flagged_unsafe, 4);
-        // The two clear violent crimes and the hate text (just above the safe text's 0.65) are
-        // named; the muddled non-violent one is not.
+        assert!(rules.get(v).is_none(), "{rules:?}");
+        assert!(rules.get(hate).is_none(), "{rules:?}");
+        let rule = rules.get(sh).expect("a self-harm rule");
+        assert!(rule.min_prob > 0.6 && rule.min_prob <= 0.85, "{rule:?}");
+        // The three self-harm texts are named, rightly; nothing else is.
         assert_eq!((r.unsafe_named, r.unsafe_named_right), (3, 3));
-        assert!(rule.min_prob > 0.65, "{rule:?}");
     }
 
     #[test]
     fn no_rule_when_nothing_can_be_named_safely() {
         let v = Category::ViolentCrimes;
-        // The safe text looks exactly like the unsafe one: every rule naming one names both.
-        let data = vec![flagged(Some(v), &[(v, 0.9)]), flagged(None, &[(v, 0.9)])];
-        let (rule, r) = pick_rule(&data);
-        assert_eq!(rule, None);
+        // The safe text looks exactly like the unsafe ones: every rule naming one names all.
+        let mut data = vec![flagged(None, &[(v, 0.9)])];
+        data.extend((0..5).map(|_| flagged(Some(v), &[(v, 0.9)])));
+        let (rules, r) = pick_rules(&data);
+        assert!(rules.is_empty(), "{rules:?}");
         assert_eq!((r.safe_named, r.unsafe_named), (0, 0));
     }
 }

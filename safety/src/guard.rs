@@ -27,7 +27,7 @@ pub struct Screening {
     /// Probability that the text is unsafe (the highest over its windows and payloads).
     pub score: f32,
     /// The hazard category the user may be shown: set only when the text was flagged and the
-    /// head is confident in one category (its [`CategoryRule`](crate::confidence::CategoryRule));
+    /// head is confident in one category (its [`CategoryRules`](crate::confidence::CategoryRules));
     /// None means the neutral refusal.
     pub category: Option<Category>,
     /// The head's most likely category when flagged, confident or not: a guess for diagnostics
@@ -193,11 +193,11 @@ impl Guard {
             None => Screening::nothing(),
             Some(s) => {
                 let flagged = s.unsafe_prob >= threshold;
-                let rule = self.head.info.category_rule.as_ref();
+                let rules = &self.head.info.category_rules;
                 Screening {
                     flagged,
                     score: s.unsafe_prob,
-                    category: flagged.then(|| shown_category(rule, &s)).flatten(),
+                    category: flagged.then(|| shown_category(rules, &s)).flatten(),
                     category_guess: flagged.then(|| s.top_category()),
                     tokens: 0,
                     ms: 0.0,

@@ -12,7 +12,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use crate::confidence::CategoryRule;
+use crate::confidence::CategoryRules;
 use crate::reader::FeatureSpec;
 use crate::{Category, Result, SafetyError};
 
@@ -34,10 +34,12 @@ pub struct HeadInfo {
     /// The same for a streaming reply, when chosen apart (on replies to the dev prompts).
     #[serde(default)]
     pub output_threshold: Option<f32>,
-    /// When the head is confident enough in a category for the user to be shown it (picked on
-    /// the dev split). A head without one always gets the neutral refusal.
+    /// When the head is confident enough in a category for the user to be shown it, a rule per
+    /// category (picked on the dev split). A category without one, and every category of a
+    /// head without any (older heads' single `category_rule` is not read), gets the neutral
+    /// refusal.
     #[serde(default)]
-    pub category_rule: Option<CategoryRule>,
+    pub category_rules: CategoryRules,
     /// How the head was made: data, counts, dev scores. Shown by `kostant guard info`.
     pub training: serde_json::Value,
 }
@@ -623,7 +625,7 @@ mod tests {
             hidden: 0,
             threshold: 0.5,
             output_threshold: None,
-            category_rule: None,
+            category_rules: CategoryRules::default(),
             training: serde_json::Value::Null,
         }
     }
@@ -760,11 +762,17 @@ mod tests {
     }
 
     #[test]
-    fn a_header_from_before_category_rules_loads_without_one() {
+    fn a_header_from_before_category_rules_loads_without_any() {
         let mut json = serde_json::to_value(info(4)).unwrap();
-        json.as_object_mut().unwrap().remove("category_rule");
+        let obj = json.as_object_mut().unwrap();
+        obj.remove("category_rules");
+        // The single rule of stop 13's heads: not read, so such a head names nothing.
+        obj.insert(
+            "category_rule".into(),
+            serde_json::json!({"min_prob": 0.1, "min_margin": 0.0}),
+        );
         let back: HeadInfo = serde_json::from_value(json).unwrap();
-        assert_eq!(back.category_rule, None);
+        assert!(back.category_rules.is_empty());
     }
 
     #[test]

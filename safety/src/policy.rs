@@ -66,7 +66,7 @@ fn category_refusal(category: Category) -> &'static str {
             "I won't write things that demean people for who they are. I'm happy to help with the topic in a way that treats everyone with respect."
         }
         Category::SuicideSelfHarm => {
-            "I can't help with anything that could hurt you. If things feel hard right now, you don't have to face it alone: please call your local emergency number or a crisis line (in many countries you can dial 112 or 911; the number is on your phone's emergency screen even offline), or tell someone you trust. I'm here to keep talking if that helps."
+            "I can't help with this one. If things feel hard right now, you don't have to face it alone: please call your local emergency number or a crisis line (in many countries you can dial 112 or 911; the number is on your phone's emergency screen even offline), or tell someone you trust. I'm here to keep talking if that helps."
         }
         Category::SexualContent => {
             "I don't write sexual content. I can help with relationships, health questions, or a romantic story kept non-explicit."

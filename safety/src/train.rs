@@ -16,7 +16,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use crate::confidence::{pick_rule, Flagged, RuleReport};
+use crate::confidence::{pick_rules, CategoryRules, Flagged, RuleReport};
 use crate::head::{self, Example, Head, HeadInfo, TrainConfig};
 use crate::normalize::normalize;
 use crate::reader::{FeatureSpec, Reader};
@@ -431,7 +431,7 @@ fn dev_flagged(
     Ok(out)
 }
 
-/// Picks `head`'s category rule on the dev texts it flags (see [`pick_rule`]), writes it into
+/// Picks `head`'s category rules on the dev texts it flags (see [`pick_rules`]), writes them into
 /// the head with a record of how, and returns what it does on them. Training and
 /// `kostant guard pick-categories` both pick through here.
 fn set_category_rule(
@@ -441,17 +441,17 @@ fn set_category_rule(
     command: &str,
 ) -> Result<RuleReport> {
     let flagged = dev_flagged(head, dev, dev_replies)?;
-    let (rule, report) = pick_rule(&flagged);
-    head.info.category_rule = rule;
+    let (rules, report) = pick_rules(&flagged);
+    head.info.category_rules = rules.clone();
     head.info.training["categories"] = serde_json::json!({
         "command": command,
-        "rule": rule,
+        "rules": rules,
         "picked_on": if dev_replies.is_some() {
             "dev messages the head flags, and dev replies it would withdraw (at their first flagged checkpoint)"
         } else {
             "dev messages the head flags"
         },
-        "choice": "among rules (top category probability >= min_prob and its lead over the runner-up >= min_margin, on a 0.01 grid) that show no flagged safe dev text a category, the one naming the most flagged unsafe dev texts rightly less those named wrongly; the strictest of equals",
+        "choice": "per category, over the flagged dev texts whose top category it is: among rules (its probability >= min_prob and its lead over the runner-up >= min_margin, on a 0.01 grid) that show no flagged safe dev text that category and name at least 3 unsafe ones rightly, the one naming the most flagged unsafe dev texts rightly less those named wrongly; the strictest of equals; no rule (never shown) when none qualifies",
         "dev": report,
     });
     Ok(report)
@@ -611,7 +611,7 @@ pub fn train_head(
         hidden: opts.config.hidden,
         threshold: 0.5,
         output_threshold: None,
-        category_rule: None,
+        category_rules: CategoryRules::default(),
         training: serde_json::Value::Null,
     };
     let mut head = head::train(&examples, info, &opts.config)?;

@@ -348,7 +348,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                     "hidden": info.hidden,
                     "threshold": info.threshold,
                     "reply_threshold": guard.thresholds().1,
-                    "category_rule": info.category_rule,
+                    "category_rules": info.category_rules,
                     "resident_bytes": guard.resident_bytes(),
                     "training": info.training,
                 }))?
@@ -372,14 +372,19 @@ fn progress_printer() -> impl FnMut(&str, usize, usize) {
     }
 }
 
-/// Says which rule the head names categories by, and what it shows the flagged dev texts.
+/// Says which rules the head names categories by, and what they show the flagged dev texts.
 fn print_category_rule(head: &Head, r: &RuleReport) {
-    match head.info.category_rule {
-        Some(rule) => eprintln!(
-            "category rule: top category >= {:.2} and ahead of the next by >= {:.2}",
-            rule.min_prob, rule.min_margin
-        ),
-        None => eprintln!("category rule: none (every refusal is neutral)"),
+    let rules = &head.info.category_rules;
+    if rules.is_empty() {
+        eprintln!("category rules: none (every refusal is neutral)");
+    }
+    for (c, rule) in &rules.0 {
+        eprintln!(
+            "category rule: {} shown when it is the top category at >= {:.2} and ahead of the next by >= {:.2}",
+            c.id(),
+            rule.min_prob,
+            rule.min_margin
+        );
     }
     eprintln!(
         "flagged dev texts shown a category: safe {}/{}; unsafe {}/{} ({} the right one)",
