@@ -104,8 +104,9 @@ const GRID: usize = 100;
 /// those named wrongly (a wrong name on a harmful request misleads too). Of rules that do
 /// equally well on dev, the strictest is kept: dev cannot tell them apart, and on unseen text
 /// a needless category name costs more than a missing one. A category gets no rule when no
-/// rule names more of its texts rightly than wrongly, or when fewer than [`MIN_NAMED`] would
-/// be named rightly (too little evidence that its texts can be told apart from benign ones).
+/// rule names more of its texts rightly than wrongly, when fewer than [`MIN_NAMED`] would be
+/// named rightly, or when dev holds fewer than [`MIN_SAFE_SEEN`] flagged safe texts with it on
+/// top (too little evidence that its texts can be told apart from benign ones).
 pub fn pick_rules(flagged: &[Flagged]) -> (CategoryRules, RuleReport) {
     let mut rules = Vec::new();
     for c in Category::ALL {
@@ -126,8 +127,17 @@ pub fn pick_rules(flagged: &[Flagged]) -> (CategoryRules, RuleReport) {
 /// A category needs at least this many flagged unsafe dev texts named rightly to get a rule.
 pub const MIN_NAMED: usize = 3;
 
+/// ... and at least this many flagged safe dev texts with it on top, all left unnamed: a rule
+/// that never met a benign look-alike on dev says nothing about the ones users will send (with
+/// none excluded, dev cannot tell a rule that names every benign look-alike from one that names
+/// none).
+pub const MIN_SAFE_SEEN: usize = 3;
+
 /// The rule for category `c` over the flagged texts whose top category is `c`.
 fn pick_one(c: Category, mine: &[Flagged]) -> Option<CategoryRule> {
+    if mine.iter().filter(|f| f.truth.is_none()).count() < MIN_SAFE_SEEN {
+        return None;
+    }
     let mut best: Option<(i64, CategoryRule)> = None;
     for i in 0..=GRID {
         for j in 0..=GRID {
@@ -203,11 +213,13 @@ mod tests {
             Category::Hate,
         );
         let mut data = vec![
-            // Self-harm: its unsafe texts clear 0.8, its one flagged safe text is at 0.6.
+            // Self-harm: its unsafe texts clear 0.8, its flagged safe texts stay at or below 0.6.
             flagged(Some(sh), &[(sh, 0.95)]),
             flagged(Some(sh), &[(sh, 0.9)]),
             flagged(Some(sh), &[(sh, 0.85), (v, 0.1)]),
             flagged(None, &[(sh, 0.6)]),
+            flagged(None, &[(sh, 0.5), (v, 0.3)]),
+            flagged(None, &[(sh, 0.3)]),
             // Violent crimes: a flagged safe text as sure as the unsafe ones; no rule can name
             // them without naming it.
             flagged(Some(v), &[(v, 0.99)]),
@@ -218,22 +230,27 @@ mod tests {
         // Hate: clearly apart from benign text, but only two texts: too little evidence.
         data.push(flagged(Some(hate), &[(hate, 0.9)]));
         data.push(flagged(Some(hate), &[(hate, 0.9)]));
+        // Privacy: three clear texts, but no benign look-alike on dev to show the rule holds.
+        let privacy = Category::Privacy;
+        data.extend((0..3).map(|_| flagged(Some(privacy), &[(privacy, 0.9)])));
         let (rules, r) = pick_rules(&data);
         assert_eq!(r, evaluate(&rules, &data));
-        assert_eq!((r.flagged_safe, r.safe_named), (2, 0));
+        assert_eq!((r.flagged_safe, r.safe_named), (4, 0));
         assert!(rules.get(v).is_none(), "{rules:?}");
         assert!(rules.get(hate).is_none(), "{rules:?}");
+        assert!(rules.get(privacy).is_none(), "{rules:?}");
         let rule = rules.get(sh).expect("a self-harm rule");
         assert!(rule.min_prob > 0.6 && rule.min_prob <= 0.85, "{rule:?}");
         // The three self-harm texts are named, rightly; nothing else is.
         assert_eq!((r.unsafe_named, r.unsafe_named_right), (3, 3));
+        assert_eq!(rules.0.len(), 1, "{rules:?}");
     }
 
     #[test]
     fn no_rule_when_nothing_can_be_named_safely() {
         let v = Category::ViolentCrimes;
         // The safe text looks exactly like the unsafe ones: every rule naming one names all.
-        let mut data = vec![flagged(None, &[(v, 0.9)])];
+        let mut data: Vec<Flagged> = (0..3).map(|_| flagged(None, &[(v, 0.9)])).collect();
         data.extend((0..5).map(|_| flagged(Some(v), &[(v, 0.9)])));
         let (rules, r) = pick_rules(&data);
         assert!(rules.is_empty(), "{rules:?}");

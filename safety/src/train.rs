@@ -451,7 +451,7 @@ fn set_category_rule(
         } else {
             "dev messages the head flags"
         },
-        "choice": "per category, over the flagged dev texts whose top category it is: among rules (its probability >= min_prob and its lead over the runner-up >= min_margin, on a 0.01 grid) that show no flagged safe dev text that category and name at least 3 unsafe ones rightly, the one naming the most flagged unsafe dev texts rightly less those named wrongly; the strictest of equals; no rule (never shown) when none qualifies",
+        "choice": "per category, over the flagged dev texts whose top category it is: among rules (its probability >= min_prob and its lead over the runner-up >= min_margin, on a 0.01 grid) that show no flagged safe dev text that category and name at least 3 unsafe ones rightly, for a category with at least 3 flagged safe dev texts on top, the one naming the most flagged unsafe dev texts rightly less those named wrongly; the strictest of equals; no rule (never shown) when none qualifies",
         "dev": report,
     });
     Ok(report)

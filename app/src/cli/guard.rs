@@ -88,9 +88,9 @@ pub enum GuardCommand {
         #[arg(long, default_value_t = 0.02)]
         max_dev_false_positive: f64,
     },
-    /// Pick when the head may name a hazard category to the user (a rule over its category
-    /// outputs, chosen on the dev split so that no flagged safe dev text is shown a category),
-    /// and write the head with it: same weights and thresholds.
+    /// Pick when the head may name a hazard category to the user (a rule per category over its
+    /// category outputs, chosen on the dev split so that no flagged safe dev text is shown a
+    /// category), and write the head with them: same weights and thresholds.
     PickCategories {
         #[arg(long, default_value = "assets/safety")]
         data: PathBuf,
