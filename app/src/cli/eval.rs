@@ -41,7 +41,7 @@ pub struct EvalArgs {
     #[arg(long)]
     pub no_history: bool,
     /// Suites to run: all, or a comma-separated list of harmful, benign_edgy, benign_everyday,
-    /// provocation, jailbreak, multiturn, perplexity.
+    /// provocation, jailbreak, multiturn, long, perplexity.
     #[arg(long, default_value = "all")]
     pub suite: String,
     /// The app feature whose system prompt the replies run under: chat, summarize, reply,
