@@ -231,7 +231,7 @@ impl Runner {
 
 /// A suite item's earlier turns as the chat sends them to the model: an exchange the guard
 /// refused leaves the model's context as it does in the chat and the app
-/// ([`kostant_safety::stays_in_context`]), so a refused assistant turn and the user turn before
+/// ([`kostant_safety::close_exchange`]), so a refused assistant turn and the user turn before
 /// it are dropped.
 pub fn history_messages(history: &[Turn]) -> Vec<Message> {
     let mut out: Vec<Message> = Vec::with_capacity(history.len());
@@ -243,20 +243,14 @@ pub fn history_messages(history: &[Turn]) -> Vec<Message> {
             ));
             continue;
         }
-        match (&t.content, t.refused.as_deref().and_then(Category::from_id)) {
-            (Some(c), _) => out.push(Message::new(Role::Assistant, c.clone())),
-            (None, Some(_)) => {
-                if kostant_safety::stays_in_context(Verdict::Refused, None) {
-                    // What the chat would keep: the text the user saw, neutral under the
-                    // shipped head's category rule.
-                    out.push(Message::new(Role::Assistant, policy::refusal(None)));
-                } else {
-                    out.pop();
-                }
-            }
+        let (text, verdict) = match (&t.content, t.refused.as_deref().and_then(Category::from_id)) {
+            (Some(c), _) => (c.clone(), Verdict::Answered),
+            // The text the user saw: neutral under the shipped head's category rules.
+            (None, Some(_)) => (policy::refusal(None).to_string(), Verdict::Refused),
             // Suite loading skips items whose turns are neither (suite::history_problem).
-            (None, None) => out.push(Message::new(Role::Assistant, String::new())),
-        }
+            (None, None) => (String::new(), Verdict::Answered),
+        };
+        kostant_safety::close_exchange(&mut out, text, verdict, None);
     }
     out
 }

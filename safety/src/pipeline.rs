@@ -3,7 +3,8 @@
 //! the eval suite all answer through here, so what they measure is what users get.
 
 use kostant_engine::{
-    generate_observed, CancelHandle, GenerateRequest, Generation, Session, StopReason,
+    generate_observed, CancelHandle, GenerateRequest, Generation, Message, Role, Session,
+    StopReason,
 };
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -45,6 +46,23 @@ pub fn stays_in_context(verdict: Verdict, stopped_by: Option<StoppedBy>) -> bool
         Verdict::Answered => true,
         Verdict::Refused => false,
         Verdict::Stopped => stopped_by != Some(StoppedBy::Guard),
+    }
+}
+
+/// Ends an exchange in the model's `context` (the conversation so far, ending with the user's
+/// message): `reply` is appended when the exchange stays in context ([`stays_in_context`]);
+/// otherwise the user's message that began it is taken back. The CLI chat, the app and the
+/// evals all build the model's context through here.
+pub fn close_exchange(
+    context: &mut Vec<Message>,
+    reply: String,
+    verdict: Verdict,
+    stopped_by: Option<StoppedBy>,
+) {
+    if stays_in_context(verdict, stopped_by) {
+        context.push(Message::new(Role::Assistant, reply));
+    } else if context.last().is_some_and(|m| m.role == Role::User) {
+        context.pop();
     }
 }
 

@@ -434,7 +434,7 @@ fn dev_flagged(
 /// Picks `head`'s category rules on the dev texts it flags (see [`pick_rules`]), writes them into
 /// the head with a record of how, and returns what it does on them. Training and
 /// `kostant guard pick-categories` both pick through here.
-fn set_category_rule(
+fn set_category_rules(
     head: &mut Head,
     dev: &[Example],
     dev_replies: Option<&[Vec<Vec<f32>>]>,
@@ -494,7 +494,7 @@ pub fn pick_categories(
         data_dir.display(),
         replies.map_or(0, |p| p.max_tokens)
     );
-    set_category_rule(head, &examples, dev_replies.as_deref(), &command)
+    set_category_rules(head, &examples, dev_replies.as_deref(), &command)
 }
 
 /// Each text with its target (None = safe); a safe text longer than the guard's window becomes
@@ -688,7 +688,7 @@ pub fn train_head(
         "dev": &dev_scores,
         "train": &train_scores,
     });
-    let categories = set_category_rule(
+    let categories = set_category_rules(
         &mut head,
         &dev_examples,
         dev_replies.as_deref(),

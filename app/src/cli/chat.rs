@@ -146,13 +146,8 @@ impl Chat {
             None => bail!("generation ended without a result"),
         };
         // The conversation goes on with what the user saw; an exchange the guard refused or
-        // withdrew is shown and saved but leaves the model's context (`stays_in_context`).
-        if kostant_safety::stays_in_context(g.verdict, g.stopped_by) {
-            self.history
-                .push(Message::new(Role::Assistant, g.text.clone()));
-        } else {
-            self.history.pop();
-        }
+        // withdrew is shown and saved but leaves the model's context.
+        kostant_safety::close_exchange(&mut self.history, g.text.clone(), g.verdict, g.stopped_by);
         if let Some(r) = self.recorder.as_mut() {
             // The reply was already shown: a failed save is reported, not fatal.
             if let Err(e) = r.record(user, &g.text) {

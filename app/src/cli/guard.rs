@@ -255,7 +255,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                     r.recall, r.false_positive_rate, r.n_unsafe, r.n_safe
                 );
             }
-            print_category_rule(&trained.head, &trained.categories);
+            print_category_rules(&trained.head, &trained.categories);
             Ok(())
         }
         GuardCommand::PickCategories {
@@ -282,7 +282,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             )?;
             head.save(&out)?;
             eprintln!("wrote {}", out.display());
-            print_category_rule(&head, &report);
+            print_category_rules(&head, &report);
             Ok(())
         }
         GuardCommand::Calibrate {
@@ -373,7 +373,7 @@ fn progress_printer() -> impl FnMut(&str, usize, usize) {
 }
 
 /// Says which rules the head names categories by, and what they show the flagged dev texts.
-fn print_category_rule(head: &Head, r: &RuleReport) {
+fn print_category_rules(head: &Head, r: &RuleReport) {
     let rules = &head.info.category_rules;
     if rules.is_empty() {
         eprintln!("category rules: none (every refusal is neutral)");

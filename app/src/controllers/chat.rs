@@ -405,7 +405,7 @@ pub fn guarded_factory(path: PathBuf) -> ResponderFactory {
 /// The conversation on screen as the model is sent it: without failed messages, and without
 /// an exchange the guard refused or withdrew (the user's message and the refusal or notice),
 /// which stays on screen and in the history but leaves the model's context
-/// ([`kostant_safety::stays_in_context`]).
+/// ([`kostant_safety::close_exchange`]).
 pub(crate) fn model_context(messages: &[ChatMessage]) -> Vec<Message> {
     let mut turns: Vec<Message> = Vec::with_capacity(messages.len());
     for m in messages {
@@ -422,17 +422,7 @@ pub(crate) fn model_context(messages: &[ChatMessage]) -> Vec<Message> {
             MessageStatus::Stopped => (pipeline::Verdict::Stopped, Some(StoppedBy::User)),
             _ => (pipeline::Verdict::Answered, None),
         };
-        if kostant_safety::stays_in_context(verdict, stopped_by) {
-            turns.push(Message::new(
-                kostant_engine::Role::Assistant,
-                m.text.clone(),
-            ));
-        } else if turns
-            .last()
-            .is_some_and(|t| t.role == kostant_engine::Role::User)
-        {
-            turns.pop();
-        }
+        kostant_safety::close_exchange(&mut turns, m.text.clone(), verdict, stopped_by);
     }
     turns
 }
