@@ -1,9 +1,8 @@
 //! Generation: prefill the prompt, then sample token after token until the model ends its turn,
-//! the budget runs out, the context fills or the caller cancels.
-//!
-//! [`generate`] is the synchronous core and reports each token to a callback. [`spawn`] runs it
-//! on its own thread and streams [`Event`]s over a tokio channel, with a [`CancelHandle`]:
-//! the API the terminal chat and the UI both use.
+//! the budget runs out, the context fills or the caller cancels. One loop serves every case:
+//! an [`Observer`] (the guard) may read each token's hidden states and hold its text back until
+//! judged, and a [`Drafter`] may propose tokens that one batched pass verifies
+//! ([`crate::speculative`]). Greedy output is the same token for token with or without one.
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,10 +10,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
-use tokio::sync::mpsc;
 
+use crate::batch::{Batch, Outputs};
 use crate::sampling::{Sampler, SamplingParams};
 use crate::session::Session;
+use crate::speculative::lookup::PromptLookup;
+use crate::speculative::verify::{Burst, Verdict};
+use crate::speculative::{DraftLength, Drafter, Speculation};
 use crate::tokenizer::StreamDecoder;
 use crate::Result;
 
@@ -24,6 +26,9 @@ pub struct GenerateRequest {
     pub prompt: Vec<u32>,
     pub max_tokens: usize,
     pub sampling: SamplingParams,
+    /// The drafter [`generate`] and [`generate_observed`] use (a drafter passed to
+    /// [`generate_with`] takes its place).
+    pub speculation: Speculation,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -55,6 +60,12 @@ pub struct GenerationStats {
     pub first_shown_ms: f64,
     /// Most tokens an observer held back at once before judging them (0 without one).
     pub max_held_tokens: usize,
+    /// Tokens a drafter proposed and a pass verified.
+    pub drafted: usize,
+    /// Drafted tokens the model agreed with: each saved a pass.
+    pub accepted: usize,
+    /// Forward passes after the prompt's.
+    pub passes: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -63,18 +74,6 @@ pub struct Generation {
     pub tokens: Vec<u32>,
     pub stop: StopReason,
     pub stats: GenerationStats,
-}
-
-#[derive(Clone, Debug)]
-pub enum Event {
-    /// Text as it is generated: one token and the text it completes (empty mid-way through a
-    /// multi-byte character), or, with `id: None`, the last held-back bytes at the end.
-    Token {
-        id: Option<u32>,
-        text: String,
-    },
-    Done(Generation),
-    Error(String),
 }
 
 /// Shared flag that stops a generation at the next token boundary.
@@ -137,6 +136,15 @@ pub trait Observer {
     fn finish(&mut self) -> Judgement;
 }
 
+/// What rides along a generation.
+#[derive(Default)]
+pub struct Riders<'a> {
+    /// Reads every token before its text is shown, and may stop the generation.
+    pub observer: Option<&'a mut dyn Observer>,
+    /// Proposes tokens to verify in one pass; `None` means the request's `speculation`.
+    pub drafter: Option<&'a mut dyn Drafter>,
+}
+
 /// Runs one generation on `session`, calling `on_token(Some(id), text)` as each token arrives
 /// (and `on_token(None, tail)` if bytes of an unfinished character remain at the end).
 pub fn generate(
@@ -145,20 +153,49 @@ pub fn generate(
     cancel: &CancelHandle,
     on_token: impl FnMut(Option<u32>, &str),
 ) -> Result<Generation> {
-    generate_observed(session, req, cancel, None, on_token)
+    generate_with(session, req, cancel, Riders::default(), on_token)
 }
 
-/// [`generate`] with an [`Observer`] reading along. With one, each token is run through the
-/// model (and read) before its text is passed on, so the last token costs one more step, and a
-/// token's text is passed on only once the observer has judged it (it may hold text back until
-/// a judgement covers several tokens).
+/// [`generate`] with an [`Observer`] reading along: see [`generate_with`].
 pub fn generate_observed(
     session: &mut Session,
     req: &GenerateRequest,
     cancel: &CancelHandle,
-    mut observer: Option<&mut dyn Observer>,
+    observer: Option<&mut dyn Observer>,
+    on_token: impl FnMut(Option<u32>, &str),
+) -> Result<Generation> {
+    let riders = Riders {
+        observer,
+        drafter: None,
+    };
+    generate_with(session, req, cancel, riders, on_token)
+}
+
+/// The generation loop. With an observer, each token is run through the model (and read)
+/// before its text is passed on, so the last token costs one more step, and a token's text is
+/// passed on only once the observer has judged it (it may hold text back until a judgement
+/// covers several tokens). With a drafter, a token is run together with the tokens drafted to
+/// follow it, each row as a single step would run it; drafts the sampler agrees with need no
+/// pass of their own, and the first it does not agree with is rolled back out of the cache. The
+/// observer still reads every kept token, in order, before its text is shown. When the
+/// generation ends, the session holds exactly what plain decoding would have left in it.
+pub fn generate_with(
+    session: &mut Session,
+    req: &GenerateRequest,
+    cancel: &CancelHandle,
+    riders: Riders,
     mut on_token: impl FnMut(Option<u32>, &str),
 ) -> Result<Generation> {
+    let Riders {
+        mut observer,
+        drafter,
+    } = riders;
+    let mut lookup = PromptLookup::default();
+    let mut drafter: Option<&mut dyn Drafter> = match (drafter, req.speculation) {
+        (Some(d), _) => Some(d),
+        (None, Speculation::Lookup) => Some(&mut lookup),
+        (None, Speculation::Off) => None,
+    };
     let mut sampler = Sampler::new(req.sampling.clone())?;
     let model = session.model().clone();
     let tok = &model.tokenizer;
@@ -166,7 +203,12 @@ pub fn generate_observed(
     let taps = observer.as_ref().map(|o| o.taps()).unwrap_or_default();
 
     let start = Instant::now();
-    let (mut logits, reused, mut states) = session.prefill_tapped(&req.prompt, &taps)?;
+    let mut out = Outputs::new();
+    let reused = session.keep_prefix(&req.prompt)?;
+    session.decode(
+        &Batch::prompt(&req.prompt[reused..]).with_taps(&taps),
+        &mut out,
+    )?;
     let prefill_ms = ms_since(start);
     let mut stats = GenerationStats {
         prompt_tokens: req.prompt.len(),
@@ -176,7 +218,7 @@ pub fn generate_observed(
         ..Default::default()
     };
     let prompt_ok = match observer.as_mut() {
-        Some(o) => o.prompt(&req.prompt[reused..], &states).is_continue(),
+        Some(o) => o.prompt(&req.prompt[reused..], out.states()).is_continue(),
         None => true,
     };
 
@@ -192,6 +234,15 @@ pub fn generate_observed(
     let mut history = req.prompt.clone();
     // Text the observer has read but not judged yet, with its token ids, in order.
     let mut held: Vec<(u32, String)> = Vec::new();
+    let mut burst = Burst::default();
+    let mut length = DraftLength::default();
+    let mut drafts = Vec::new();
+    let mut batch = Vec::new();
+    // One token's hidden states, cut out of a verification pass's rows.
+    let mut token_states: Vec<Vec<f32>> = Vec::new();
+    // Reply tokens plain decoding would have run by now: the session is cut back to them at
+    // the end (drafts run past them).
+    let mut ran = 0usize;
     let decode_start = Instant::now();
     let stop = loop {
         if !prompt_ok {
@@ -203,50 +254,101 @@ pub fn generate_observed(
         if tokens.len() >= req.max_tokens {
             break StopReason::MaxTokens;
         }
-        let id = sampler.sample(&mut logits, &history);
+        let logits = out.logits_mut(burst.row());
+        let id = match burst.pending() {
+            Some(d) => sampler.sample_or_accept(logits, &history, d),
+            None => sampler.sample(logits, &history),
+        };
+        let verdict = burst.settle(id);
+        if let Verdict::Rejected { rolled_back } = verdict {
+            session.truncate(session.tokens().len() - rolled_back);
+            length.update(burst.accepted() + rolled_back, burst.accepted());
+        }
         if tokens.is_empty() {
             stats.ttft_ms = ms_since(start);
         }
         if stop_ids.contains(&id) {
             break StopReason::EndOfTurn;
         }
-        let full = session.tokens().len() >= session.n_ctx();
-        if let Some(o) = observer.as_mut() {
-            // A token the observer cannot read is never shown.
-            if full {
-                break StopReason::ContextFull;
-            }
-            tokens.push(id);
-            history.push(id);
-            let text = decoder.push(id);
-            session.step_tapped_into(id, &taps, &mut logits, &mut states)?;
-            reply.push_str(&text);
-            match o.token(id, &text, &states) {
-                Judgement::Stop => break StopReason::Observer,
-                Judgement::Hold => {
-                    held.push((id, text));
-                    stats.max_held_tokens = stats.max_held_tokens.max(held.len());
-                }
-                Judgement::Show => {
-                    release(&mut held, &mut on_token);
-                    on_token(Some(id), &text);
-                }
-            }
-            continue;
+        let full = req.prompt.len() + ran >= session.n_ctx();
+        // A token the observer cannot read is never shown.
+        if observer.is_some() && full {
+            break StopReason::ContextFull;
         }
         tokens.push(id);
         history.push(id);
         let text = decoder.push(id);
         reply.push_str(&text);
-        on_token(Some(id), &text);
-        if tokens.len() >= req.max_tokens {
-            break StopReason::MaxTokens;
+        if observer.is_none() {
+            on_token(Some(id), &text);
+            if tokens.len() >= req.max_tokens {
+                break StopReason::MaxTokens;
+            }
+            if full {
+                break StopReason::ContextFull;
+            }
         }
-        if full {
-            break StopReason::ContextFull;
+        // The token's logits (and states) come from the last pass if it was drafted there;
+        // otherwise it runs now, with a new draft behind it.
+        if verdict != Verdict::Accepted {
+            if burst.drafted() > 0 && verdict == Verdict::Undrafted {
+                length.update(burst.drafted(), burst.accepted());
+            }
+            drafts.clear();
+            if let Some(d) = drafter.as_mut() {
+                // Room for the drafts in the context, and no drafting past the budget.
+                let room = session.n_ctx() - session.tokens().len() - 1;
+                let budget = req.max_tokens - tokens.len();
+                let want = length.get().min(room).min(budget);
+                if want > 0 {
+                    d.draft(&history, want, &mut drafts)?;
+                    drafts.truncate(want);
+                }
+            }
+            batch.clear();
+            batch.push(id);
+            batch.extend_from_slice(&drafts);
+            let b = match drafts.len() {
+                0 => Batch::step(&batch[0]),
+                _ => Batch::verify(&batch),
+            };
+            session.decode(&b.with_taps(&taps), &mut out)?;
+            stats.passes += 1;
+            stats.drafted += drafts.len();
+            burst.start(&drafts);
+        } else {
+            stats.accepted += 1;
         }
-        session.step_into(id, &mut logits)?;
+        ran += 1;
+        let Some(o) = observer.as_mut() else {
+            continue;
+        };
+        let states = match out.rows() {
+            1 => out.states(),
+            _ => {
+                cut_row(
+                    out.states(),
+                    burst.row(),
+                    model.hparams.n_embd,
+                    &mut token_states,
+                );
+                &token_states
+            }
+        };
+        match o.token(id, &text, states) {
+            Judgement::Stop => break StopReason::Observer,
+            Judgement::Hold => {
+                held.push((id, text));
+                stats.max_held_tokens = stats.max_held_tokens.max(held.len());
+            }
+            Judgement::Show => {
+                release(&mut held, &mut on_token);
+                on_token(Some(id), &text);
+            }
+        }
     };
+    // Drafts past what plain decoding would have run leave the cache.
+    session.truncate(req.prompt.len() + ran);
     let mut stop = stop;
     if let Some(o) = observer.as_mut() {
         // The last held text is judged before anything of it is shown.
@@ -281,49 +383,18 @@ pub fn generate_observed(
     })
 }
 
+/// Row `row` of each tap's (tokens, `width`) states, into `into` (one buffer per tap, reused).
+fn cut_row(states: &[Vec<f32>], row: usize, width: usize, into: &mut Vec<Vec<f32>>) {
+    into.resize_with(states.len(), Vec::new);
+    for (all, one) in states.iter().zip(into.iter_mut()) {
+        one.clear();
+        one.extend_from_slice(&all[row * width..(row + 1) * width]);
+    }
+}
+
 /// Passes on the text held back until a judgement covered it, in order.
 fn release(held: &mut Vec<(u32, String)>, on_token: &mut impl FnMut(Option<u32>, &str)) {
     for (id, text) in held.drain(..) {
         on_token(Some(id), &text);
-    }
-}
-
-/// A generation running on its own thread.
-pub struct Running {
-    pub events: mpsc::UnboundedReceiver<Event>,
-    pub cancel: CancelHandle,
-    /// Gives the session back (with the reply in its cache) once generation ends.
-    pub join: std::thread::JoinHandle<Session>,
-}
-
-/// Starts `generate` on a new thread; events arrive on `events` in order, ending with exactly
-/// one `Done` or `Error`.
-pub fn spawn(mut session: Session, req: GenerateRequest, cancel: CancelHandle) -> Running {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let flag = cancel.clone();
-    let join = std::thread::spawn(move || {
-        let result = generate(&mut session, &req, &flag, |id, text| {
-            // A closed receiver means nobody is listening any more: stop generating.
-            if tx
-                .send(Event::Token {
-                    id,
-                    text: text.to_string(),
-                })
-                .is_err()
-            {
-                flag.cancel();
-            }
-        });
-        let last = match result {
-            Ok(g) => Event::Done(g),
-            Err(e) => Event::Error(e.to_string()),
-        };
-        let _ = tx.send(last);
-        session
-    });
-    Running {
-        events: rx,
-        cancel,
-        join,
     }
 }

@@ -5,6 +5,7 @@
 // `unsafe` is denied here except in the one mmap function (gguf), which says why it is sound.
 #![deny(unsafe_code)]
 
+pub mod batch;
 pub mod chat_template;
 pub mod error;
 pub mod generate;
@@ -13,17 +14,20 @@ pub mod kv_cache;
 pub mod model;
 pub mod sampling;
 pub mod session;
+pub mod speculative;
 #[doc(hidden)]
 pub mod testing;
 pub mod tokenizer;
 
+pub use batch::{Batch, LogitRows, Outputs};
 pub use chat_template::{Message, Role};
 pub use error::{EngineError, Result};
 pub use generate::{
-    generate, generate_observed, spawn, CancelHandle, Event, GenerateRequest, Generation,
-    GenerationStats, Judgement, Observer, StopReason,
+    generate, generate_observed, generate_with, CancelHandle, GenerateRequest, Generation,
+    GenerationStats, Judgement, Observer, Riders, StopReason,
 };
 pub use kv_cache::KvType;
 pub use model::Model;
 pub use sampling::SamplingParams;
 pub use session::Session;
+pub use speculative::{Drafter, Speculation};

@@ -104,6 +104,19 @@ impl Sampler {
 
     /// Chooses a token. `recent` is the conversation so far (prompt and reply), newest last.
     pub fn sample(&mut self, logits: &mut [f32], recent: &[u32]) -> u32 {
+        self.choose(logits, recent, None)
+    }
+
+    /// [`Sampler::sample`] where a drafter has proposed `draft` for this position (speculative
+    /// sampling, Leviathan et al. 2023, with a proposal that is sure of its token): keeps
+    /// `draft` with the probability the sampler gives it, and otherwise draws from the rest of
+    /// the distribution, renormalised. Each token comes out exactly as often as
+    /// [`Sampler::sample`] would pick it; greedy, it is the same argmax.
+    pub fn sample_or_accept(&mut self, logits: &mut [f32], recent: &[u32], draft: u32) -> u32 {
+        self.choose(logits, recent, Some(draft))
+    }
+
+    fn choose(&mut self, logits: &mut [f32], recent: &[u32], draft: Option<u32>) -> u32 {
         let p = &self.params;
         apply_repeat_penalty(
             logits,
@@ -160,15 +173,33 @@ impl Sampler {
         cand.truncate(keep.max(1));
 
         softmax_of(cand, p.temperature, probs);
-        let mut r: f32 = self.rng.gen();
-        for (i, &pr) in probs.iter().enumerate() {
-            if r < pr {
-                return cand[i].0;
-            }
-            r -= pr;
+        let Some(d) = draft else {
+            return draw(cand, probs, None, self.rng.gen());
+        };
+        let p_draft = cand.iter().position(|c| c.0 == d).map_or(0.0, |i| probs[i]);
+        if self.rng.gen::<f32>() < p_draft {
+            return d;
         }
-        cand[cand.len() - 1].0
+        let r = self.rng.gen::<f32>() * (1.0 - p_draft);
+        draw(cand, probs, Some(d), r)
     }
+}
+
+/// The candidate whose probability interval holds `r` (in `[0, total)`), skipping `skip`.
+fn draw(cand: &[(u32, f32)], probs: &[f32], skip: Option<u32>, mut r: f32) -> u32 {
+    let mut last = cand[0].0;
+    for (&(id, _), &pr) in cand.iter().zip(probs) {
+        if Some(id) == skip {
+            continue;
+        }
+        if r < pr {
+            return id;
+        }
+        r -= pr;
+        last = id;
+    }
+    // Rounding left `r` past the end: the last candidate drawn from.
+    last
 }
 
 /// Penalizes each distinct token of the last `last_n` of `recent` once. `seen` is scratch.
@@ -340,5 +371,70 @@ mod tests {
         ] {
             assert!(Sampler::new(p).is_err());
         }
+    }
+
+    /// Counts of each of 6 tokens over `n` draws.
+    fn histogram(mut pick: impl FnMut() -> u32, n: usize) -> [f64; 6] {
+        let mut h = [0.0; 6];
+        for _ in 0..n {
+            h[pick() as usize] += 1.0;
+        }
+        h
+    }
+
+    /// Two-sample chi-square statistic over the categories either sample saw.
+    fn chi_square(a: &[f64; 6], b: &[f64; 6]) -> f64 {
+        a.iter()
+            .zip(b)
+            .filter(|(x, y)| **x + **y > 0.0)
+            .map(|(x, y)| (x - y).powi(2) / (x + y))
+            .sum()
+    }
+
+    #[test]
+    fn accepting_drafts_keeps_the_distribution() {
+        let params = SamplingParams {
+            temperature: 0.8,
+            top_k: 0,
+            top_p: 0.97,
+            min_p: 0.0,
+            repeat_penalty: 1.3,
+            repeat_last_n: 8,
+            seed: 7,
+        };
+        let logits = [1.0f32, 2.0, 0.5, 1.8, -1.0, -4.0];
+        let recent = [3u32, 3, 1];
+        let n = 100_000;
+        let mut plain = Sampler::new(params.clone()).unwrap();
+        let reference = histogram(|| plain.sample(&mut logits.clone(), &recent), n);
+        // A likely draft, an unlikely one and one the nucleus cuts.
+        for draft in [1u32, 2, 5] {
+            let mut s = Sampler::new(SamplingParams {
+                seed: 100 + u64::from(draft),
+                ..params.clone()
+            })
+            .unwrap();
+            let got = histogram(
+                || s.sample_or_accept(&mut logits.clone(), &recent, draft),
+                n,
+            );
+            let chi = chi_square(&reference, &got);
+            // 5 degrees of freedom: 20.5 is the 0.1% tail. Keeping every draft, or never
+            // keeping one, moves the statistic into the thousands.
+            assert!(
+                chi < 20.5,
+                "draft {draft}: chi-square {chi}, {reference:?} vs {got:?}"
+            );
+        }
+        // The cut token stays cut.
+        assert_eq!(reference[5], 0.0);
+    }
+
+    #[test]
+    fn a_greedy_sampler_accepts_only_the_argmax() {
+        let mut s = Sampler::new(SamplingParams::greedy()).unwrap();
+        let logits = [0.1f32, 0.9, 0.3];
+        assert_eq!(s.sample_or_accept(&mut logits.clone(), &[], 1), 1);
+        assert_eq!(s.sample_or_accept(&mut logits.clone(), &[], 2), 1);
     }
 }

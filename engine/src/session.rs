@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
+use crate::batch::{Batch, LogitRows, Outputs};
 use crate::kv_cache::{KvCache, KvType};
-use crate::model::{forward, forward_hidden, forward_tapped, Model, Workspace};
+use crate::model::{forward, Model, Workspace};
 use crate::{EngineError, Result};
 
 /// Prompts are run in chunks this long so scratch buffers stay small whatever the prompt.
@@ -80,21 +81,12 @@ impl Session {
         self.tokens.clear();
     }
 
-    /// Makes the cache hold exactly `prompt` and returns the logits after its last token.
-    /// Returns how many leading tokens were already cached (and so not recomputed).
-    pub fn prefill(&mut self, prompt: &[u32]) -> Result<(Vec<f32>, usize)> {
-        let (logits, reused, _) = self.prefill_tapped(prompt, &[])?;
-        Ok((logits, reused))
-    }
-
-    /// [`Session::prefill`] that also returns the hidden states at the layers in `taps` (as
-    /// [`Session::extend_hidden`] numbers them) of every token it ran, that is `prompt[reused..]`:
-    /// one (n, n_embd) matrix per tap.
-    pub fn prefill_tapped(
-        &mut self,
-        prompt: &[u32],
-        taps: &[usize],
-    ) -> Result<(Vec<f32>, usize, Vec<Vec<f32>>)> {
+    /// Keeps the longest prefix of the cached tokens that `prompt` starts with, but never all of
+    /// `prompt` (its last token must run again: its logits are what the caller needs), and
+    /// returns its length. Then `decode` the rest, `prompt[kept..]`: each chat turn pays only
+    /// for its new tokens. A prompt that could not run (empty, longer than the context, an id
+    /// outside the vocabulary) is refused before the cache changes.
+    pub fn keep_prefix(&mut self, prompt: &[u32]) -> Result<usize> {
         if prompt.is_empty() {
             return Err(EngineError::InvalidRequest("the prompt is empty".into()));
         }
@@ -111,63 +103,19 @@ impl Session {
             .zip(prompt)
             .take_while(|(a, b)| a == b)
             .count();
-        // At least the last token must run again: its logits are what we need.
-        let reuse = common.min(prompt.len() - 1);
-        self.kv.truncate(reuse);
-        self.tokens.truncate(reuse);
-
-        let mut logits = Vec::new();
-        let mut states = vec![Vec::new(); taps.len()];
-        let mut part = Vec::new();
-        for chunk in prompt[reuse..].chunks(PREFILL_CHUNK) {
-            self.run(chunk, taps, &mut logits, &mut part)?;
-            for (all, part) in states.iter_mut().zip(&part) {
-                all.extend_from_slice(part);
-            }
-        }
-        Ok((logits, reuse, states))
+        let keep = common.min(prompt.len() - 1);
+        self.truncate(keep);
+        Ok(keep)
     }
 
-    /// Appends one token and returns the logits for the next.
-    pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
-        let mut logits = Vec::new();
-        self.step_into(token, &mut logits)?;
-        Ok(logits)
-    }
-
-    /// [`Session::step`] into the caller's `logits`, which are overwritten (resized only if
-    /// their length is not the vocabulary's). With a buffer kept between steps this allocates
-    /// nothing: it is the decode loop's step.
-    pub fn step_into(&mut self, token: u32, logits: &mut Vec<f32>) -> Result<()> {
-        self.check_vocab(&[token])?;
-        self.run(&[token], &[], logits, &mut Vec::new())
-    }
-
-    /// [`Session::step`] that also returns the token's hidden states at `taps`.
-    pub fn step_tapped(&mut self, token: u32, taps: &[usize]) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
-        let (mut logits, mut states) = (Vec::new(), Vec::new());
-        self.step_tapped_into(token, taps, &mut logits, &mut states)?;
-        Ok((logits, states))
-    }
-
-    /// [`Session::step_tapped`] into the caller's buffers (one per tap), reused as
-    /// [`Session::step_into`] reuses `logits`: the decode step of a reply a classifier reads.
-    pub fn step_tapped_into(
-        &mut self,
-        token: u32,
-        taps: &[usize],
-        logits: &mut Vec<f32>,
-        states: &mut Vec<Vec<f32>>,
-    ) -> Result<()> {
-        self.check_vocab(&[token])?;
-        self.run(&[token], taps, logits, states)
-    }
-
-    /// Appends `tokens` to the cache and returns their hidden states at the layers in `taps`
-    /// (see [`crate::model::Model`]'s forward: tap `n_layer` is the final norm's output), one
-    /// (tokens.len(), n_embd) matrix per tap. This is how a classifier reads text: it extends
-    /// its own cache as text arrives, never re-reading what it has seen.
-    pub fn extend_hidden(&mut self, tokens: &[u32], taps: &[usize]) -> Result<Vec<Vec<f32>>> {
+    /// Runs `batch` after the tokens already cached and writes what it asks for into `out`
+    /// (emptied first; its buffers are reused, so a step with the same `out` allocates nothing).
+    /// Fails before touching the cache on an empty batch, an id outside the vocabulary or a
+    /// batch that would overflow the context; a pass that fails midway leaves the cache as it
+    /// was before the batch.
+    pub fn decode(&mut self, batch: &Batch, out: &mut Outputs) -> Result<()> {
+        let tokens = batch.tokens;
+        out.clear(batch.taps.len());
         if tokens.is_empty() {
             return Err(EngineError::InvalidRequest("no tokens to run".into()));
         }
@@ -178,18 +126,30 @@ impl Session {
             });
         }
         self.check_vocab(tokens)?;
-        let before = self.kv.len();
-        let (model, kv, ws) = (&self.model, &mut self.kv, &mut self.ws);
-        match kostant_kernels::in_pool(|| forward_hidden(model, kv, tokens, taps, ws)) {
-            Ok(states) => {
-                self.tokens.extend_from_slice(tokens);
-                Ok(states)
-            }
-            Err(e) => {
-                self.kv.truncate(before);
-                Err(e)
+        let before = self.tokens.len();
+        let chunks = tokens.len().div_ceil(PREFILL_CHUNK);
+        for (i, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
+            // Logits of the last token come from the last chunk only.
+            let logits = match batch.logits {
+                LogitRows::Last if i + 1 < chunks => LogitRows::None,
+                l => l,
+            };
+            let part = Batch {
+                tokens: chunk,
+                logits,
+                ..*batch
+            };
+            // A chunk without logits in a batch that wants them runs every layer: later
+            // chunks attend to all of them.
+            if let Err(e) = self.run(&part, batch.logits == LogitRows::None, out) {
+                // A failed pass may have written some layers; drop everything of this batch
+                // so the cache and `tokens` agree again.
+                self.truncate(before);
+                out.clear(batch.taps.len());
+                return Err(e);
             }
         }
+        Ok(())
     }
 
     /// Forgets every token after the first `len` (no-op if the cache holds fewer).
@@ -211,42 +171,14 @@ impl Session {
         }
     }
 
-    /// Runs `chunk`, copies the logits after its last token into `logits` and the hidden
-    /// states at `taps` into `states` (untouched when `taps` is empty).
-    fn run(
-        &mut self,
-        chunk: &[u32],
-        taps: &[usize],
-        logits: &mut Vec<f32>,
-        states: &mut Vec<Vec<f32>>,
-    ) -> Result<()> {
-        let before = self.kv.len();
+    /// One forward pass over `batch` (at most a prefill chunk), appending to `out`. `shallow`
+    /// lets a pass without logits stop at its deepest tap.
+    fn run(&mut self, batch: &Batch, shallow: bool, out: &mut Outputs) -> Result<()> {
+        let (model, kv, ws) = (&self.model, &mut self.kv, &mut self.ws);
         // On a pool worker the pass's matmuls split their rows in place instead of waking the
         // pool from outside on every call (about 5 ms a token at 2 threads, measured).
-        let (model, kv, ws) = (&self.model, &mut self.kv, &mut self.ws);
-        let result = kostant_kernels::in_pool(|| {
-            let l = match taps {
-                [] => forward(model, kv, chunk, ws)?,
-                _ => forward_tapped(model, kv, chunk, taps, ws, states)?,
-            };
-            if logits.len() != l.len() {
-                logits.clear();
-                logits.resize(l.len(), 0.0);
-            }
-            logits.copy_from_slice(l);
-            Ok(())
-        });
-        match result {
-            Ok(()) => {
-                self.tokens.extend_from_slice(chunk);
-                Ok(())
-            }
-            Err(e) => {
-                // A failed pass may have written some layers; drop them so the cache and
-                // `tokens` agree again.
-                self.kv.truncate(before);
-                Err(e)
-            }
-        }
+        kostant_kernels::in_pool(|| forward(model, kv, batch, shallow, ws, out))?;
+        self.tokens.extend_from_slice(batch.tokens);
+        Ok(())
     }
 }

@@ -240,3 +240,58 @@ pub fn real_model_path() -> std::path::PathBuf {
     );
     path
 }
+
+/// Tests' shorthand for the prompt path: keeps the cached prefix `prompt` starts with, decodes
+/// the rest, and returns the logits after `prompt` and how many tokens were reused.
+pub fn prefill(session: &mut crate::Session, prompt: &[u32]) -> crate::Result<(Vec<f32>, usize)> {
+    let (logits, reused, _) = prefill_tapped(session, prompt, &[])?;
+    Ok((logits, reused))
+}
+
+/// [`prefill`] that also returns the hidden states at `taps` of the tokens it ran.
+pub fn prefill_tapped(
+    session: &mut crate::Session,
+    prompt: &[u32],
+    taps: &[usize],
+) -> crate::Result<(Vec<f32>, usize, Vec<Vec<f32>>)> {
+    if prompt.is_empty() {
+        return Err(crate::EngineError::InvalidRequest(
+            "the prompt is empty".into(),
+        ));
+    }
+    let reused = session.keep_prefix(prompt)?;
+    let mut out = crate::Outputs::new();
+    session.decode(
+        &crate::Batch::prompt(&prompt[reused..]).with_taps(taps),
+        &mut out,
+    )?;
+    Ok((out.last_logits().to_vec(), reused, out.take_states()))
+}
+
+/// Tests' shorthand for one decode step: the logits after `token`.
+pub fn step(session: &mut crate::Session, token: u32) -> crate::Result<Vec<f32>> {
+    let (logits, _) = step_tapped(session, token, &[])?;
+    Ok(logits)
+}
+
+/// [`step`] that also returns the token's hidden states at `taps`.
+pub fn step_tapped(
+    session: &mut crate::Session,
+    token: u32,
+    taps: &[usize],
+) -> crate::Result<(Vec<f32>, Vec<Vec<f32>>)> {
+    let mut out = crate::Outputs::new();
+    session.decode(&crate::Batch::step(&token).with_taps(taps), &mut out)?;
+    Ok((out.last_logits().to_vec(), out.take_states()))
+}
+
+/// Tests' shorthand for a classifier's read: hidden states at `taps`, no logits.
+pub fn hidden(
+    session: &mut crate::Session,
+    tokens: &[u32],
+    taps: &[usize],
+) -> crate::Result<Vec<Vec<f32>>> {
+    let mut out = crate::Outputs::new();
+    session.decode(&crate::Batch::hidden(tokens, taps), &mut out)?;
+    Ok(out.take_states())
+}

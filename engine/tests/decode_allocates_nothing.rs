@@ -13,7 +13,7 @@ use std::sync::Arc;
 use kostant_engine::gguf::Gguf;
 use kostant_engine::sampling::{Sampler, SamplingParams};
 use kostant_engine::testing::{real_model_path, tiny_model_bytes, TinySpec};
-use kostant_engine::{KvType, Model, Session};
+use kostant_engine::{Batch, KvType, Model, Outputs, Session};
 
 /// Counts every allocation and reallocation, then defers to the system allocator.
 struct Counting;
@@ -74,31 +74,30 @@ fn allocations_while_decoding(
         ..SamplingParams::default()
     })
     .unwrap();
-    let (mut logits, _) = session.prefill(&prompt).unwrap();
+    let mut out = Outputs::new();
+    session
+        .decode(&Batch::prompt(&prompt).with_taps(taps), &mut out)
+        .unwrap();
     let mut history = Vec::with_capacity(prompt_len + steps + 8);
     history.extend_from_slice(&prompt);
     // The whole loop on one pool worker, as a step runs: entering the pool from outside is
     // rayon's own business, not the forward pass's.
     kostant_kernels::in_pool(|| {
-        let mut states = Vec::new();
-        let mut step = |history: &mut Vec<u32>, logits: &mut Vec<f32>| {
-            let id = sampler.sample(logits, history);
+        let mut step = |history: &mut Vec<u32>, out: &mut Outputs| {
+            let id = sampler.sample(out.last_logits_mut(), history);
             history.push(id);
-            if taps.is_empty() {
-                session.step_into(id, logits).unwrap();
-            } else {
-                session
-                    .step_tapped_into(id, taps, logits, &mut states)
-                    .unwrap();
-                assert_eq!(states.len(), taps.len());
-            }
+            session
+                .decode(&Batch::step(&id).with_taps(taps), out)
+                .unwrap();
+            assert_eq!(out.states().len(), taps.len());
+            assert_eq!(out.rows(), 1);
         };
         for _ in 0..2 {
-            step(&mut history, &mut logits);
+            step(&mut history, &mut out);
         }
         let before = ALLOCATIONS.load(Ordering::Relaxed);
         for _ in 0..steps {
-            step(&mut history, &mut logits);
+            step(&mut history, &mut out);
         }
         ALLOCATIONS.load(Ordering::Relaxed) - before
     })

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use kostant_engine::gguf::Gguf;
 use kostant_engine::testing::{tiny_model_bytes, TinySpec};
 use kostant_engine::{
-    generate, spawn, CancelHandle, EngineError, Event, GenerateRequest, Model, SamplingParams,
-    Session, StopReason,
+    generate, CancelHandle, EngineError, GenerateRequest, Model, SamplingParams, Session,
+    Speculation, StopReason,
 };
 use kostant_kernels::{dequantize_row, GgmlType};
 
@@ -195,7 +195,7 @@ fn forward_matches_the_plain_f32_reference_for_every_weight_type_and_arch() {
     for spec in all_specs() {
         let model = load(&spec);
         let mut s = Session::new(model, 64).unwrap();
-        let (ours, _) = s.prefill(&PROMPT).unwrap();
+        let (ours, _) = kostant_engine::testing::prefill(&mut s, &PROMPT).unwrap();
         let want = reference_logits(&spec, &PROMPT);
         let budget_of = |ty| match ty {
             GgmlType::F32 => 1e-4,
@@ -228,11 +228,13 @@ fn batched_prefill_equals_token_by_token() {
     ] {
         let model = load(&spec);
         let mut batched = Session::new(model.clone(), 64).unwrap();
-        let (a, _) = batched.prefill(&PROMPT).unwrap();
+        let (a, _) = kostant_engine::testing::prefill(&mut batched, &PROMPT).unwrap();
         let mut single = Session::new(model, 64).unwrap();
-        let mut b = single.prefill(&PROMPT[..1]).unwrap().0;
+        let mut b = kostant_engine::testing::prefill(&mut single, &PROMPT[..1])
+            .unwrap()
+            .0;
         for &t in &PROMPT[1..] {
-            b = single.step(t).unwrap();
+            b = kostant_engine::testing::step(&mut single, t).unwrap();
         }
         assert!(rel_err(&a, &b) < 1e-4, "{}", rel_err(&a, &b));
     }
@@ -242,17 +244,17 @@ fn batched_prefill_equals_token_by_token() {
 fn reused_prefix_gives_the_same_logits_as_a_fresh_prefill() {
     let model = load(&TinySpec::default());
     let mut s = Session::new(model.clone(), 64).unwrap();
-    s.prefill(&PROMPT[..5]).unwrap();
-    let (reused_logits, reused) = s.prefill(&PROMPT).unwrap();
+    kostant_engine::testing::prefill(&mut s, &PROMPT[..5]).unwrap();
+    let (reused_logits, reused) = kostant_engine::testing::prefill(&mut s, &PROMPT).unwrap();
     assert_eq!(reused, 5);
     let mut fresh = Session::new(model, 64).unwrap();
-    let (fresh_logits, none) = fresh.prefill(&PROMPT).unwrap();
+    let (fresh_logits, none) = kostant_engine::testing::prefill(&mut fresh, &PROMPT).unwrap();
     assert_eq!(none, 0);
     assert!(rel_err(&reused_logits, &fresh_logits) < 1e-4);
     // A diverging prompt keeps only the common part.
     let mut other = PROMPT.to_vec();
     other[3] = 7;
-    let (_, reused) = s.prefill(&other).unwrap();
+    let (_, reused) = kostant_engine::testing::prefill(&mut s, &other).unwrap();
     assert_eq!(reused, 3);
     assert_eq!(s.tokens(), &other[..]);
 }
@@ -261,7 +263,7 @@ fn reused_prefix_gives_the_same_logits_as_a_fresh_prefill() {
 fn context_overflow_is_an_error_and_the_session_survives() {
     let model = load(&TinySpec::default());
     let mut s = Session::new(model, 8).unwrap();
-    let err = s.prefill(&PROMPT).unwrap_err();
+    let err = kostant_engine::testing::prefill(&mut s, &PROMPT).unwrap_err();
     assert!(
         matches!(
             err,
@@ -273,13 +275,13 @@ fn context_overflow_is_an_error_and_the_session_survives() {
         "{err}"
     );
     assert!(err.to_string().contains("context"));
-    assert!(s.prefill(&PROMPT[..4]).is_ok());
+    assert!(kostant_engine::testing::prefill(&mut s, &PROMPT[..4]).is_ok());
     assert!(matches!(
-        s.prefill(&[]),
+        kostant_engine::testing::prefill(&mut s, &[]),
         Err(EngineError::InvalidRequest(_))
     ));
     // Token ids past the vocabulary are refused, not indexed.
-    assert!(s.prefill(&[1, 999_999]).is_err());
+    assert!(kostant_engine::testing::prefill(&mut s, &[1, 999_999]).is_err());
     assert_eq!(s.tokens(), &PROMPT[..4]);
 }
 
@@ -290,6 +292,7 @@ fn greedy_generation_is_deterministic_and_stops_at_the_budget_or_context() {
         prompt: PROMPT.to_vec(),
         max_tokens: 12,
         sampling: SamplingParams::greedy(),
+        speculation: Speculation::Off,
     };
     let run = |n_ctx| {
         let mut s = Session::new(model.clone(), n_ctx).unwrap();
@@ -315,7 +318,7 @@ fn greedy_generation_is_deterministic_and_stops_at_the_budget_or_context() {
 }
 
 #[test]
-fn streaming_delivers_every_token_then_done_and_cancel_stops_it() {
+fn every_token_is_passed_on_and_cancel_stops_it() {
     let model = load(&TinySpec::default());
     let mut sampling = SamplingParams::greedy();
     sampling.temperature = 1.0;
@@ -324,29 +327,18 @@ fn streaming_delivers_every_token_then_done_and_cancel_stops_it() {
         prompt: PROMPT.to_vec(),
         max_tokens: 20,
         sampling,
+        speculation: Speculation::Off,
     };
-    let mut running = spawn(
-        Session::new(model.clone(), 64).unwrap(),
-        req.clone(),
-        CancelHandle::new(),
-    );
+    let mut session = Session::new(model.clone(), 64).unwrap();
     let mut streamed = String::new();
     let mut ids = Vec::new();
-    let mut done = None;
-    while let Some(ev) = running.events.blocking_recv() {
-        match ev {
-            Event::Token { id, text } => {
-                ids.extend(id);
-                streamed.push_str(&text);
-            }
-            Event::Done(g) => done = Some(g),
-            Event::Error(e) => panic!("{e}"),
-        }
-    }
-    let g = done.expect("a Done event");
+    let g = generate(&mut session, &req, &CancelHandle::new(), |id, text| {
+        ids.extend(id);
+        streamed.push_str(text);
+    })
+    .unwrap();
     assert_eq!(g.tokens, ids);
     assert_eq!(g.reply, streamed);
-    let session = running.join.join().unwrap();
     assert_eq!(
         session.tokens().len(),
         PROMPT.len() + g.tokens.len() - usize::from(g.stop == StopReason::MaxTokens)
@@ -355,18 +347,13 @@ fn streaming_delivers_every_token_then_done_and_cancel_stops_it() {
     // Cancelled before it starts: no tokens, verdict Cancelled.
     let cancel = CancelHandle::new();
     cancel.cancel();
-    let mut running = spawn(Session::new(model, 64).unwrap(), req, cancel);
-    let mut last = None;
-    while let Some(ev) = running.events.blocking_recv() {
-        last = Some(ev);
-    }
-    match last {
-        Some(Event::Done(g)) => {
-            assert_eq!(g.stop, StopReason::Cancelled);
-            assert!(g.tokens.is_empty());
-        }
-        other => panic!("{other:?}"),
-    }
+    let mut session = Session::new(model, 64).unwrap();
+    let g = generate(&mut session, &req, &cancel, |_, _| {
+        panic!("a token after cancel")
+    })
+    .unwrap();
+    assert_eq!(g.stop, StopReason::Cancelled);
+    assert!(g.tokens.is_empty());
 }
 
 #[test]

@@ -46,7 +46,8 @@ fn greedy_tokens_equal_llama_cpp() {
     for case in fixtures()["cases"].as_array().unwrap() {
         let want = ids(&case["generated_ids"]);
         let mut s = Session::new(model.clone(), 512).unwrap();
-        let (mut logits, _) = s.prefill(&ids(&case["prompt_ids"])).unwrap();
+        let (mut logits, _) =
+            kostant_engine::testing::prefill(&mut s, &ids(&case["prompt_ids"])).unwrap();
         // The first position's logits agree to the fixture's 4 printed decimals.
         for pair in case["first_position_top5_logits"].as_array().unwrap() {
             let id = pair[0].as_u64().unwrap() as usize;
@@ -65,7 +66,7 @@ fn greedy_tokens_equal_llama_cpp() {
             if stop.contains(&t) {
                 break;
             }
-            logits = s.step(t).unwrap();
+            logits = kostant_engine::testing::step(&mut s, t).unwrap();
         }
         if got != want {
             let agree = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
@@ -85,7 +86,7 @@ fn short_prompt_logits_equal_llama_cpp() {
         serde_json::from_str(include_str!("fixtures/short_prompt_logits.json")).unwrap();
     for case in fixture["cases"].as_array().unwrap() {
         let mut s = Session::new(model.clone(), 64).unwrap();
-        let (logits, _) = s.prefill(&ids(&case["ids"])).unwrap();
+        let (logits, _) = kostant_engine::testing::prefill(&mut s, &ids(&case["ids"])).unwrap();
         for pair in case["top5"].as_array().unwrap() {
             let id = pair[0].as_u64().unwrap() as usize;
             let want = pair[1].as_f64().unwrap() as f32;

@@ -29,7 +29,7 @@ fn pieces_equal_whole() {
     let tokens: Vec<u32> = (1..12).collect();
 
     let mut whole = Session::new(model.clone(), 64).unwrap();
-    let all = whole.extend_hidden(&tokens, &taps).unwrap();
+    let all = kostant_engine::testing::hidden(&mut whole, &tokens, &taps).unwrap();
     assert_eq!(all.len(), taps.len());
     let e = model.hparams.n_embd;
     for s in &all {
@@ -40,8 +40,8 @@ fn pieces_equal_whole() {
     assert!(max_diff(&all[0], &all[2]) > 1e-3);
 
     let mut parts = Session::new(model.clone(), 64).unwrap();
-    let a = parts.extend_hidden(&tokens[..5], &taps).unwrap();
-    let b = parts.extend_hidden(&tokens[5..], &taps).unwrap();
+    let a = kostant_engine::testing::hidden(&mut parts, &tokens[..5], &taps).unwrap();
+    let b = kostant_engine::testing::hidden(&mut parts, &tokens[5..], &taps).unwrap();
     assert_eq!(parts.tokens(), &tokens[..]);
     for t in 0..taps.len() {
         let joined: Vec<f32> = a[t].iter().chain(&b[t]).copied().collect();
@@ -51,7 +51,7 @@ fn pieces_equal_whole() {
     // Truncating back and re-feeding gives the same states again.
     parts.truncate(5);
     assert_eq!(parts.tokens().len(), 5);
-    let again = parts.extend_hidden(&tokens[5..], &taps).unwrap();
+    let again = kostant_engine::testing::hidden(&mut parts, &tokens[5..], &taps).unwrap();
     for t in 0..taps.len() {
         assert!(max_diff(&again[t], &b[t]) < 1e-6);
     }
@@ -62,18 +62,18 @@ fn bad_requests_change_nothing() {
     let model = tiny();
     let n_layer = model.hparams.n_layer;
     let mut s = Session::new(model.clone(), 8).unwrap();
-    s.extend_hidden(&[1, 2], &[n_layer]).unwrap();
+    kostant_engine::testing::hidden(&mut s, &[1, 2], &[n_layer]).unwrap();
     assert!(matches!(
-        s.extend_hidden(&[3], &[n_layer + 1]),
+        kostant_engine::testing::hidden(&mut s, &[3], &[n_layer + 1]),
         Err(EngineError::InvalidRequest(_))
     ));
     assert!(matches!(
-        s.extend_hidden(&[3; 7], &[n_layer]),
+        kostant_engine::testing::hidden(&mut s, &[3; 7], &[n_layer]),
         Err(EngineError::ContextOverflow { .. })
     ));
-    assert!(s.extend_hidden(&[], &[n_layer]).is_err());
+    assert!(kostant_engine::testing::hidden(&mut s, &[], &[n_layer]).is_err());
     let vocab = model.hparams.n_vocab as u32;
-    assert!(s.extend_hidden(&[vocab], &[n_layer]).is_err());
+    assert!(kostant_engine::testing::hidden(&mut s, &[vocab], &[n_layer]).is_err());
     assert_eq!(s.tokens(), &[1, 2]);
 }
 
@@ -85,12 +85,13 @@ fn tapped_prefill_gives_the_same_logits_and_the_states_extend_hidden_gives() {
     let tokens: Vec<u32> = (3..14).collect();
 
     let mut plain = Session::new(model.clone(), 64).unwrap();
-    let (want_logits, _) = plain.prefill(&tokens).unwrap();
+    let (want_logits, _) = kostant_engine::testing::prefill(&mut plain, &tokens).unwrap();
     let mut reader = Session::new(model.clone(), 64).unwrap();
-    let want_states = reader.extend_hidden(&tokens, &taps).unwrap();
+    let want_states = kostant_engine::testing::hidden(&mut reader, &tokens, &taps).unwrap();
 
     let mut tapped = Session::new(model.clone(), 64).unwrap();
-    let (logits, reused, states) = tapped.prefill_tapped(&tokens, &taps).unwrap();
+    let (logits, reused, states) =
+        kostant_engine::testing::prefill_tapped(&mut tapped, &tokens, &taps).unwrap();
     assert_eq!(reused, 0);
     assert_eq!(logits, want_logits, "tapping must not change the logits");
     for t in 0..taps.len() {
@@ -100,14 +101,15 @@ fn tapped_prefill_gives_the_same_logits_and_the_states_extend_hidden_gives() {
     // A second prefill that shares a prefix returns states only for the tokens it ran.
     let mut longer = tokens.clone();
     longer.extend([20, 21]);
-    let (_, reused, states) = tapped.prefill_tapped(&longer, &taps).unwrap();
+    let (_, reused, states) =
+        kostant_engine::testing::prefill_tapped(&mut tapped, &longer, &taps).unwrap();
     assert_eq!(reused, tokens.len());
     let e = model.hparams.n_embd;
     assert_eq!(states[0].len(), 2 * e);
 
     // One step's states equal the reader's for the same token.
-    let (_, step_states) = tapped.step_tapped(22, &taps).unwrap();
-    let more = reader.extend_hidden(&[20, 21, 22], &taps).unwrap();
+    let (_, step_states) = kostant_engine::testing::step_tapped(&mut tapped, 22, &taps).unwrap();
+    let more = kostant_engine::testing::hidden(&mut reader, &[20, 21, 22], &taps).unwrap();
     for t in 0..taps.len() {
         assert!(max_diff(&step_states[t], &more[t][2 * e..]) < 1e-6);
     }

@@ -43,9 +43,9 @@ fn spread(a: &[f32]) -> f32 {
 fn run(model: &Arc<Model>, kv: KvType, prompt: &[u32], steps: &[u32]) -> Vec<Vec<f32>> {
     let mut s = Session::with_kv_type(model.clone(), 256, kv).unwrap();
     assert_eq!(s.kv_type(), kv);
-    let mut out = vec![s.prefill(prompt).unwrap().0];
+    let mut out = vec![kostant_engine::testing::prefill(&mut s, prompt).unwrap().0];
     for &t in steps {
-        out.push(s.step(t).unwrap());
+        out.push(kostant_engine::testing::step(&mut s, t).unwrap());
     }
     out
 }
@@ -97,8 +97,24 @@ fn the_memory_plan_and_the_session_agree_on_the_q8_0_cache() {
     }
 }
 
-/// A ~100-token prompt on the real model: the next-token logits of the q8_0 cache against the
-/// f16 cache's, and 20 greedy tokens from each.
+/// Top-1 id and its lead over the runner-up.
+fn top_with_margin(logits: &[f32]) -> (u32, f32) {
+    let best = argmax(logits);
+    let second = logits
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != best as usize)
+        .map(|(_, &l)| l)
+        .fold(f32::NEG_INFINITY, f32::max);
+    (best, logits[best as usize] - second)
+}
+
+/// A ~100-token prompt on the real model and 20 greedy tokens of the f16 cache's reply, fed
+/// to both caches (teacher-forced, so one near-tie cannot send the two down different replies):
+/// at each of the 21 positions the logits must stay close, and wherever the f16 cache's top
+/// token leads by a clear margin the q8_0 cache must pick it too. Near-ties are left out on
+/// purpose: the first position's top two are 0.1 apart, and which wins depends on the f32
+/// summation order (x86 SIMD against scalar and NEON, see kostant-kernels' crate docs).
 #[test]
 fn real_model_q8_0_cache_agrees_with_f16() {
     let model = Model::load(&kostant_engine::testing::real_model_path()).unwrap();
@@ -116,47 +132,44 @@ fn real_model_q8_0_cache_agrees_with_f16() {
         .unwrap()
         .tokens;
     assert!(prompt.len() >= 90, "prompt of {} tokens", prompt.len());
-    let mut gens = Vec::new();
-    let mut firsts = Vec::new();
-    for kv in [KvType::F16, KvType::Q8_0] {
-        let mut s = Session::with_kv_type(model.clone(), 512, kv).unwrap();
-        let (mut logits, _) = s.prefill(&prompt).unwrap();
-        firsts.push(logits.clone());
-        let mut got = Vec::new();
-        for _ in 0..20 {
-            let t = argmax(&logits);
-            got.push(t);
-            logits = s.step(t).unwrap();
+    let mut f16 = Session::with_kv_type(model.clone(), 512, KvType::F16).unwrap();
+    let mut q8 = Session::with_kv_type(model.clone(), 512, KvType::Q8_0).unwrap();
+    let (mut a, _) = kostant_engine::testing::prefill(&mut f16, &prompt).unwrap();
+    let (mut b, _) = kostant_engine::testing::prefill(&mut q8, &prompt).unwrap();
+    let (mut worst, mut clear, mut kept) = (0.0f32, 0, 0);
+    for position in 0..=20 {
+        let d = max_abs_diff(&a, &b);
+        let (top, margin) = top_with_margin(&a);
+        eprintln!(
+            "position {position}: max |q8_0 - f16| {d:.3} (spread {:.1}), f16 top {top} by {margin:.3}, q8_0 top {}",
+            spread(&a),
+            argmax(&b)
+        );
+        assert!(
+            d > 0.0,
+            "position {position}: the q8_0 cache changed nothing, so it was not used"
+        );
+        worst = worst.max(d);
+        // A lead of 2 logits is more than the largest difference measured (1.81, scalar order).
+        if margin > 2.0 {
+            clear += 1;
+            kept += usize::from(argmax(&b) == top);
         }
-        gens.push(got);
+        if position < 20 {
+            a = kostant_engine::testing::step(&mut f16, top).unwrap();
+            b = kostant_engine::testing::step(&mut q8, top).unwrap();
+        }
     }
-    let d = max_abs_diff(&firsts[0], &firsts[1]);
-    eprintln!(
-        "prompt {} tokens: max |q8_0 - f16| next-token logit {d} (spread {}); f16 {:?} q8_0 {:?}",
-        prompt.len(),
-        spread(&firsts[0]),
-        gens[0],
-        gens[1]
-    );
-    assert_eq!(argmax(&firsts[0]), argmax(&firsts[1]));
+    // Measured up to 1.81 over a spread of 34 (scalar order; 0.85 in x86 SIMD order). That is the
+    // format's rounding, not the kernels': rounding the keys and values through Q8_0 but
+    // attending over them with the f16 path moved the same logits by up to 1.05. A head read at
+    // the wrong offset or an unscaled block moves them by several logits.
+    assert!(worst < 2.5, "max logit difference {worst}");
     assert!(
-        d > 0.0,
-        "the q8_0 cache changed nothing, so it was not used"
+        clear >= 5,
+        "only {clear} of 21 positions have a clear top token"
     );
-    // Measured 0.85 over a spread of 34. That is the format's rounding, not the kernels':
-    // rounding the keys and values through Q8_0 but attending over them with the f16 path
-    // moved the same logits by up to 1.05.
-    assert!(d < 1.5, "max next-token logit difference {d}");
-    let agree = gens[0]
-        .iter()
-        .zip(&gens[1])
-        .take_while(|(a, b)| a == b)
-        .count();
-    // Measured: 19 of 20 (the last token differs).
-    assert!(
-        agree >= 15,
-        "greedy tokens agree for only {agree} of 20: {gens:?}"
-    );
+    assert_eq!(kept, clear, "the q8_0 cache changed a clear top token");
 }
 
 /// Perplexity of the real model over the first 192 tokens of assets/evals/perplexity.txt from
@@ -173,14 +186,16 @@ fn real_model_perplexity_q8_0_within_two_percent_of_f16() {
     let ids = &ids[..ids.len().min(192)];
     let perplexity = |kv: KvType| {
         let mut s = Session::with_kv_type(model.clone(), 256, kv).unwrap();
-        let mut logits = s.prefill(&ids[..1]).unwrap().0;
+        let mut logits = kostant_engine::testing::prefill(&mut s, &ids[..1])
+            .unwrap()
+            .0;
         let mut total = 0.0f64;
         for (i, &t) in ids[1..].iter().enumerate() {
             let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
             let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
             total += -(logits[t as usize] as f64 - max - sum.ln());
             if i + 2 < ids.len() {
-                logits = s.step(t).unwrap();
+                logits = kostant_engine::testing::step(&mut s, t).unwrap();
             }
         }
         (total / (ids.len() - 1) as f64).exp()

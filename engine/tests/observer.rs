@@ -11,7 +11,7 @@ use kostant_engine::gguf::Gguf;
 use kostant_engine::testing::{tiny_model_bytes, TinySpec};
 use kostant_engine::{
     generate, generate_observed, CancelHandle, GenerateRequest, Judgement, Model, Observer,
-    SamplingParams, Session, StopReason,
+    SamplingParams, Session, Speculation, StopReason,
 };
 
 fn tiny() -> Arc<Model> {
@@ -56,6 +56,7 @@ fn request() -> GenerateRequest {
         prompt: vec![1, 5, 9, 13, 17],
         max_tokens: 8,
         sampling: SamplingParams::greedy(),
+        speculation: Speculation::Off,
     }
 }
 

@@ -15,7 +15,7 @@ fn load(spec: &TinySpec) -> Arc<Model> {
 
 fn logits(model: &Arc<Model>, tokens: &[u32]) -> Vec<f32> {
     let mut s = Session::new(model.clone(), 64).unwrap();
-    s.prefill(tokens).unwrap().0
+    kostant_engine::testing::prefill(&mut s, tokens).unwrap().0
 }
 
 #[test]

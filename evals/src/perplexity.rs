@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use kostant_engine::{CancelHandle, Session};
+use kostant_engine::{Batch, CancelHandle, Outputs, Session};
 
 use crate::error::{EvalError, Result};
 
@@ -40,24 +40,26 @@ pub fn perplexity(
     let bos = tok.bos_id().filter(|_| tok.add_bos());
     let budget = max_tokens.min(ids.len());
     let (mut total, mut scored, mut windows) = (0.0f64, 0usize, 0usize);
+    let mut out = Outputs::new();
     for chunk in ids[..budget].chunks(window) {
         if chunk.len() < 2 && bos.is_none() {
             break;
         }
         session.reset();
         // With a BOS token every token of the window is predicted; without, the first is context.
-        let (mut logits, rest) = match bos {
-            Some(b) => (session.prefill(&[b])?.0, chunk),
-            None => (session.prefill(&chunk[..1])?.0, &chunk[1..]),
+        let (first, rest) = match bos {
+            Some(b) => (b, chunk),
+            None => (chunk[0], &chunk[1..]),
         };
+        session.decode(&Batch::step(&first), &mut out)?;
         for (i, &t) in rest.iter().enumerate() {
             if cancel.is_cancelled() {
                 return Err(EvalError::Cancelled);
             }
-            total += nll(&logits, t as usize);
+            total += nll(out.last_logits(), t as usize);
             scored += 1;
             if i + 1 < rest.len() {
-                logits = session.step(t)?;
+                session.decode(&Batch::step(&t), &mut out)?;
             }
         }
         windows += 1;

@@ -11,7 +11,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use kostant_engine::{
-    CancelHandle, GenerateRequest, Message, Model, Role, SamplingParams, Session,
+    CancelHandle, GenerateRequest, Message, Model, Role, SamplingParams, Session, Speculation,
 };
 use kostant_safety::{policy, Category, Guard, StoppedBy, Verdict};
 
@@ -148,6 +148,7 @@ impl Runner {
             prompt: tokens,
             max_tokens: self.opts.max_tokens,
             sampling: SamplingParams::greedy(),
+            speculation: Speculation::Off,
         };
         let reply = kostant_safety::respond(
             &mut self.session,

@@ -47,7 +47,9 @@ fn main() -> Result<(), Error> {
             continue;
         };
         session.reset();
-        let tapped = session.extend_hidden(&tokens, &[layer])?;
+        let mut out = kostant_engine::Outputs::new();
+        session.decode(&kostant_engine::Batch::hidden(&tokens, &[layer]), &mut out)?;
+        let tapped = out.take_states();
         for &x in &tapped[0] {
             states.write_all(&to_half(x).to_le_bytes())?;
         }

@@ -11,7 +11,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use kostant_engine::{Message, Model, Role, Session};
+use kostant_engine::{Batch, Message, Model, Outputs, Role, Session};
 
 use crate::{Result, SafetyError};
 
@@ -261,7 +261,7 @@ impl Reader {
             session.reset();
         }
         let from = session.tokens().len();
-        let states = session.extend_hidden(&tokens[from..], &self.spec.taps)?;
+        let states = hidden_states(session, &tokens[from..], &self.spec.taps)?;
         let end = session.tokens().len();
         self.features.clear();
         self.features.add(&states, start - from);
@@ -283,7 +283,7 @@ impl Reader {
                 self.features = at_end.clone();
             }
             let n = rest.len().min(session.n_ctx() - session.tokens().len());
-            let states = session.extend_hidden(&rest[..n], &self.spec.taps)?;
+            let states = hidden_states(session, &rest[..n], &self.spec.taps)?;
             self.features.add(&states, 0);
             rest = &rest[n..];
         }
@@ -294,6 +294,15 @@ impl Reader {
     pub fn features(&self) -> Option<Vec<f32>> {
         self.features.vector()
     }
+}
+
+/// Appends `tokens` to the reader's cache and returns their hidden states at `taps`, one
+/// (tokens, n_embd) matrix per tap: it extends its own cache as text arrives, never re-reading
+/// what it has seen.
+fn hidden_states(session: &mut Session, tokens: &[u32], taps: &[usize]) -> Result<Vec<Vec<f32>>> {
+    let mut out = Outputs::new();
+    session.decode(&Batch::hidden(tokens, taps), &mut out)?;
+    Ok(out.take_states())
 }
 
 /// The reader's session, made on first use.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use kostant_engine::{
     generate_observed, CancelHandle, GenerateRequest, Judgement, Message, Model, Observer, Role,
-    SamplingParams, Session,
+    SamplingParams, Session, Speculation,
 };
 
 use crate::guard::ends_sentence;
@@ -111,6 +111,7 @@ pub fn reply_checkpoints(
         prompt,
         max_tokens: plan.max_tokens,
         sampling: SamplingParams::greedy(),
+        speculation: Speculation::Off,
     };
     session.reset();
     let cancel = CancelHandle::new();

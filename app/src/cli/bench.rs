@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use kostant_engine::sampling::argmax;
-use kostant_engine::Session;
+use kostant_engine::{Batch, Outputs, Session};
 
 use super::{load_model_kv, peak_rss_mb, BenchArgs};
 
@@ -40,10 +40,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
         session.n_ctx()
     );
     // The context every measurement starts from: empty, or --depth tokens already read.
-    let start = |session: &mut Session| -> Result<()> {
+    let mut out = Outputs::new();
+    let start = |session: &mut Session, out: &mut Outputs| -> Result<()> {
         session.reset();
         if !context.is_empty() {
-            session.prefill(&context)?;
+            session.decode(&Batch::prompt(&context), out)?;
         }
         Ok(())
     };
@@ -51,27 +52,27 @@ pub fn run(args: BenchArgs) -> Result<()> {
     // Warm-up, as llama-bench warms up with the whole prompt: pages the weights and every kv
     // cache row the prefill will write in, and lets the thread pool spin up, so the first
     // measured run does not pay first-touch page faults the others do not.
-    start(&mut session)?;
-    session.prefill(&prompt)?;
+    start(&mut session, &mut out)?;
+    session.decode(&Batch::prompt(&prompt), &mut out)?;
 
     let mut prefill_ms = Vec::new();
     let mut ttft_ms = Vec::new();
     let mut decode_ms = Vec::new();
     for _ in 0..args.repetitions {
-        start(&mut session)?;
+        start(&mut session, &mut out)?;
         let t = Instant::now();
-        let (logits, _) = session.prefill(&prompt)?;
+        session.decode(&Batch::prompt(&prompt), &mut out)?;
         prefill_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        let _first = argmax(&logits);
+        let _first = argmax(out.last_logits());
         ttft_ms.push(t.elapsed().as_secs_f64() * 1e3);
 
         // Decode from the starting context, like llama-bench's tg test.
-        start(&mut session)?;
+        start(&mut session, &mut out)?;
         let mut token = prompt[0];
         let t = Instant::now();
         for _ in 0..args.gen_tokens {
-            let logits = session.step(token)?;
-            token = argmax(&logits);
+            session.decode(&Batch::step(&token), &mut out)?;
+            token = argmax(out.last_logits());
         }
         decode_ms.push(t.elapsed().as_secs_f64() * 1e3);
     }

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use kostant_engine::{
     generate, CancelHandle, GenerateRequest, Generation, Message, Model, Role, SamplingParams,
-    Session,
+    Session, Speculation,
 };
 use kostant_safety::{policy, respond};
 
@@ -41,6 +41,7 @@ pub fn measure(
         prompt: prompt.clone(),
         max_tokens: gen_tokens,
         sampling: SamplingParams::greedy(),
+        speculation: Speculation::Off,
     };
     let mut session = Session::new(model.clone(), n_ctx)?;
     let cancel = CancelHandle::new();

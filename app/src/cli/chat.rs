@@ -9,7 +9,7 @@ use serde_json::json;
 
 use kostant_engine::{
     CancelHandle, EngineError, GenerateRequest, Generation, Message, Model, Role, SamplingParams,
-    Session,
+    Session, Speculation,
 };
 use kostant_safety::pipeline::{self, Reply, ReplyEvent, StreamEvent};
 use kostant_safety::{policy, Guard};
@@ -53,6 +53,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         history: Vec::new(),
         system: Some(system),
         sampling,
+        speculation: args.speculative,
         max_tokens: args.max_tokens,
         cancel: CancelHandle::new(),
         recorder,
@@ -74,6 +75,7 @@ struct Chat {
     history: Vec<Message>,
     system: Option<String>,
     sampling: SamplingParams,
+    speculation: Speculation,
     max_tokens: usize,
     cancel: CancelHandle,
     /// Saves each exchange to the encrypted history; `None` with --no-history.
@@ -119,6 +121,7 @@ impl Chat {
             prompt,
             max_tokens: budget.max(1),
             sampling: self.sampling.clone(),
+            speculation: self.speculation,
         };
         self.cancel.reset();
         let mut running =
@@ -158,7 +161,11 @@ impl Chat {
     }
 }
 
-fn stats_json(g: Option<&Generation>, head: &HeadId) -> serde_json::Value {
+fn stats_json(
+    g: Option<&Generation>,
+    head: &HeadId,
+    speculation: Speculation,
+) -> serde_json::Value {
     let Some(g) = g else {
         return json!({
             "generated_tokens": 0,
@@ -177,6 +184,10 @@ fn stats_json(g: Option<&Generation>, head: &HeadId) -> serde_json::Value {
         "max_held_tokens": s.max_held_tokens,
         "prefill_tok_s": s.prefill_tok_s,
         "decode_tok_s": s.decode_tok_s,
+        "speculative": speculation.name(),
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+        "passes": s.passes,
         "peak_rss_mb": peak_rss_mb(),
     })
 }
@@ -225,7 +236,7 @@ fn one_shot(chat: &mut Chat, prompt: &str, as_json: bool) -> Result<()> {
             "guard": guard_json(&r),
             "stop_reason": r.generation.as_ref().map(|g| g.stop),
             "model": chat.model.name(),
-            "stats": stats_json(r.generation.as_ref(), &chat.head),
+            "stats": stats_json(r.generation.as_ref(), &chat.head, chat.speculation),
         });
         writeln!(out, "{done}")?;
     } else {

@@ -12,7 +12,7 @@ use anyhow::Result;
 use serde_json::json;
 
 use kostant_engine::{
-    CancelHandle, GenerateRequest, Message, Model, Role, SamplingParams, Session,
+    CancelHandle, GenerateRequest, Message, Model, Role, SamplingParams, Session, Speculation,
 };
 use kostant_safety::train::{choose_threshold, read_jsonl, split_scores};
 use kostant_safety::{policy, respond, Guard, Verdict};
@@ -47,6 +47,7 @@ pub fn run(
             prompt,
             max_tokens,
             sampling: SamplingParams::greedy(),
+            speculation: Speculation::Off,
         };
         session.reset();
         let r = respond(

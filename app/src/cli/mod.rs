@@ -14,7 +14,7 @@ pub mod synth;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use kostant_engine::KvType;
+use kostant_engine::{KvType, Speculation};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -109,6 +109,11 @@ pub struct ChatArgs {
     /// One JSON object per line on stdout: a line per token, then a final "done" line.
     #[arg(long)]
     pub json: bool,
+    /// Draft tokens by looking the conversation's last words up earlier in it ('lookup') and
+    /// verify them in one pass, or decode one token per pass ('off'). Replies are the same
+    /// either way (greedy: token for token; sampled: in distribution).
+    #[arg(long, default_value_t = Speculation::default())]
+    pub speculative: Speculation,
     #[command(flatten)]
     pub guard: guard::GuardArgs,
     /// Do not save this conversation to the encrypted history.

@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use kostant_engine::gguf::{GgmlType, Gguf, GgufWriter, Value};
-use kostant_engine::{CancelHandle, GenerateRequest, Model, SamplingParams, Session};
+use kostant_engine::{CancelHandle, GenerateRequest, Model, SamplingParams, Session, Speculation};
 
 #[derive(Args, Debug)]
 pub struct QuantizeArgs {
@@ -156,6 +156,7 @@ pub fn verify(path: &Path) -> Result<String> {
         prompt,
         max_tokens: 8,
         sampling: SamplingParams::greedy(),
+        speculation: Speculation::Off,
     };
     let g = kostant_engine::generate(&mut session, &req, &CancelHandle::new(), |_, _| {})?;
     if g.tokens.is_empty() {

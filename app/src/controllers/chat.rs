@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use kostant_engine::{
     CancelHandle, EngineError, GenerateRequest, Message, Model, SamplingParams, Session,
+    Speculation,
 };
 use kostant_safety::head::Head;
 use kostant_safety::{pipeline, Category, Guard, StoppedBy};
@@ -250,6 +251,7 @@ impl GuardedResponder {
             prompt,
             max_tokens: budget,
             sampling: req.settings.sampling(),
+            speculation: Speculation::default(),
         };
         let result =
             pipeline::respond(

@@ -19,80 +19,68 @@ use kostant_kernels::{dequantize_row, exp_f32, matmul_input, matvec_fused, Input
 use super::hparams::{HParams, RopeLayout};
 use super::weights::{LayerWeights, TensorRef};
 use super::Model;
+use crate::batch::{Batch, LogitRows, Outputs};
 use crate::kv_cache::{HeadView, KvCache};
 use crate::{EngineError, Result};
 
-/// Runs `tokens` at positions `kv.len()..` through the model, appends their keys and values to
-/// the cache, and returns the logits of the last token: (n_vocab,), in `ws`.
-pub fn forward<'w>(
+/// Runs `batch.tokens` at positions `kv.len()..` through the model, appends their keys and
+/// values to the cache, and appends to `out` the logits and hidden states the batch asks for
+/// (the caller empties `out` before a batch it splits into several passes). With `shallow` and
+/// no logits asked for, layers past the deepest tap are skipped; a cache filled that way only
+/// serves later passes that stop as early.
+pub fn forward(
     model: &Model,
     kv: &mut KvCache,
-    tokens: &[u32],
-    ws: &'w mut Workspace,
-) -> Result<&'w mut [f32]> {
+    batch: &Batch,
+    shallow: bool,
+    ws: &mut Workspace,
+    out: &mut Outputs,
+) -> Result<()> {
     let hp = &model.hparams;
-    transformer(model, kv, tokens, hp.n_layer, ws, |_, _| {})?;
-    last_logits(model, ws)
-}
-
-/// The lm head over the last row of the residual stream: only the last position's logits are
-/// needed to pick the next token.
-fn last_logits<'w>(model: &Model, ws: &'w mut Workspace) -> Result<&'w mut [f32]> {
-    let hp = &model.hparams;
-    let Workspace { x, logits, .. } = ws;
-    let last = &x[x.len() - hp.n_embd..];
-    let normed = rms_norm(last, &model.weights.output_norm, hp.rms_eps);
-    linear_into(model, &model.weights.output, normed, 1, logits)
-}
-
-/// [`forward`] that also writes, for every token run, its hidden states at the layers in
-/// `taps` (numbered as in [`forward_hidden`]) into `out`, one buffer per tap, reusing their
-/// memory. This is how a classifier rides on the chat model's own pass: the states are computed
-/// anyway, so reading them costs a copy.
-pub fn forward_tapped<'w>(
-    model: &Model,
-    kv: &mut KvCache,
-    tokens: &[u32],
-    taps: &[usize],
-    ws: &'w mut Workspace,
-    out: &mut Vec<Vec<f32>>,
-) -> Result<&'w mut [f32]> {
-    let hp = &model.hparams;
+    let taps = batch.taps;
     check_taps(hp, taps)?;
-    out.resize_with(taps.len(), Vec::new);
-    transformer(model, kv, tokens, hp.n_layer, ws, |l, x| {
-        for (o, _) in out.iter_mut().zip(taps).filter(|(_, &t)| t == l) {
-            o.clear();
+    out.states.resize_with(taps.len(), Vec::new);
+    // Without logits, layers past the deepest tap cannot change what is returned: skip them (a
+    // guard reading an early layer pays only for the layers it reads).
+    let n_layers = match batch.logits {
+        LogitRows::None if shallow => taps
+            .iter()
+            .max()
+            .map_or(hp.n_layer, |&t| (t + 1).min(hp.n_layer)),
+        _ => hp.n_layer,
+    };
+    let n = batch.tokens.len();
+    let order = F16SumOrder::for_batch(if batch.as_steps { 1 } else { n });
+    let states = &mut out.states;
+    transformer(model, kv, batch.tokens, n_layers, order, ws, |l, x| {
+        for (o, _) in states.iter_mut().zip(taps).filter(|(_, &t)| t == l) {
             o.extend_from_slice(x);
         }
     })?;
-    tap_final_norm(model, &ws.x, taps, out);
-    last_logits(model, ws)
+    tap_final_norm(model, &ws.x, taps, &mut out.states);
+    let rows = match batch.logits {
+        LogitRows::None => return Ok(()),
+        LogitRows::Last => 1,
+        LogitRows::All => n,
+    };
+    // The lm head runs only over the rows whose logits are wanted.
+    let Workspace { x, logits, .. } = ws;
+    let x = &x[x.len() - rows * hp.n_embd..];
+    let normed = rms_norm(x, &model.weights.output_norm, hp.rms_eps);
+    let l = linear_into(model, &model.weights.output, normed, rows, logits)?;
+    out.logits.extend_from_slice(l);
+    out.rows += rows;
+    Ok(())
 }
 
-/// Fills the taps numbered `n_layer`: the final RMSNorm's output for every token of `x`.
-/// Each output's memory is reused.
+/// Appends the taps numbered `n_layer`, the final RMSNorm's output for every token of `x`, to
+/// their buffers.
 fn tap_final_norm(model: &Model, x: &[f32], taps: &[usize], out: &mut [Vec<f32>]) {
     let hp = &model.hparams;
-    let mut first = None;
-    for (i, _) in taps.iter().enumerate().filter(|(_, &t)| t == hp.n_layer) {
-        match first {
-            None => {
-                rms_norm_into(
-                    x,
-                    &model.weights.output_norm,
-                    hp.rms_eps,
-                    sized(&mut out[i], x.len()),
-                );
-                first = Some(i);
-            }
-            // The same tap asked for twice: a copy of the first.
-            Some(f) => {
-                let normed = std::mem::take(&mut out[f]);
-                out[i].clone_from(&normed);
-                out[f] = normed;
-            }
-        }
+    for (o, _) in out.iter_mut().zip(taps).filter(|(_, &t)| t == hp.n_layer) {
+        let start = o.len();
+        o.resize(start + x.len(), 0.0);
+        rms_norm_into(x, &model.weights.output_norm, hp.rms_eps, &mut o[start..]);
     }
 }
 
@@ -106,35 +94,6 @@ fn check_taps(hp: &HParams, taps: &[usize]) -> Result<()> {
     }
 }
 
-/// Like [`forward`], but instead of logits returns the hidden states of every token at the
-/// layers in `taps`: tap `l < n_layer` is the residual stream after layer `l`, tap `n_layer` the
-/// final RMSNorm's output. One (n, n_embd) matrix per tap, in the order given. The lm head is
-/// skipped: a classifier over hidden states (the guard) has no use for 49k logits.
-pub fn forward_hidden(
-    model: &Model,
-    kv: &mut KvCache,
-    tokens: &[u32],
-    taps: &[usize],
-    ws: &mut Workspace,
-) -> Result<Vec<Vec<f32>>> {
-    let hp = &model.hparams;
-    check_taps(hp, taps)?;
-    let mut out = vec![Vec::new(); taps.len()];
-    // Layers past the deepest tap cannot change what is returned: skip them (a guard reading
-    // an early layer pays only for the layers it reads).
-    let deepest = taps
-        .iter()
-        .max()
-        .map_or(hp.n_layer, |&t| (t + 1).min(hp.n_layer));
-    transformer(model, kv, tokens, deepest, ws, |l, x| {
-        for (o, _) in out.iter_mut().zip(taps).filter(|(_, &t)| t == l) {
-            *o = x.to_vec();
-        }
-    })?;
-    tap_final_norm(model, &ws.x, taps, &mut out);
-    Ok(out)
-}
-
 /// The transformer blocks: embeds `tokens`, runs the first `n_layers` layers (calling
 /// `after_layer(l, x)` with the residual stream after layer `l`), appends the keys and values to
 /// the cache and leaves the last run layer's residual stream, (n, n_embd), before the final
@@ -145,6 +104,7 @@ fn transformer(
     kv: &mut KvCache,
     tokens: &[u32],
     n_layers: usize,
+    order: F16SumOrder,
     ws: &mut Workspace,
     mut after_layer: impl FnMut(usize, &[f32]),
 ) -> Result<()> {
@@ -171,7 +131,7 @@ fn transformer(
     model.rope.angles_for(hp, pos, n, angles);
     for (l, layer) in w.layers.iter().enumerate().take(n_layers) {
         let xn = rms_norm(x, &layer.attn_norm, hp.rms_eps);
-        let att = attention(model, layer, l, kv, xn, n, pos, angles, scratch)?;
+        let att = attention(model, layer, l, kv, xn, n, pos, order, angles, scratch)?;
         add_in_place(x, att);
 
         let xn = rms_norm(x, &layer.ffn_norm, hp.rms_eps);
@@ -273,7 +233,7 @@ pub struct Workspace {
     x: Vec<f32>,
     angles: Angles,
     scratch: Scratch,
-    /// The last position's logits.
+    /// The lm head's output for the rows whose logits a batch wants.
     logits: Vec<f32>,
 }
 
@@ -490,6 +450,7 @@ fn attention<'s>(
     xn: Input,
     n: usize,
     pos: usize,
+    order: F16SumOrder,
     angles: &Angles,
     scratch: &'s mut Scratch,
 ) -> Result<&'s [f32]> {
@@ -521,7 +482,6 @@ fn attention<'s>(
     let scale = 1.0 / (hd as f32).sqrt();
     // (n, n_head * head_dim); every head's slice is written whole below.
     let out = sized(heads, n * q_dim);
-    let order = F16SumOrder::for_batch(n);
 
     // One task per (token, kv head): it serves the `group` query heads that share that head's
     // cached keys and values (read in place from the cache) and writes only its own slice

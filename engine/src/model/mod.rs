@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use hparams::{Arch, HParams};
-pub(crate) use llama::{forward, forward_hidden, forward_tapped, Workspace};
+pub(crate) use llama::{forward, Workspace};
 
 use crate::chat_template::ChatTemplate;
 use crate::gguf::Gguf;

@@ -1,6 +1,6 @@
 //! What the safety crate's real-model tests share: a user message framed as the chat frames it.
 
-use kostant_engine::{GenerateRequest, Message, Model, Role, SamplingParams};
+use kostant_engine::{GenerateRequest, Message, Model, Role, SamplingParams, Speculation};
 use kostant_safety::policy;
 
 /// `user` under the default system prompt, greedy, with room for `max_tokens` of reply.
@@ -18,5 +18,6 @@ pub fn request(model: &Model, user: &str, max_tokens: usize) -> GenerateRequest 
         prompt,
         max_tokens,
         sampling: SamplingParams::greedy(),
+        speculation: Speculation::Off,
     }
 }
