@@ -260,6 +260,7 @@ pub fn generate_with(
             None => sampler.sample(logits, &history),
         };
         let verdict = burst.settle(id);
+        stats.accepted += usize::from(verdict == Verdict::Accepted);
         if let Verdict::Rejected { rolled_back } = verdict {
             session.truncate(session.tokens().len() - rolled_back);
             length.update(burst.accepted() + rolled_back, burst.accepted());
@@ -302,7 +303,9 @@ pub fn generate_with(
                 let want = length.get().min(room).min(budget);
                 if want > 0 {
                     d.draft(&history, want, &mut drafts)?;
-                    drafts.truncate(want);
+                    // Nothing follows an end of turn in this reply.
+                    let end = drafts.iter().position(|t| stop_ids.contains(t));
+                    drafts.truncate(end.map_or(want, |e| e + 1).min(want));
                 }
             }
             batch.clear();
@@ -316,8 +319,6 @@ pub fn generate_with(
             stats.passes += 1;
             stats.drafted += drafts.len();
             burst.start(&drafts);
-        } else {
-            stats.accepted += 1;
         }
         ran += 1;
         let Some(o) = observer.as_mut() else {

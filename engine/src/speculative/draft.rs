@@ -66,8 +66,14 @@ impl Drafter for DraftModel {
             return Ok(());
         }
         let kept = self.session.keep_prefix(history)?;
-        self.session
-            .decode(&Batch::prompt(&history[kept..]), &mut self.out)?;
+        // A fresh prompt runs as the model's own prompt runs; catching up with tokens the
+        // target kept runs them as the target's verification did, so a draft model that is the
+        // target computes the target's bits and guesses right.
+        let catch_up = Batch {
+            as_steps: kept > 0,
+            ..Batch::prompt(&history[kept..])
+        };
+        self.session.decode(&catch_up, &mut self.out)?;
         for i in 0..max {
             let t = argmax(self.out.last_logits());
             out.push(t);
