@@ -15,8 +15,9 @@ use crate::batch::{Batch, Outputs};
 use crate::sampling::{Sampler, SamplingParams};
 use crate::session::Session;
 use crate::speculative::lookup::PromptLookup;
+use crate::speculative::policy::DraftPolicy;
 use crate::speculative::verify::{Burst, Verdict};
-use crate::speculative::{DraftLength, Drafter, Speculation};
+use crate::speculative::{Drafter, Speculation};
 use crate::tokenizer::StreamDecoder;
 use crate::Result;
 
@@ -143,6 +144,9 @@ pub struct Riders<'a> {
     pub observer: Option<&'a mut dyn Observer>,
     /// Proposes tokens to verify in one pass; `None` means the request's `speculation`.
     pub drafter: Option<&'a mut dyn Drafter>,
+    /// Draft this many tokens whenever the drafter has them, instead of as many as pays by
+    /// the running estimates (tests, and benchmarks of fixed lengths).
+    pub fixed_draft: Option<usize>,
 }
 
 /// Runs one generation on `session`, calling `on_token(Some(id), text)` as each token arrives
@@ -166,7 +170,7 @@ pub fn generate_observed(
 ) -> Result<Generation> {
     let riders = Riders {
         observer,
-        drafter: None,
+        ..Riders::default()
     };
     generate_with(session, req, cancel, riders, on_token)
 }
@@ -189,6 +193,7 @@ pub fn generate_with(
     let Riders {
         mut observer,
         drafter,
+        fixed_draft,
     } = riders;
     let mut lookup = PromptLookup::default();
     let mut drafter: Option<&mut dyn Drafter> = match (drafter, req.speculation) {
@@ -235,7 +240,10 @@ pub fn generate_with(
     // Text the observer has read but not judged yet, with its token ids, in order.
     let mut held: Vec<(u32, String)> = Vec::new();
     let mut burst = Burst::default();
-    let mut length = DraftLength::default();
+    let mut policy = fixed_draft.map_or_else(DraftPolicy::default, DraftPolicy::fixed);
+    // A cheap drafter's guess for the next token while the policy drafts nothing, checked when
+    // that token is sampled.
+    let mut shadow: Option<u32> = None;
     let mut drafts = Vec::new();
     let mut batch = Vec::new();
     // One token's hidden states, cut out of a verification pass's rows.
@@ -263,7 +271,10 @@ pub fn generate_with(
         stats.accepted += usize::from(verdict == Verdict::Accepted);
         if let Verdict::Rejected { rolled_back } = verdict {
             session.truncate(session.tokens().len() - rolled_back);
-            length.update(burst.accepted() + rolled_back, burst.accepted());
+            policy.update(burst.accepted() + rolled_back, burst.accepted());
+        }
+        if let Some(guess) = shadow.take() {
+            policy.update(1, usize::from(guess == id));
         }
         if tokens.is_empty() {
             stats.ttft_ms = ms_since(start);
@@ -293,19 +304,29 @@ pub fn generate_with(
         // otherwise it runs now, with a new draft behind it.
         if verdict != Verdict::Accepted {
             if burst.drafted() > 0 && verdict == Verdict::Undrafted {
-                length.update(burst.drafted(), burst.accepted());
+                policy.update(burst.drafted(), burst.accepted());
             }
             drafts.clear();
             if let Some(d) = drafter.as_mut() {
                 // Room for the drafts in the context, and no drafting past the budget.
                 let room = session.n_ctx() - session.tokens().len() - 1;
                 let budget = req.max_tokens - tokens.len();
-                let want = length.get().min(room).min(budget);
+                let want = policy.get().min(room).min(budget);
+                // A drafter that fails (a draft model out of room, say) costs the reply its
+                // speed, not its answer: decoding goes on plainly.
                 if want > 0 {
-                    d.draft(&history, want, &mut drafts)?;
+                    if d.draft(&history, want, &mut drafts).is_err() {
+                        drafts.clear();
+                        drafter = None;
+                    }
                     // Nothing follows an end of turn in this reply.
                     let end = drafts.iter().position(|t| stop_ids.contains(t));
                     drafts.truncate(end.map_or(want, |e| e + 1).min(want));
+                } else if d.is_cheap() && budget > 0 {
+                    if d.draft(&history, 1, &mut drafts).is_ok() {
+                        shadow = drafts.first().copied();
+                    }
+                    drafts.clear();
                 }
             }
             batch.clear();
@@ -315,7 +336,9 @@ pub fn generate_with(
                 0 => Batch::step(&batch[0]),
                 _ => Batch::verify(&batch),
             };
+            let pass = Instant::now();
             session.decode(&b.with_taps(&taps), &mut out)?;
+            policy.timed(batch.len(), ms_since(pass));
             stats.passes += 1;
             stats.drafted += drafts.len();
             burst.start(&drafts);

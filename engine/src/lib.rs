@@ -1,5 +1,5 @@
 //! Kostant's inference engine: GGUF by mmap, the GGUF's own tokenizer, a Llama-family forward
-//! pass over packed weights, KV cache, sampling and token streaming.
+//! pass over packed weights, KV cache, sampling, generation and speculative decoding.
 //!
 //! Dependency rule: this crate depends on `kostant-kernels` and on no other crate of ours.
 // `unsafe` is denied here except in the one mmap function (gguf), which says why it is sound.

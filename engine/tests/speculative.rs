@@ -76,6 +76,26 @@ impl Drafter for Oracle {
     }
 }
 
+/// Fails on its second call, as a draft model out of room would.
+struct Failing(usize);
+
+impl Drafter for Failing {
+    fn draft(
+        &mut self,
+        history: &[u32],
+        _: usize,
+        out: &mut Vec<u32>,
+    ) -> kostant_engine::Result<()> {
+        self.0 += 1;
+        if self.0 >= 2 {
+            return Err(EngineError::InvalidRequest("out of room".into()));
+        }
+        out.clear();
+        out.push(history[history.len() - 1]);
+        Ok(())
+    }
+}
+
 /// Proposes tokens from a fixed pseudo-random sequence: almost all rejected.
 struct Noise(u32);
 
@@ -100,7 +120,13 @@ fn run<'a>(
 ) -> (Generation, Session, Vec<u32>) {
     let mut s = Session::with_kv_type(model.clone(), n_ctx, kv).unwrap();
     let mut shown = Vec::new();
-    let riders = Riders { observer, drafter };
+    // Drafts of up to 4 whenever there are any: the adaptive policy would rightly decline to
+    // draft for a random model, and these tests are about what drafting must not change.
+    let riders = Riders {
+        observer,
+        drafter,
+        fixed_draft: Some(4),
+    };
     let g = generate_with(&mut s, req, &CancelHandle::new(), riders, |id, _| {
         shown.extend(id)
     })
@@ -116,56 +142,68 @@ fn next_logits(s: &mut Session, token: u32) -> Vec<f32> {
 #[test]
 fn verified_rows_carry_the_bits_of_single_steps() {
     let model = tiny();
+    for kv in [KvType::F16, KvType::Q8_0] {
+        rows_are_steps(&model, kv);
+    }
+}
+
+#[test]
+fn real_model_verified_rows_carry_the_bits_of_single_steps() {
     let real = Model::load(&real_model_path()).unwrap();
-    let prompt: Vec<u32> = (0..40).map(|i| 3 + (i * 37) % 250).collect();
-    let burst = [17u32, 4, 250, 99, 17, 5];
-    for (model, kv) in [
-        (&model, KvType::F16),
-        (&model, KvType::Q8_0),
-        (&real, KvType::F16),
-    ] {
-        let taps = [0, model.hparams.n_layer];
-        let mut one = Session::with_kv_type(model.clone(), 128, kv).unwrap();
-        let mut many = Session::with_kv_type(model.clone(), 128, kv).unwrap();
-        let mut out = Outputs::new();
-        for s in [&mut one, &mut many] {
-            s.decode(&Batch::prompt(&prompt), &mut out).unwrap();
-        }
-        many.decode(&Batch::verify(&burst).with_taps(&taps), &mut out)
+    rows_are_steps(&real, KvType::F16);
+    // And the prompt order really differs somewhere, or the rows-as-steps switch would be
+    // untested: a prompt-ordered batch over the same tokens.
+    let prompt = test_prompt();
+    let mut prompt_order = Session::new(real.clone(), 128).unwrap();
+    let mut out = Outputs::new();
+    prompt_order
+        .decode(&Batch::prompt(&prompt), &mut out)
+        .unwrap();
+    let all_rows = Batch {
+        as_steps: false,
+        ..Batch::verify(&BURST)
+    };
+    prompt_order.decode(&all_rows, &mut out).unwrap();
+    assert!(
+        (0..BURST.len()).any(|i| out.logits(i) != one_step_logits(&real, &prompt, &BURST, i)),
+        "the prompt order gave the steps' bits on every row"
+    );
+}
+
+const BURST: [u32; 6] = [17, 4, 250, 99, 17, 5];
+
+fn test_prompt() -> Vec<u32> {
+    (0..40).map(|i| 3 + (i * 37) % 250).collect()
+}
+
+/// A verification pass over [`BURST`] after [`test_prompt`] against single steps: every row's
+/// logits and hidden states, bit for bit.
+fn rows_are_steps(model: &Arc<Model>, kv: KvType) {
+    let prompt = test_prompt();
+    let burst = BURST;
+    let taps = [0, model.hparams.n_layer];
+    let mut one = Session::with_kv_type(model.clone(), 128, kv).unwrap();
+    let mut many = Session::with_kv_type(model.clone(), 128, kv).unwrap();
+    let mut out = Outputs::new();
+    for s in [&mut one, &mut many] {
+        s.decode(&Batch::prompt(&prompt), &mut out).unwrap();
+    }
+    many.decode(&Batch::verify(&burst).with_taps(&taps), &mut out)
+        .unwrap();
+    assert_eq!(out.rows(), burst.len());
+    let width = model.hparams.n_embd;
+    let mut single = Outputs::new();
+    for (i, t) in burst.iter().enumerate() {
+        one.decode(&Batch::step(t).with_taps(&taps), &mut single)
             .unwrap();
-        assert_eq!(out.rows(), burst.len());
-        let width = model.hparams.n_embd;
-        let mut single = Outputs::new();
-        for (i, t) in burst.iter().enumerate() {
-            one.decode(&Batch::step(t).with_taps(&taps), &mut single)
-                .unwrap();
+        assert!(
+            single.last_logits() == out.logits(i),
+            "{kv}: row {i}'s logits differ from a step's"
+        );
+        for (tap, (a, b)) in single.states().iter().zip(out.states()).enumerate() {
             assert!(
-                single.last_logits() == out.logits(i),
-                "{kv}: row {i}'s logits differ from a step's"
-            );
-            for (tap, (a, b)) in single.states().iter().zip(out.states()).enumerate() {
-                assert!(
-                    a[..] == b[i * width..(i + 1) * width],
-                    "{kv}: row {i}'s states at tap {tap} differ from a step's"
-                );
-            }
-        }
-        // And the prompt order really differs somewhere, or the rows-as-steps switch would be
-        // untested: a prompt-ordered batch over the same tokens.
-        let mut prompt_order = Session::with_kv_type(model.clone(), 128, kv).unwrap();
-        prompt_order
-            .decode(&Batch::prompt(&prompt), &mut out)
-            .unwrap();
-        let all_rows = Batch {
-            as_steps: false,
-            ..Batch::verify(&burst)
-        };
-        prompt_order.decode(&all_rows, &mut out).unwrap();
-        if kv == KvType::F16 && model.hparams.n_layer > 2 {
-            assert!(
-                (0..burst.len())
-                    .any(|i| out.logits(i) != one_step_logits(model, &prompt, &burst, i)),
-                "the prompt order gave the steps' bits on every row"
+                a[..] == b[i * width..(i + 1) * width],
+                "{kv}: row {i}'s states at tap {tap} differ from a step's"
             );
         }
     }
@@ -199,6 +237,7 @@ fn greedy_replies_are_the_plain_reply_whatever_is_drafted() {
                     Box::new(Oracle::new(&req, &want.tokens, 3)),
                 ),
                 ("noise", Box::new(Noise(7))),
+                ("failing", Box::new(Failing(0))),
                 (
                     "lookup",
                     Box::new(kostant_engine::speculative::lookup::PromptLookup::default()),

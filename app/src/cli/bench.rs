@@ -24,6 +24,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let load_start = Instant::now();
     let kv_type = args.kv.kv_type;
     let model = load_model_kv(&args.model, kv_type)?;
+    if args.speculative.is_some() || args.verify_cost {
+        return speculative(&args, &model);
+    }
     let load_ms = load_start.elapsed().as_secs_f64() * 1e3;
     let threads = super::threads();
     let n_vocab = model.hparams.n_vocab as u32;
@@ -209,6 +212,89 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 g["max_held_tokens"]
             );
         }
+    }
+    Ok(())
+}
+
+/// `--speculative` and `--verify-cost`: see `bench_speculative`.
+fn speculative(args: &BenchArgs, model: &std::sync::Arc<kostant_engine::Model>) -> Result<()> {
+    let mut report = serde_json::Map::new();
+    report.insert("model".into(), json!(model.name()));
+    report.insert("quantization".into(), json!(model.quantization()));
+    report.insert("threads".into(), json!(super::threads()));
+    report.insert(
+        "cpu".into(),
+        json!(kostant_kernels::cpu_features().to_string()),
+    );
+    if args.verify_cost {
+        let v = super::bench_speculative::verify_cost(
+            model,
+            args.model.ctx,
+            args.depth,
+            args.repetitions,
+        )?;
+        if !args.json {
+            println!(
+                "verify cost after {} tokens: one step {:.2} ms",
+                args.depth,
+                v["step_ms"].as_f64().unwrap_or(f64::NAN)
+            );
+            for r in v["verify"].as_array().into_iter().flatten() {
+                println!(
+                    "  1 + {:>2} tokens  {:>7.2} ms  {:>5.2}x a step",
+                    r["k"],
+                    r["ms"].as_f64().unwrap_or(f64::NAN),
+                    r["relative_to_step"].as_f64().unwrap_or(f64::NAN)
+                );
+            }
+        }
+        report.insert("verify_cost".into(), v);
+    }
+    if let Some(spec) = args.speculative {
+        let sets = match &args.prompt_set {
+            Some(p) => p.clone(),
+            None => super::bench_speculative::default_sets()?,
+        };
+        let v = super::bench_speculative::measure(
+            model,
+            args.model.ctx,
+            spec,
+            &sets,
+            args.limit,
+            args.gen_tokens,
+            args.dump_prompts.as_deref(),
+        )?;
+        if !args.json {
+            println!(
+                "{:<10} {:>7} {:>9} {:>9} {:>9} {:>7} {:>10} {:>9}",
+                "set",
+                "prompts",
+                "prompt",
+                "plain",
+                spec.name(),
+                "speedup",
+                "accepted",
+                "tok/pass"
+            );
+            for s in v["sets"].as_array().into_iter().flatten() {
+                let f = |k: &str| s[k].as_f64().unwrap_or(f64::NAN);
+                println!(
+                    "{:<10} {:>7} {:>9.0} {:>9.1} {:>9.1} {:>6.2}x {:>9.1}% {:>9.2}",
+                    s["set"].as_str().unwrap_or(""),
+                    s["prompts"],
+                    f("mean_prompt_tokens"),
+                    f("plain_tok_s"),
+                    f("speculative_tok_s"),
+                    f("speedup"),
+                    100.0 * f("acceptance"),
+                    f("tokens_per_pass")
+                );
+            }
+        }
+        report.insert("speculation".into(), v);
+    }
+    if args.json {
+        println!("{}", serde_json::Value::Object(report));
     }
     Ok(())
 }

@@ -2,6 +2,7 @@
 
 pub mod bench;
 mod bench_guard;
+mod bench_speculative;
 pub mod chat;
 pub mod doctor;
 pub mod eval;
@@ -157,6 +158,25 @@ pub struct BenchArgs {
     pub guard: bool,
     #[command(flatten)]
     pub guard_args: guard::GuardArgs,
+    /// Instead of the above: answer each prompt of the prompt sets greedily, plain and with
+    /// this drafter, back to back, and report the speedup per set (replies must be identical).
+    /// --gen-tokens caps each reply.
+    #[arg(long)]
+    pub speculative: Option<Speculation>,
+    /// The prompt sets for --speculative: a JSONL file of {"id", "prompt"} or a directory of
+    /// them (default: assets/evals/speculative).
+    #[arg(long)]
+    pub prompt_set: Option<PathBuf>,
+    /// Use only the first N prompts of each set.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Also write each rendered prompt to DIR/<id>.txt (to give other engines the same text).
+    #[arg(long)]
+    pub dump_prompts: Option<PathBuf>,
+    /// Instead of the above: time one pass over a token and k drafts (k = 1..16) against one
+    /// decode step, after --depth tokens of context.
+    #[arg(long)]
+    pub verify_cost: bool,
 }
 
 /// Sets the kernel thread count, finds the model and maps it, its budget checked with the

@@ -53,6 +53,10 @@ impl Drafter for PromptLookup {
         }
         Ok(())
     }
+
+    fn is_cheap(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

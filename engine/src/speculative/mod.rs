@@ -8,11 +8,13 @@
 //!   input); [`draft::DraftModel`] runs a small model of the same vocabulary.
 //! - [`verify::Burst`]: what a verification pass left in the cache, and the rule that keeps or
 //!   rolls back each drafted token. The generation loop ([`crate::generate`]) uses both.
-//! - [`DraftLength`]: how many tokens to draft, shrinking while drafts are rejected so text
-//!   the drafter cannot guess costs no more than plain decoding.
+//! - [`policy::DraftPolicy`]: how many tokens to draft, from how often drafts have been right
+//!   and what a verification pass has cost against a step on this machine: none when drafting
+//!   would not pay, so text the drafter cannot guess costs no more than plain decoding.
 
 pub mod draft;
 pub mod lookup;
+pub mod policy;
 pub mod verify;
 
 use std::fmt;
@@ -25,6 +27,13 @@ pub trait Drafter: Send {
     /// Writes into `out` (emptied first) up to `max` tokens likely to follow `history` (the
     /// prompt and the reply so far, newest last). Writing none is always allowed.
     fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()>;
+
+    /// Whether a draft costs next to nothing to make (a lookup, not a model). A cheap drafter
+    /// is still asked while the policy drafts nothing, and its guess is checked against the
+    /// token that follows, so the policy notices when drafting starts to pay.
+    fn is_cheap(&self) -> bool {
+        false
+    }
 }
 
 /// Which drafter a generation uses.
@@ -37,8 +46,9 @@ pub enum Speculation {
 }
 
 impl Default for Speculation {
-    /// What the product runs: prompt lookup, which drafts nothing (and so costs nothing) where
-    /// the conversation does not repeat itself (BENCHMARKS.md, issue 24).
+    /// What the product runs: prompt lookup. It drafts nothing where the conversation does
+    /// not repeat itself, and only as much as pays where it does (BENCHMARKS.md, issue 24:
+    /// never measurably slower than plain decoding, and faster on input-grounded tasks).
     fn default() -> Speculation {
         Speculation::Lookup
     }
@@ -72,68 +82,9 @@ impl FromStr for Speculation {
     }
 }
 
-/// The draft length, adapted to how well drafts have been doing: it doubles after a draft
-/// accepted whole and falls to one more than what was accepted after a rejection, between 1
-/// and `max`.
-#[derive(Clone, Copy, Debug)]
-pub struct DraftLength {
-    now: usize,
-    max: usize,
-}
-
-impl DraftLength {
-    pub fn new(start: usize, max: usize) -> DraftLength {
-        let max = max.max(1);
-        DraftLength {
-            now: start.clamp(1, max),
-            max,
-        }
-    }
-
-    /// Tokens to draft next.
-    pub fn get(&self) -> usize {
-        self.now
-    }
-
-    /// Learns from a verified draft: `accepted` of its `drafted` tokens were kept.
-    pub fn update(&mut self, drafted: usize, accepted: usize) {
-        if drafted == 0 {
-            return;
-        }
-        self.now = if accepted >= drafted {
-            (self.now * 2).min(self.max)
-        } else {
-            (accepted + 1).clamp(1, self.max)
-        };
-    }
-}
-
-impl Default for DraftLength {
-    /// Up to 16 drafted tokens, starting from 4.
-    fn default() -> DraftLength {
-        DraftLength::new(4, 16)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_draft_length_grows_on_success_and_falls_on_rejection() {
-        let mut k = DraftLength::new(4, 16);
-        k.update(4, 4);
-        assert_eq!(k.get(), 8);
-        k.update(8, 8);
-        k.update(16, 16);
-        assert_eq!(k.get(), 16);
-        k.update(16, 2);
-        assert_eq!(k.get(), 3);
-        k.update(3, 0);
-        assert_eq!(k.get(), 1);
-        k.update(0, 0);
-        assert_eq!(k.get(), 1);
-    }
 
     #[test]
     fn speculation_names_round_trip() {
