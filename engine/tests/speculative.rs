@@ -452,6 +452,18 @@ fn a_real_reply_that_quotes_its_input_is_the_plain_reply_in_fewer_passes() {
         plain.stats.passes, lookup.stats.passes, lookup.stats.drafted, lookup.stats.accepted
     );
 
+    // The product's path: lookup with the adaptive policy (no fixed length), as chat runs it.
+    let mut s = Session::new(model.clone(), 512).unwrap();
+    let adaptive = generate_with(
+        &mut s,
+        &req,
+        &CancelHandle::new(),
+        Riders::default(),
+        |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(adaptive.tokens, plain.tokens);
+
     // The default model drafting for itself agrees with itself on every greedy token.
     let mut draft = DraftModel::new(model.clone(), &model, 512).unwrap();
     let (drafted, _, _) = run(&model, 512, KvType::F16, &req, Some(&mut draft), None);

@@ -118,22 +118,12 @@ impl Totals {
     }
 }
 
-/// Where the prompt sets are by default: assets/evals/speculative of this repository (found
-/// from the working directory or next to a cargo-built binary).
+/// Where the prompt sets are by default: assets/evals/speculative of this repository.
 pub fn default_sets() -> Result<PathBuf> {
-    let here = std::env::current_dir().ok();
-    let exe = std::env::current_exe().ok();
-    let roots = here
-        .iter()
-        .chain(exe.iter())
-        .flat_map(|p| p.ancestors().take(5));
-    for root in roots {
-        let d = root.join("assets/evals/speculative");
-        if d.is_dir() {
-            return Ok(d);
-        }
+    match super::eval::assets_evals_dir() {
+        Some(d) => Ok(d.join("speculative")),
+        None => bail!("cannot find the prompt sets (assets/evals/speculative); pass --prompt-set"),
     }
-    bail!("cannot find the prompt sets (assets/evals/speculative); pass --prompt-set")
 }
 
 /// Runs every set plain and with `speculation`; the report as JSON.

@@ -86,19 +86,24 @@ fn suites_dir(args: &EvalArgs) -> Result<PathBuf> {
     if let Some(d) = &args.suites_dir {
         return Ok(d.clone());
     }
+    match assets_evals_dir() {
+        Some(d) => Ok(d),
+        None => bail!("cannot find the eval suites (assets/evals); pass --suites-dir"),
+    }
+}
+
+/// The repository's assets/evals: from the working directory, or next to a cargo-built binary
+/// (<repo>/target/<profile>/kostant).
+pub(super) fn assets_evals_dir() -> Option<PathBuf> {
     if let Some(d) = kostant_evals::suite::default_dir() {
-        return Ok(d);
+        return Some(d);
     }
-    // Next to a cargo-built binary: <repo>/target/<profile>/kostant.
-    if let Ok(exe) = std::env::current_exe() {
-        for up in exe.ancestors().skip(1).take(4) {
-            let d = up.join("assets/evals");
-            if d.join("suites").is_dir() {
-                return Ok(d);
-            }
-        }
-    }
-    bail!("cannot find the eval suites (assets/evals); pass --suites-dir")
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors()
+        .skip(1)
+        .take(4)
+        .map(|up| up.join("assets/evals"))
+        .find(|d| d.join("suites").is_dir())
 }
 
 /// The command line as typed, for the report.
