@@ -29,6 +29,10 @@ pub enum EngineError {
         prompt_tokens: usize,
         context: usize,
     },
+    /// A context snapshot that cannot be restored: malformed, or made for another model, cache
+    /// or adapter. The message says which, for a person.
+    #[error("context snapshot: {0}")]
+    Snapshot(String),
     /// A request that cannot be served as asked (empty prompt, bad sampling parameter).
     #[error("invalid request: {0}")]
     InvalidRequest(String),

@@ -26,7 +26,7 @@ pub use generate::{
     generate, generate_observed, generate_with, CancelHandle, GenerateRequest, Generation,
     GenerationStats, Judgement, Observer, Riders, StopReason,
 };
-pub use kv_cache::KvType;
+pub use kv_cache::{KvType, SnapshotHeader, SNAPSHOT_FORMAT};
 pub use model::Model;
 pub use sampling::SamplingParams;
 pub use session::Session;

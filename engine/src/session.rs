@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::batch::{Batch, LogitRows, Outputs};
-use crate::kv_cache::{KvCache, KvType};
+use crate::kv_cache::{piece_bytes, read_piece, KvCache, KvType, SnapshotHeader};
 use crate::model::{forward, Model, Workspace};
 use crate::{EngineError, Result};
 
@@ -158,6 +158,79 @@ impl Session {
             self.kv.truncate(len);
             self.tokens.truncate(len);
         }
+    }
+
+    /// What this session's rows belong to: the header its snapshots carry, and the one a
+    /// snapshot must match to be restored here.
+    pub fn snapshot_header(&self) -> SnapshotHeader {
+        let hp = &self.model.hparams;
+        SnapshotHeader {
+            fingerprint: self.model.fingerprint(),
+            architecture: hp.arch.name().to_string(),
+            kv_type: self.kv.kv_type(),
+            adapter: None,
+            n_ctx: self.n_ctx(),
+            n_layer: hp.n_layer,
+            kv_dim: hp.kv_dim(),
+            head_dim: hp.head_dim,
+        }
+    }
+
+    /// The tokens and cached rows of positions `from..` as one snapshot piece (see
+    /// `kv_cache::snapshot`): after a reply, `from` is where the cache first differs from
+    /// what was saved, so only new rows are written. None when there is nothing after `from`.
+    pub fn snapshot_piece(&self, from: usize) -> Option<Vec<u8>> {
+        if from >= self.tokens.len() {
+            return None;
+        }
+        let mut rows = Vec::new();
+        self.kv.copy_positions(from, &mut rows);
+        Some(piece_bytes(from, &self.tokens[from..], &rows))
+    }
+
+    /// Replaces this session's context with a snapshot's: `header` then its `pieces` in order,
+    /// each after truncating to where it starts. Returns the tokens restored. Everything is
+    /// read as hostile input; a snapshot made for another model file, cache type, shape or
+    /// adapter, one that does not fit this context, or one with a malformed piece is refused
+    /// with the reason, and the session is then empty (the caller re-reads the conversation).
+    pub fn restore(&mut self, header: &[u8], pieces: &[&[u8]]) -> Result<usize> {
+        self.reset();
+        let result = self.restore_into_empty(header, pieces);
+        if result.is_err() {
+            self.reset();
+        }
+        result
+    }
+
+    fn restore_into_empty(&mut self, header: &[u8], pieces: &[&[u8]]) -> Result<usize> {
+        let saved = SnapshotHeader::from_bytes(header)?;
+        let here = self.snapshot_header();
+        if let Some(why) = saved.mismatch(&here) {
+            return Err(EngineError::Snapshot(format!(
+                "cannot restore it here: {why}"
+            )));
+        }
+        if pieces.is_empty() {
+            return Err(EngineError::Snapshot("it holds no positions".into()));
+        }
+        let n_vocab = self.model.hparams.n_vocab;
+        for (i, bytes) in pieces.iter().enumerate() {
+            let piece = read_piece(bytes, &here, self.n_ctx(), n_vocab)?;
+            if piece.start > self.tokens.len() {
+                return Err(EngineError::Snapshot(format!(
+                    "piece {} starts at position {} but the pieces before it end at {}",
+                    i + 1,
+                    piece.start,
+                    self.tokens.len()
+                )));
+            }
+            self.truncate(piece.start);
+            self.kv
+                .load_positions(piece.tokens.len(), piece.rows)
+                .map_err(|e| EngineError::Snapshot(format!("piece {}: {e}", i + 1)))?;
+            self.tokens.extend_from_slice(&piece.tokens);
+        }
+        Ok(self.tokens.len())
     }
 
     /// Refuses ids past the vocabulary before anything in the cache changes.

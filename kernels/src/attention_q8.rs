@@ -28,6 +28,36 @@ pub struct KvBlockQ8_0 {
 }
 const _: () = assert!(size_of::<KvBlockQ8_0>() == 34);
 
+impl KvBlockQ8_0 {
+    /// Bytes a block takes when copied out (as ggml lays it out: the f16 scale, little-endian,
+    /// then the 32 codes).
+    pub const BYTES: usize = 34;
+
+    /// The block as [`KvBlockQ8_0::BYTES`] bytes, for a context snapshot.
+    pub fn to_bytes(&self) -> [u8; Self::BYTES] {
+        let mut out = [0u8; Self::BYTES];
+        out[..2].copy_from_slice(&self.d.to_le_bytes());
+        for (o, q) in out[2..].iter_mut().zip(self.qs) {
+            *o = q as u8;
+        }
+        out
+    }
+
+    /// A block read back from [`KvBlockQ8_0::to_bytes`]; None when its scale is not a finite
+    /// number (no quantizer writes one, so the bytes were not a block).
+    pub fn from_bytes(b: &[u8; Self::BYTES]) -> Option<KvBlockQ8_0> {
+        let d = f16::from_le_bytes([b[0], b[1]]);
+        if !d.is_finite() {
+            return None;
+        }
+        let mut qs = [0i8; Q8_0_BLOCK];
+        for (q, &x) in qs.iter_mut().zip(&b[2..]) {
+            *q = x as i8;
+        }
+        Some(KvBlockQ8_0 { d, qs })
+    }
+}
+
 impl Default for KvBlockQ8_0 {
     fn default() -> KvBlockQ8_0 {
         KvBlockQ8_0 {

@@ -46,6 +46,8 @@ pub struct Model {
     pub(crate) weights: ModelWeights,
     pub(crate) rope: llama::Rope,
     pub(crate) file: Gguf,
+    /// See [`Model::fingerprint`]; computed on first use.
+    fingerprint: std::sync::OnceLock<[u8; 32]>,
 }
 
 /// Bytes per token a kernel thread keeps for a matmul's input: its activations quantized, about
@@ -87,7 +89,26 @@ impl Model {
             weights,
             rope,
             file,
+            fingerprint: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// What tells this model file from another, for context snapshots: the sha256 of the file's
+    /// header (metadata and tensor table) and of the first 256 bytes of every tensor's data.
+    /// Hashing the whole file would read every weight (seconds on a phone, and the pages the
+    /// repacking gave back); two files with the same header and the same first bytes of every
+    /// tensor are not told apart.
+    pub fn fingerprint(&self) -> [u8; 32] {
+        *self.fingerprint.get_or_init(|| {
+            use sha2::{Digest, Sha256};
+            let mut h = Sha256::new();
+            h.update(&self.file.bytes()[..self.file.data_offset()]);
+            for t in self.file.tensors() {
+                let data = self.file.tensor_data(t);
+                h.update(&data[..data.len().min(256)]);
+            }
+            h.finalize().into()
+        })
     }
 
     /// Human-readable name from the file's metadata, for reports.

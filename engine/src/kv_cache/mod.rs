@@ -21,10 +21,16 @@ use std::fmt;
 use std::str::FromStr;
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
-use kostant_kernels::attention_q8::{quantize_q8_0_kv, KvBlockQ8_0, Q8_0_BLOCK};
+use kostant_kernels::attention_q8::{KvBlockQ8_0, Q8_0_BLOCK};
 
 use crate::{EngineError, Result};
+
+mod snapshot;
+mod store;
+
+pub(crate) use snapshot::{piece_bytes, read_piece};
+pub use snapshot::{SnapshotHeader, SNAPSHOT_FORMAT};
+use store::{Shape, Store};
 
 /// How the cache stores keys and values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -46,7 +52,7 @@ impl KvType {
     }
 
     /// Bytes of `n` cached values (`n` a whole number of blocks for Q8_0).
-    fn bytes_for(self, n: usize) -> usize {
+    pub(crate) fn bytes_for(self, n: usize) -> usize {
         match self {
             KvType::F16 => n * size_of::<f16>(),
             KvType::Q8_0 => n / Q8_0_BLOCK * size_of::<KvBlockQ8_0>(),
@@ -70,88 +76,6 @@ impl FromStr for KvType {
             _ => Err(EngineError::InvalidRequest(format!(
                 "unknown kv cache type {s:?} (expected f16 or q8_0)"
             ))),
-        }
-    }
-}
-
-/// One layer's keys and values in the cache's type, (kv head, position, value): head g's
-/// rows are the `n_ctx` rows from `g * n_ctx` on.
-enum Store {
-    F16 {
-        k: Vec<f16>, // (n_head_kv, n_ctx, head_dim)
-        v: Vec<f16>, // (n_head_kv, n_ctx, head_dim)
-    },
-    Q8_0 {
-        k: Vec<KvBlockQ8_0>, // (n_head_kv, n_ctx, head_dim / 32)
-        v: Vec<KvBlockQ8_0>, // (n_head_kv, n_ctx, head_dim / 32)
-    },
-}
-
-/// Where a layer's rows go: the cache's shape.
-#[derive(Clone, Copy)]
-struct Shape {
-    kv_dim: usize,
-    head_dim: usize,
-    n_ctx: usize,
-}
-
-/// `n` copies of `x`, every one written: `resize` touches each element, so the pages are
-/// resident from here on (a zeroed allocation would only be mapped, and peak memory would come
-/// as a surprise later).
-fn written<T: Clone>(n: usize, x: T) -> Vec<T> {
-    let mut v = Vec::with_capacity(n);
-    v.resize(n, x);
-    v
-}
-
-impl Store {
-    fn zeroed(ty: KvType, n_values: usize) -> Store {
-        match ty {
-            KvType::F16 => Store::F16 {
-                k: written(n_values, f16::ZERO),
-                v: written(n_values, f16::ZERO),
-            },
-            KvType::Q8_0 => Store::Q8_0 {
-                k: written(n_values / Q8_0_BLOCK, KvBlockQ8_0::default()),
-                v: written(n_values / Q8_0_BLOCK, KvBlockQ8_0::default()),
-            },
-        }
-    }
-
-    fn bytes(&self) -> usize {
-        match self {
-            Store::F16 { k, v } => (k.len() + v.len()) * size_of::<f16>(),
-            Store::Q8_0 { k, v } => (k.len() + v.len()) * size_of::<KvBlockQ8_0>(),
-        }
-    }
-
-    /// Writes keys `xk` and values `xv`, (n, kv_dim) each, as positions `pos..pos + n`: each
-    /// head's piece of a row goes to that head's rows.
-    fn write(&mut self, shape: Shape, pos: usize, xk: &[f32], xv: &[f32]) {
-        let Shape {
-            kv_dim,
-            head_dim: hd,
-            n_ctx,
-        } = shape;
-        for (t, (rk, rv)) in xk
-            .chunks_exact(kv_dim)
-            .zip(xv.chunks_exact(kv_dim))
-            .enumerate()
-        {
-            for (g, (hk, hv)) in rk.chunks_exact(hd).zip(rv.chunks_exact(hd)).enumerate() {
-                let at = (g * n_ctx + pos + t) * hd; // in values
-                match self {
-                    Store::F16 { k, v } => {
-                        k[at..at + hd].convert_from_f32_slice(hk);
-                        v[at..at + hd].convert_from_f32_slice(hv);
-                    }
-                    Store::Q8_0 { k, v } => {
-                        let (at, nb) = (at / Q8_0_BLOCK, hd / Q8_0_BLOCK);
-                        quantize_q8_0_kv(hk, &mut k[at..at + nb]);
-                        quantize_q8_0_kv(hv, &mut v[at..at + nb]);
-                    }
-                }
-            }
         }
     }
 }
@@ -301,6 +225,40 @@ impl KvCache {
         for l in &mut self.layers {
             l.filled = self.len;
         }
+    }
+
+    /// Appends the keys and values of positions `from..len` of every layer to `out`, layer by
+    /// layer, as a snapshot piece holds them.
+    pub(crate) fn copy_positions(&self, from: usize, out: &mut Vec<u8>) {
+        let from = from.min(self.len);
+        for l in &self.layers {
+            l.store.copy_rows(self.shape, from, self.len, out);
+        }
+    }
+
+    /// Writes `n` positions from `bytes` (laid out as [`KvCache::copy_positions`] writes them,
+    /// `n` positions' worth: the caller checked) after the `len` stored. A value that is not
+    /// a finite number fails it, and then the cache holds the `len` positions it had.
+    pub(crate) fn load_positions(
+        &mut self,
+        n: usize,
+        bytes: &[u8],
+    ) -> std::result::Result<(), String> {
+        let per_layer = bytes.len() / self.layers.len().max(1);
+        let at = self.len;
+        for (i, (l, chunk)) in self
+            .layers
+            .iter_mut()
+            .zip(bytes.chunks_exact(per_layer))
+            .enumerate()
+        {
+            if let Err(e) = l.store.load_rows(self.shape, at, n, chunk) {
+                self.truncate(at);
+                return Err(format!("layer {i}: {e}"));
+            }
+        }
+        self.advance(n);
+        Ok(())
     }
 
     /// Keys and values of one layer for every stored position, including ones appended during

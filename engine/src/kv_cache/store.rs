@@ -1,0 +1,180 @@
+//! One layer's stored keys and values in the cache's type, and how rows are written into it
+//! and copied out of it (for snapshots).
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+use kostant_kernels::attention_q8::{quantize_q8_0_kv, KvBlockQ8_0, Q8_0_BLOCK};
+
+use super::KvType;
+
+/// One layer's keys and values in the cache's type, (kv head, position, value): head g's
+/// rows are the `n_ctx` rows from `g * n_ctx` on.
+pub(super) enum Store {
+    F16 {
+        k: Vec<f16>, // (n_head_kv, n_ctx, head_dim)
+        v: Vec<f16>, // (n_head_kv, n_ctx, head_dim)
+    },
+    Q8_0 {
+        k: Vec<KvBlockQ8_0>, // (n_head_kv, n_ctx, head_dim / 32)
+        v: Vec<KvBlockQ8_0>, // (n_head_kv, n_ctx, head_dim / 32)
+    },
+}
+
+/// Where a layer's rows go: the cache's shape.
+#[derive(Clone, Copy)]
+pub(super) struct Shape {
+    pub(super) kv_dim: usize,
+    pub(super) head_dim: usize,
+    pub(super) n_ctx: usize,
+}
+
+/// `n` copies of `x`, every one written: `resize` touches each element, so the pages are
+/// resident from here on (a zeroed allocation would only be mapped, and peak memory would come
+/// as a surprise later).
+fn written<T: Clone>(n: usize, x: T) -> Vec<T> {
+    let mut v = Vec::with_capacity(n);
+    v.resize(n, x);
+    v
+}
+
+impl Store {
+    pub(super) fn zeroed(ty: KvType, n_values: usize) -> Store {
+        match ty {
+            KvType::F16 => Store::F16 {
+                k: written(n_values, f16::ZERO),
+                v: written(n_values, f16::ZERO),
+            },
+            KvType::Q8_0 => Store::Q8_0 {
+                k: written(n_values / Q8_0_BLOCK, KvBlockQ8_0::default()),
+                v: written(n_values / Q8_0_BLOCK, KvBlockQ8_0::default()),
+            },
+        }
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        match self {
+            Store::F16 { k, v } => (k.len() + v.len()) * size_of::<f16>(),
+            Store::Q8_0 { k, v } => (k.len() + v.len()) * size_of::<KvBlockQ8_0>(),
+        }
+    }
+
+    /// Writes keys `xk` and values `xv`, (n, kv_dim) each, as positions `pos..pos + n`: each
+    /// head's piece of a row goes to that head's rows.
+    pub(super) fn write(&mut self, shape: Shape, pos: usize, xk: &[f32], xv: &[f32]) {
+        let Shape {
+            kv_dim,
+            head_dim: hd,
+            n_ctx,
+        } = shape;
+        for (t, (rk, rv)) in xk
+            .chunks_exact(kv_dim)
+            .zip(xv.chunks_exact(kv_dim))
+            .enumerate()
+        {
+            for (g, (hk, hv)) in rk.chunks_exact(hd).zip(rv.chunks_exact(hd)).enumerate() {
+                let at = (g * n_ctx + pos + t) * hd; // in values
+                match self {
+                    Store::F16 { k, v } => {
+                        k[at..at + hd].convert_from_f32_slice(hk);
+                        v[at..at + hd].convert_from_f32_slice(hv);
+                    }
+                    Store::Q8_0 { k, v } => {
+                        let (at, nb) = (at / Q8_0_BLOCK, hd / Q8_0_BLOCK);
+                        quantize_q8_0_kv(hk, &mut k[at..at + nb]);
+                        quantize_q8_0_kv(hv, &mut v[at..at + nb]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Keys and values of positions `from..to` of one layer as bytes, appended to `out`: the keys
+/// of kv head 0, 1, … in position order, then the values the same way. f16 values are
+/// little-endian; Q8_0 rows are their blocks ([`KvBlockQ8_0::to_bytes`]).
+impl Store {
+    pub(super) fn copy_rows(&self, shape: Shape, from: usize, to: usize, out: &mut Vec<u8>) {
+        let n_heads = shape.kv_dim / shape.head_dim;
+        match self {
+            Store::F16 { k, v } => {
+                let hd = shape.head_dim;
+                for side in [k, v] {
+                    for g in 0..n_heads {
+                        let rows =
+                            &side[(g * shape.n_ctx + from) * hd..(g * shape.n_ctx + to) * hd];
+                        out.extend(rows.iter().flat_map(|x| x.to_le_bytes()));
+                    }
+                }
+            }
+            Store::Q8_0 { k, v } => {
+                let nb = shape.head_dim / Q8_0_BLOCK;
+                for side in [k, v] {
+                    for g in 0..n_heads {
+                        let rows =
+                            &side[(g * shape.n_ctx + from) * nb..(g * shape.n_ctx + to) * nb];
+                        out.extend(rows.iter().flat_map(|b| b.to_bytes()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes positions `at..at + n` from bytes laid out as [`Store::copy_rows`] writes them
+    /// (exactly `n` positions' worth: the caller checked the length). Fails, naming the first
+    /// bad value, on a value that is not a finite number; positions before the bad one may
+    /// have been written, so the caller must not count any of them as filled.
+    pub(super) fn load_rows(
+        &mut self,
+        shape: Shape,
+        at: usize,
+        n: usize,
+        bytes: &[u8],
+    ) -> Result<(), String> {
+        let n_heads = shape.kv_dim / shape.head_dim;
+        match self {
+            Store::F16 { k, v } => {
+                let hd = shape.head_dim;
+                let mut src = bytes.chunks_exact(2);
+                for (s, side) in [k, v].into_iter().enumerate() {
+                    for g in 0..n_heads {
+                        let rows =
+                            &mut side[(g * shape.n_ctx + at) * hd..(g * shape.n_ctx + at + n) * hd];
+                        for x in rows.iter_mut() {
+                            // Invariant: the caller checked there are n positions of bytes.
+                            let b = src.next().unwrap();
+                            let value = f16::from_le_bytes([b[0], b[1]]);
+                            if !value.is_finite() {
+                                return Err(format!(
+                                    "a {} of kv head {g} is not a finite number",
+                                    ["key", "value"][s]
+                                ));
+                            }
+                            *x = value;
+                        }
+                    }
+                }
+            }
+            Store::Q8_0 { k, v } => {
+                let nb = shape.head_dim / Q8_0_BLOCK;
+                let mut src = bytes.chunks_exact(KvBlockQ8_0::BYTES);
+                for (s, side) in [k, v].into_iter().enumerate() {
+                    for g in 0..n_heads {
+                        let rows =
+                            &mut side[(g * shape.n_ctx + at) * nb..(g * shape.n_ctx + at + n) * nb];
+                        for x in rows.iter_mut() {
+                            // Invariant: the caller checked there are n positions of bytes.
+                            let b = src.next().unwrap();
+                            *x = KvBlockQ8_0::from_bytes(b.try_into().unwrap()).ok_or_else(|| {
+                                format!(
+                                    "a {} block of kv head {g} has a scale that is not a finite number",
+                                    ["key", "value"][s]
+                                )
+                            })?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
