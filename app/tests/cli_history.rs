@@ -296,3 +296,130 @@ fn interactive_chat_saves_turns_and_reset_starts_a_new_conversation() {
         ]
     );
 }
+
+/// The assistant's messages of history conversation `id`, in order.
+fn assistant_messages(s: &Scratch, id: i64) -> Vec<String> {
+    let shown = ok_json(&s.run(&["history", "show", &id.to_string(), "--json"]));
+    shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["text"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The conversation survives the process: `chat --continue ID` restores the saved context
+/// (only the new turn goes through a forward pass) and replies exactly as a chat that never
+/// closed; a context saved for another cache type is refused with a notice and the
+/// conversation is read again, losing nothing.
+#[test]
+fn continue_restores_the_saved_context_and_replies_as_if_never_closed() {
+    use std::io::Write;
+    let (first, second) = (
+        "My name is Ada and I play chess on Sundays.",
+        "What game do I play, and when?",
+    );
+    let args = ["--temperature", "0", "--max-tokens", "12"];
+    // One process, two turns: the second reuses the first's cache as it was left.
+    let never_closed = Scratch::new("never-closed");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kostant"))
+        .arg("chat")
+        .args(args)
+        .env("KOSTANT_MODEL", model())
+        .env("KOSTANT_DATA_DIR", never_closed.data())
+        .env("KOSTANT_KEY_DIR", never_closed.keys())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{first}\n{second}\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = assistant_messages(&never_closed, 1);
+    assert_eq!(want.len(), 2);
+
+    // Two processes: the second continues from the saved context.
+    let s = Scratch::new("continue");
+    let one = ok_json(&s.run(&[
+        "chat", "--prompt", first, "--json", args[0], args[1], args[2], args[3],
+    ]));
+    assert_eq!(one["reply"], want[0].as_str());
+    let two = ok_json(&s.run(&[
+        "chat",
+        "--continue",
+        "1",
+        "--prompt",
+        second,
+        "--json",
+        args[0],
+        args[1],
+        args[2],
+        args[3],
+    ]));
+    let stats = &two["stats"];
+    let (prompt, restored, prefill) = (
+        stats["prompt_tokens"].as_u64().unwrap(),
+        stats["restored_tokens"].as_u64().unwrap(),
+        stats["prefill_tokens"].as_u64().unwrap(),
+    );
+    assert!(restored > 40, "{stats}");
+    assert_eq!(restored + prefill, prompt, "{stats}");
+    assert!(prefill < 30, "only the new turn is read: {stats}");
+    assert_eq!(two["reply"], want[1].as_str());
+    assert_eq!(
+        assistant_messages(&s, 1),
+        want,
+        "appended to the same conversation"
+    );
+    assert!(
+        !on_disk(&s.data(), b"Sundays"),
+        "the context reached the disk in the clear"
+    );
+
+    // Saved with the f16 cache, asked for with q8_0: a notice, the conversation read again.
+    let out = s.run(&[
+        "chat",
+        "--continue",
+        "1",
+        "--kv-type",
+        "q8_0",
+        "--prompt",
+        "Thanks!",
+        "--json",
+        args[0],
+        args[1],
+        args[2],
+        args[3],
+    ]);
+    let three = ok_json(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("was not restored")
+            && err.contains("q8_0")
+            && err.contains("reading the conversation again"),
+        "{err}"
+    );
+    assert_eq!(three["stats"]["restored_tokens"], 0);
+    assert_eq!(
+        three["stats"]["prefill_tokens"],
+        three["stats"]["prompt_tokens"]
+    );
+    assert_eq!(assistant_messages(&s, 1).len(), 3);
+
+    // A conversation that is not there is a clear error.
+    failed_with(
+        &s.run(&["chat", "--continue", "9", "--prompt", "hi", "--json"]),
+        "no conversation 9",
+    );
+}

@@ -48,6 +48,8 @@ pub fn run(args: ChatArgs) -> Result<()> {
     let mut chat = Chat {
         model,
         session: Some(session),
+        keeper: crate::history::context::ContextKeeper::new(),
+        restored_tokens: 0,
         guard: Some(guard),
         head,
         history: Vec::new(),
@@ -58,6 +60,9 @@ pub fn run(args: ChatArgs) -> Result<()> {
         cancel: CancelHandle::new(),
         recorder,
     };
+    if let Some(id) = args.continue_id {
+        chat.continue_conversation(id)?;
+    }
     match &args.prompt {
         Some(prompt) => one_shot(&mut chat, prompt, args.json),
         None => interactive(&mut chat),
@@ -80,9 +85,52 @@ struct Chat {
     cancel: CancelHandle,
     /// Saves each exchange to the encrypted history; `None` with --no-history.
     recorder: Option<crate::history::Recorder>,
+    /// Saves the session's context beside the conversation after each reply.
+    keeper: crate::history::context::ContextKeeper,
+    /// Tokens the session got from a saved context (`--continue`), not from a forward pass.
+    restored_tokens: usize,
 }
 
 impl Chat {
+    /// Goes on with history conversation `id`: its saved context restored into the session
+    /// when there is one that fits this model and cache, else its messages read again on the
+    /// first reply (with a notice saying why).
+    fn continue_conversation(&mut self, id: i64) -> Result<()> {
+        let recorder = self
+            .recorder
+            .as_mut()
+            .context("--continue needs the history")?;
+        let messages = recorder.continue_conversation(id)?;
+        let session = self
+            .session
+            .as_mut()
+            .context("generation already running")?;
+        match self.keeper.restore(recorder.store_mut(), id, session) {
+            Ok(Some(context)) => {
+                self.restored_tokens = session.tokens().len();
+                self.history = context;
+                return Ok(());
+            }
+            Ok(None) => {}
+            Err(e) => eprintln!(
+                "kostant: the saved context of conversation {id} was not restored ({e}); reading the conversation again"
+            ),
+        }
+        // No usable snapshot: the conversation as shown, every exchange (the messages do not
+        // say which ones the guard kept out of the model's context).
+        self.history.clear();
+        for m in messages {
+            let text = m.text?;
+            let role = match m.role {
+                Some(crate::history::Role::User) => Role::User,
+                Some(crate::history::Role::Assistant) => Role::Assistant,
+                _ => continue,
+            };
+            self.history.push(Message::new(role, text));
+        }
+        Ok(())
+    }
+
     /// The conversation as prompt tokens. Drops the oldest turns when it no longer fits the
     /// context, keeping the newest message; fails if even that does not fit.
     fn prompt(&mut self) -> Result<Vec<u32>, EngineError> {
@@ -153,8 +201,18 @@ impl Chat {
         kostant_safety::close_exchange(&mut self.history, g.text.clone(), g.verdict, g.stopped_by);
         if let Some(r) = self.recorder.as_mut() {
             // The reply was already shown: a failed save is reported, not fatal.
-            if let Err(e) = r.record(user, &g.text) {
-                eprintln!("kostant: this exchange was not saved to the history: {e}");
+            match r.record(user, &g.text) {
+                Err(e) => eprintln!("kostant: this exchange was not saved to the history: {e}"),
+                Ok(id) => {
+                    // The context is a convenience: a failed save costs the next open a
+                    // re-read, nothing else.
+                    if let Some(session) = self.session.as_ref() {
+                        if let Err(e) = self.keeper.save(r.store_mut(), id, session, &self.history)
+                        {
+                            eprintln!("kostant: this conversation's context was not saved: {e}");
+                        }
+                    }
+                }
             }
         }
         Ok(g)
@@ -165,6 +223,7 @@ fn stats_json(
     g: Option<&Generation>,
     head: &HeadId,
     speculation: Speculation,
+    restored_tokens: usize,
 ) -> serde_json::Value {
     let Some(g) = g else {
         return json!({
@@ -178,6 +237,10 @@ fn stats_json(
         "guard_head": head.json(),
         "prompt_tokens": s.prompt_tokens,
         "reused_tokens": s.reused_tokens,
+        // Of the reused tokens, those a saved context put in the cache (`--continue`); the
+        // prompt's tokens that went through a forward pass.
+        "restored_tokens": restored_tokens.min(s.reused_tokens),
+        "prefill_tokens": s.prompt_tokens - s.reused_tokens,
         "generated_tokens": s.generated_tokens,
         "ttft_ms": s.ttft_ms,
         "first_shown_ms": s.first_shown_ms,
@@ -236,7 +299,12 @@ fn one_shot(chat: &mut Chat, prompt: &str, as_json: bool) -> Result<()> {
             "guard": guard_json(&r),
             "stop_reason": r.generation.as_ref().map(|g| g.stop),
             "model": chat.model.name(),
-            "stats": stats_json(r.generation.as_ref(), &chat.head, chat.speculation),
+            "stats": stats_json(
+                r.generation.as_ref(),
+                &chat.head,
+                chat.speculation,
+                chat.restored_tokens
+            ),
         });
         writeln!(out, "{done}")?;
     } else {
@@ -281,6 +349,8 @@ fn interactive(chat: &mut Chat) -> Result<()> {
             "/quit" | "/exit" => return Ok(()),
             "/reset" => {
                 chat.history.clear();
+                chat.keeper.forget();
+                chat.restored_tokens = 0;
                 if let Some(r) = chat.recorder.as_mut() {
                     r.new_conversation();
                 }

@@ -120,6 +120,10 @@ pub struct ChatArgs {
     /// Do not save this conversation to the encrypted history.
     #[arg(long)]
     pub no_history: bool,
+    /// Go on with conversation ID from the history (`kostant history list`): its saved
+    /// context is restored instead of re-read, and new exchanges are appended to it.
+    #[arg(long = "continue", value_name = "ID", conflicts_with = "no_history")]
+    pub continue_id: Option<i64>,
     /// Where the history lives (default: $XDG_DATA_HOME/kostant or ~/.local/share/kostant).
     #[arg(long, env = "KOSTANT_DATA_DIR")]
     pub data_dir: Option<PathBuf>,

@@ -27,6 +27,20 @@ pub enum Slot {
     },
     /// `eval_runs.report` of a safety eval run.
     EvalRun { run: i64 },
+    /// `snapshots.context` of a conversation: the model's view of it when its context was
+    /// saved. `header` is the sha256 of the snapshot's (clear) header, so a header swapped
+    /// in the row opens nothing.
+    SnapshotContext { conversation: i64, header: [u8; 32] },
+    /// `snapshot_pieces.body` number `seq` of a conversation's context snapshot.
+    SnapshotPiece {
+        conversation: i64,
+        seq: i64,
+        header: [u8; 32],
+    },
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Slot {
@@ -45,6 +59,21 @@ impl Slot {
                 role.as_str()
             ),
             Slot::EvalRun { run } => format!("kostant-history/v1\0eval_runs.report\0{run}"),
+            Slot::SnapshotContext {
+                conversation,
+                header,
+            } => format!(
+                "kostant-history/v1\0snapshots.context\0{conversation}\0{}",
+                hex(header)
+            ),
+            Slot::SnapshotPiece {
+                conversation,
+                seq,
+                header,
+            } => format!(
+                "kostant-history/v1\0snapshot_pieces.body\0{conversation}\0{seq}\0{}",
+                hex(header)
+            ),
         }
     }
 }
@@ -59,6 +88,15 @@ impl std::fmt::Display for Slot {
                 ..
             } => write!(f, "message {message} of conversation {conversation}"),
             Slot::EvalRun { run } => write!(f, "report of eval run {run}"),
+            Slot::SnapshotContext { conversation, .. } => {
+                write!(f, "saved context of conversation {conversation}")
+            }
+            Slot::SnapshotPiece {
+                conversation, seq, ..
+            } => write!(
+                f,
+                "piece {seq} of the saved context of conversation {conversation}"
+            ),
         }
     }
 }
@@ -81,6 +119,17 @@ impl Cipher {
 
     /// `version || nonce || ciphertext || tag` of `plain`, bound to `slot`.
     pub fn seal(&self, slot: Slot, plain: &str) -> Result<Vec<u8>, HistoryError> {
+        self.seal_bytes(slot, plain.as_bytes())
+    }
+
+    /// Opens a value sealed for `slot`; fails if any byte changed or it was sealed elsewhere.
+    pub fn open(&self, slot: Slot, sealed: &[u8]) -> Result<String, HistoryError> {
+        let plain = self.open_bytes(slot, sealed)?;
+        String::from_utf8(plain).map_err(|_| HistoryError::Integrity(slot.to_string()))
+    }
+
+    /// [`Cipher::seal`] for bytes that are not text (a context snapshot's rows).
+    pub fn seal_bytes(&self, slot: Slot, plain: &[u8]) -> Result<Vec<u8>, HistoryError> {
         let mut nonce = [0u8; NONCE_LEN];
         self.rng
             .fill(&mut nonce)
@@ -88,7 +137,7 @@ impl Cipher {
         let mut out = Vec::with_capacity(plain.len() + OVERHEAD);
         out.push(VERSION);
         out.extend_from_slice(&nonce);
-        let mut body = plain.as_bytes().to_vec();
+        let mut body = plain.to_vec();
         let aad = slot.aad();
         self.key
             .seal_in_place_append_tag(
@@ -101,8 +150,8 @@ impl Cipher {
         Ok(out)
     }
 
-    /// Opens a value sealed for `slot`; fails if any byte changed or it was sealed elsewhere.
-    pub fn open(&self, slot: Slot, sealed: &[u8]) -> Result<String, HistoryError> {
+    /// [`Cipher::open`] for bytes that are not text.
+    pub fn open_bytes(&self, slot: Slot, sealed: &[u8]) -> Result<Vec<u8>, HistoryError> {
         let integrity = || HistoryError::Integrity(slot.to_string());
         if sealed.len() < OVERHEAD || sealed[0] != VERSION {
             return Err(integrity());
@@ -115,7 +164,7 @@ impl Cipher {
             .key
             .open_in_place(nonce, Aad::from(aad.as_bytes()), &mut body)
             .map_err(|_| integrity())?;
-        String::from_utf8(plain.to_vec()).map_err(|_| integrity())
+        Ok(plain.to_vec())
     }
 }
 

@@ -9,6 +9,7 @@
 //!
 //! Search decrypts every message and matches in memory: there is no plaintext index, by design.
 
+pub mod context;
 pub mod crypto;
 pub mod export;
 pub mod store;
@@ -20,7 +21,7 @@ use std::path::{Path, PathBuf};
 use kostant_platform::keystore::FileKeyStore;
 use kostant_platform::PlatformError;
 
-pub use store::Store;
+pub use store::{SavedContext, Store};
 
 /// The database file's name inside the data directory.
 pub const DB_FILE: &str = "history.sqlite3";
@@ -178,6 +179,24 @@ impl Recorder {
             "history: saved encrypted (ChaCha20-Poly1305); {} — a file, as this desktop offers no OS keystore; --no-history to not save",
             self.store.key_location()
         )
+    }
+
+    /// The conversation the next exchange is appended to, if any.
+    pub fn conversation(&self) -> Option<i64> {
+        self.conversation
+    }
+
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    /// Appends the next exchanges to conversation `id` and returns its messages (each with
+    /// its role, or the reason it does not open).
+    pub fn continue_conversation(&mut self, id: i64) -> Result<Vec<store::Message>, HistoryError> {
+        self.store.conversation(id)?;
+        let messages = self.store.messages(id)?;
+        self.conversation = Some(id);
+        Ok(messages)
     }
 
     /// The next exchange starts a new conversation (after `/reset`).

@@ -61,6 +61,37 @@ CREATE TABLE IF NOT EXISTS eval_runs (
 ) STRICT;
 ";
 
+/// Conversations' saved contexts (see `Store::save_context`): the snapshot header in the clear
+/// (model fingerprint, cache type and shape: nothing the user wrote), the model's view of the
+/// conversation sealed, and the snapshot's pieces sealed, each bound to the conversation, its
+/// place and the header. Additive like `eval_runs`; deleted with their conversation (cascade)
+/// and by delete-all.
+const SNAPSHOTS: &str = "
+CREATE TABLE IF NOT EXISTS snapshots (
+    conversation_id INTEGER PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
+    updated_at INTEGER NOT NULL,
+    header BLOB NOT NULL,
+    context BLOB NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS snapshot_pieces (
+    conversation_id INTEGER NOT NULL REFERENCES snapshots(conversation_id) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (conversation_id, seq)
+) STRICT;
+";
+
+/// A conversation's saved context, opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedContext {
+    /// The engine's snapshot header (`kostant_engine::SnapshotHeader` bytes).
+    pub header: Vec<u8>,
+    /// The model's view of the conversation when it was saved, as the caller wrote it.
+    pub context: String,
+    /// The snapshot's pieces, in the order they apply.
+    pub pieces: Vec<Vec<u8>>,
+}
+
 /// Longest title kept, in characters (the first user message, cut).
 const TITLE_CHARS: usize = 60;
 
@@ -186,6 +217,7 @@ impl Store {
         }
         store.cipher = Cipher::new(&store.unwrap_data_key()?);
         store.conn.execute_batch(EVAL_RUNS).map_err(store.err())?;
+        store.conn.execute_batch(SNAPSHOTS).map_err(store.err())?;
         Ok(store)
     }
 
@@ -499,6 +531,8 @@ impl Store {
         let wrapped = self.keys.begin_rotation(&new_key, DATA_KEY_CONTEXT)?;
         #[cfg(test)]
         erase_step(&mut self.erase_hook, EraseStep::Staged, &path)?;
+        tx.execute("DELETE FROM snapshot_pieces", []).map_err(e)?;
+        tx.execute("DELETE FROM snapshots", []).map_err(e)?;
         tx.execute("DELETE FROM messages", []).map_err(e)?;
         tx.execute("DELETE FROM eval_runs", []).map_err(e)?;
         let n = tx.execute("DELETE FROM conversations", []).map_err(e)?;
@@ -516,6 +550,158 @@ impl Store {
         self.keys.finish_rotation(&wrapped, DATA_KEY_CONTEXT)?;
         self.conn.execute_batch("VACUUM").map_err(e)?;
         Ok(n)
+    }
+
+    /// Saves `conversation`'s context in one transaction: its snapshot `header`, the model's
+    /// view of the conversation (`context`, replacing the stored one), and `piece` appended
+    /// after the stored pieces; with `fresh`, or a header unlike the stored one, the stored
+    /// pieces are dropped first (the piece then holds the whole context). A kill at any point
+    /// leaves the previous saved context or this one. Returns how many pieces are stored.
+    pub fn save_context(
+        &mut self,
+        conversation: i64,
+        header: &[u8],
+        context: &str,
+        piece: Option<&[u8]>,
+        fresh: bool,
+    ) -> Result<usize, HistoryError> {
+        let path = self.path.clone();
+        let e = |e| classify(&path, e);
+        let header_hash = sha256(header);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(e)?;
+        let run = || -> Result<usize, StepError> {
+            let exists: Option<i64> = tx
+                .query_row(
+                    "SELECT 1 FROM conversations WHERE id = ?1",
+                    [conversation],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if exists.is_none() {
+                return Err(HistoryError::NoConversation(conversation).into());
+            }
+            let stored: Option<Vec<u8>> = tx
+                .query_row(
+                    "SELECT header FROM snapshots WHERE conversation_id = ?1",
+                    [conversation],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if fresh || stored.as_deref() != Some(header) {
+                tx.execute(
+                    "DELETE FROM snapshot_pieces WHERE conversation_id = ?1",
+                    [conversation],
+                )?;
+            }
+            let sealed = self.cipher.seal(
+                Slot::SnapshotContext {
+                    conversation,
+                    header: header_hash,
+                },
+                context,
+            )?;
+            tx.execute(
+                "INSERT INTO snapshots (conversation_id, updated_at, header, context)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (conversation_id) DO UPDATE
+                 SET updated_at = ?2, header = ?3, context = ?4",
+                params![conversation, now_ms(), header, sealed],
+            )?;
+            if let Some(piece) = piece {
+                let seq: i64 = tx.query_row(
+                    "SELECT coalesce(max(seq), -1) + 1 FROM snapshot_pieces WHERE conversation_id = ?1",
+                    [conversation],
+                    |r| r.get(0),
+                )?;
+                let slot = Slot::SnapshotPiece {
+                    conversation,
+                    seq,
+                    header: header_hash,
+                };
+                tx.execute(
+                    "INSERT INTO snapshot_pieces (conversation_id, seq, body) VALUES (?1, ?2, ?3)",
+                    params![conversation, seq, self.cipher.seal_bytes(slot, piece)?],
+                )?;
+            }
+            let n: i64 = tx.query_row(
+                "SELECT count(*) FROM snapshot_pieces WHERE conversation_id = ?1",
+                [conversation],
+                |r| r.get(0),
+            )?;
+            Ok(n as usize)
+        };
+        let n = run().map_err(|x| x.at(&path))?;
+        tx.commit().map_err(e)?;
+        Ok(n)
+    }
+
+    /// `conversation`'s saved context, opened; None when none is saved. Fails on a value
+    /// that was altered or moved (the caller then re-reads the conversation).
+    pub fn saved_context(&self, conversation: i64) -> Result<Option<SavedContext>, HistoryError> {
+        let row: Option<(Vec<u8>, Vec<u8>)> = self
+            .conn
+            .query_row(
+                "SELECT header, context FROM snapshots WHERE conversation_id = ?1",
+                [conversation],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(self.err())?;
+        let Some((header, sealed_context)) = row else {
+            return Ok(None);
+        };
+        let header_hash = sha256(&header);
+        let context = self.cipher.open(
+            Slot::SnapshotContext {
+                conversation,
+                header: header_hash,
+            },
+            &sealed_context,
+        )?;
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT seq, body FROM snapshot_pieces WHERE conversation_id = ?1 ORDER BY seq",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([conversation], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })
+            .map_err(self.err())?;
+        let mut pieces = Vec::new();
+        for (i, row) in rows.enumerate() {
+            let (seq, sealed) = row.map_err(self.err())?;
+            let slot = Slot::SnapshotPiece {
+                conversation,
+                seq,
+                header: header_hash,
+            };
+            // A gap in the sequence is a deleted piece: what follows it would not restore.
+            if seq != i as i64 {
+                return Err(HistoryError::Integrity(slot.to_string()));
+            }
+            pieces.push(self.cipher.open_bytes(slot, &sealed)?);
+        }
+        Ok(Some(SavedContext {
+            header,
+            context,
+            pieces,
+        }))
+    }
+
+    /// Forgets `conversation`'s saved context (its messages stay).
+    pub fn delete_context(&mut self, conversation: i64) -> Result<(), HistoryError> {
+        self.conn
+            .execute(
+                "DELETE FROM snapshots WHERE conversation_id = ?1",
+                [conversation],
+            )
+            .map_err(self.err())?;
+        Ok(())
     }
 
     /// Stores a safety eval report (JSON), sealed; returns the run's id.
@@ -719,6 +905,13 @@ fn title_of(user: &str) -> String {
         t.push('…');
     }
     t
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let d = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
 }
 
 fn now_ms() -> i64 {

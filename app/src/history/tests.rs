@@ -444,6 +444,17 @@ fn crash_child() {
         let id = store
             .append_exchange(conv, &text, &format!("reply to {text}"))
             .unwrap();
+        // The conversation's context after the exchange: a piece appended (or, on its first
+        // exchange, a fresh snapshot), with the context it belongs to, in one transaction.
+        store
+            .save_context(
+                id,
+                b"header",
+                &text,
+                Some(format!("piece for {text}").as_bytes()),
+                conv.is_none(),
+            )
+            .unwrap();
         conv = Some(id);
         if parent_dir.is_some() {
             writeln!(out, "ACK {id} {text}").unwrap();
@@ -488,6 +499,7 @@ fn sigkill_never_loses_an_acknowledged_message() {
     let mut acked: BTreeSet<(i64, Role, String)> = BTreeSet::new();
     let mut killed_mid_run = 0;
     let mut hot_journals = 0;
+    let mut contexts_checked = 0;
     let started = std::time::Instant::now();
     for round in 0..ROUNDS {
         let mut child = std::process::Command::new(&exe)
@@ -558,6 +570,22 @@ fn sigkill_never_loses_an_acknowledged_message() {
                 stored.insert((c.id, m.role.unwrap(), text));
             }
         }
+        // Every saved context opens whole, and its last piece is the one saved with it (a
+        // kill between an exchange and its context's save leaves the previous one, or none).
+        for c in store.list().unwrap() {
+            let saved = store
+                .saved_context(c.id)
+                .unwrap_or_else(|e| panic!("round {round} (seed {seed}): {e}"));
+            if let Some(saved) = saved {
+                let last = saved.pieces.last().expect("a saved context has a piece");
+                assert_eq!(
+                    last,
+                    format!("piece for {}", saved.context).as_bytes(),
+                    "round {round} (seed {seed}): a torn context save"
+                );
+                contexts_checked += 1;
+            }
+        }
         // Every message is an exchange's half: an unpaired one would be a torn transaction.
         let users = stored.iter().filter(|(_, r, _)| *r == Role::User).count();
         assert_eq!(users * 2, stored.len(), "round {round}: a torn exchange");
@@ -575,6 +603,10 @@ fn sigkill_never_loses_an_acknowledged_message() {
         started.elapsed().as_secs_f64()
     );
     assert!(acked.len() >= ROUNDS);
+    assert!(
+        contexts_checked >= ROUNDS,
+        "{contexts_checked} saved contexts checked"
+    );
     assert_eq!(
         killed_mid_run, ROUNDS,
         "every child was killed, none finished"
@@ -901,4 +933,149 @@ fn delete_all_killed_at_any_step_leaves_a_history_that_opens() {
         assert!(keys.unwrap(&old_wrapped, DATA_KEY_CONTEXT).is_err());
         assert!(files_containing(&dirs.data(), SECRET.as_bytes()).is_empty());
     }
+}
+
+#[test]
+fn saved_contexts_are_sealed_tamper_evident_and_go_with_their_conversation() {
+    let dirs = Dirs::new("contexts");
+    let mut store = dirs.open();
+    let a = store.append_exchange(None, "hello", "hi").unwrap();
+    let b = store.append_exchange(None, "other", "fine").unwrap();
+    let header = b"HEADER-IN-THE-CLEAR".to_vec();
+    let context = format!("[{{\"role\":\"user\",\"content\":\"{SECRET}\"}}]");
+    let p0 = format!("rows of {SECRET} 0").into_bytes();
+    let p1 = format!("rows of {SECRET} 1").into_bytes();
+    assert_eq!(
+        store
+            .save_context(a, &header, &context, Some(&p0), true)
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        store
+            .save_context(a, &header, &context, Some(&p1), false)
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        store
+            .save_context(b, &header, "[]", Some(b"b rows"), true)
+            .unwrap(),
+        1
+    );
+    let saved = store.saved_context(a).unwrap().unwrap();
+    assert_eq!(
+        (
+            saved.header.as_slice(),
+            saved.context.as_str(),
+            saved.pieces.clone()
+        ),
+        (
+            header.as_slice(),
+            context.as_str(),
+            vec![p0.clone(), p1.clone()]
+        )
+    );
+    let fresh = store.append_exchange(None, "x", "y").unwrap();
+    assert!(store.saved_context(fresh).unwrap().is_none());
+    // Sealed: the secret is nowhere on disk; the header (model fingerprint and cache shape,
+    // nothing the user wrote) is stored in the clear, so a mismatch is told before decryption.
+    drop(store);
+    assert!(files_containing(&dirs.data(), SECRET.as_bytes()).is_empty());
+    assert_eq!(files_containing(&dirs.data(), &header), vec![dirs.db()]);
+
+    let c = dirs.raw();
+    let store = dirs.open();
+    let body = |seq: i64| -> Vec<u8> {
+        c.query_row(
+            "SELECT body FROM snapshot_pieces WHERE conversation_id = ?1 AND seq = ?2",
+            [a, seq],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let fails = |store: &Store| match store.saved_context(a) {
+        Err(HistoryError::Integrity(what)) => what,
+        other => panic!("tampering went unnoticed: {other:?}"),
+    };
+    // A flipped byte in a piece.
+    let original = body(1);
+    let mut flipped = original.clone();
+    flipped[20] ^= 1;
+    c.execute(
+        "UPDATE snapshot_pieces SET body = ?1 WHERE conversation_id = ?2 AND seq = 1",
+        rusqlite::params![flipped, a],
+    )
+    .unwrap();
+    assert!(fails(&store).contains("piece 1"), "{}", fails(&store));
+    c.execute(
+        "UPDATE snapshot_pieces SET body = ?1 WHERE conversation_id = ?2 AND seq = 1",
+        rusqlite::params![original, a],
+    )
+    .unwrap();
+    assert!(store.saved_context(a).is_ok());
+    // Pieces swapped in place.
+    let (zero, one) = (body(0), body(1));
+    c.execute(
+        "UPDATE snapshot_pieces SET body = ?1 WHERE conversation_id = ?2 AND seq = 0",
+        rusqlite::params![one, a],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE snapshot_pieces SET body = ?1 WHERE conversation_id = ?2 AND seq = 1",
+        rusqlite::params![zero, a],
+    )
+    .unwrap();
+    fails(&store);
+    c.execute(
+        "UPDATE snapshot_pieces SET body = ?1 WHERE conversation_id = ?2 AND seq = 0",
+        rusqlite::params![zero, a],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE snapshot_pieces SET body = ?1 WHERE conversation_id = ?2 AND seq = 1",
+        rusqlite::params![one, a],
+    )
+    .unwrap();
+    // Another header put in the clear column: the sealed values were bound to the old one.
+    c.execute(
+        "UPDATE snapshots SET header = x'00' WHERE conversation_id = ?1",
+        [a],
+    )
+    .unwrap();
+    assert!(fails(&store).contains("saved context of conversation"));
+    c.execute(
+        "UPDATE snapshots SET header = ?1 WHERE conversation_id = ?2",
+        rusqlite::params![header, a],
+    )
+    .unwrap();
+    // A piece dropped from the middle: what follows would not restore.
+    c.execute(
+        "DELETE FROM snapshot_pieces WHERE conversation_id = ?1 AND seq = 0",
+        [a],
+    )
+    .unwrap();
+    assert!(fails(&store).contains("piece 1"));
+    drop(store);
+
+    // A header unlike the stored one starts the snapshot over; a missing conversation is named.
+    let mut store = dirs.open();
+    assert_eq!(
+        store
+            .save_context(a, b"another model", "[]", Some(b"r"), false)
+            .unwrap(),
+        1
+    );
+    assert!(matches!(
+        store.save_context(999, &header, "[]", None, true),
+        Err(HistoryError::NoConversation(999))
+    ));
+    // Deleted with the conversation, and by delete-all.
+    store.delete(a).unwrap();
+    let count = |sql: &str| -> i64 { dirs.raw().query_row(sql, [], |r| r.get(0)).unwrap() };
+    assert_eq!(count("SELECT count(*) FROM snapshots"), 1);
+    assert_eq!(count("SELECT count(*) FROM snapshot_pieces"), 1);
+    store.delete_all().unwrap();
+    assert_eq!(count("SELECT count(*) FROM snapshots"), 0);
+    assert_eq!(count("SELECT count(*) FROM snapshot_pieces"), 0);
 }

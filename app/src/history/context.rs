@@ -1,0 +1,166 @@
+//! A conversation's context kept beside its messages: after each reply the rows the engine
+//! added since the last save are appended, sealed, to the conversation's snapshot; opening the
+//! conversation again restores them instead of re-reading every turn.
+//!
+//! The snapshot comes with the model's view of the conversation (which can differ from the
+//! messages shown: a refused exchange is shown and saved but leaves the model's context), so
+//! the next prompt renders to the same tokens the restored cache holds.
+
+use kostant_engine::{EngineError, Message, Role, Session};
+
+use super::{HistoryError, Store};
+
+/// More pieces than this and the next save rewrites the snapshot as one piece: restoring
+/// reads every piece, and pieces a turn rewrote are dead weight.
+const MAX_PIECES: usize = 16;
+
+/// Why a saved context was not restored. The caller then re-reads the conversation: nothing is
+/// lost but time.
+#[derive(Debug, thiserror::Error)]
+pub enum ContextError {
+    #[error("{0}")]
+    History(#[from] HistoryError),
+    #[error("{0}")]
+    Engine(#[from] EngineError),
+    #[error("the saved context of conversation {0} is not a conversation")]
+    Unreadable(i64),
+}
+
+/// What one save wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Saved {
+    /// Bytes of the piece appended (0 when nothing changed).
+    pub bytes: usize,
+    /// Positions it holds.
+    pub positions: usize,
+    /// Pieces now stored.
+    pub pieces: usize,
+}
+
+/// Tracks what of a session's context is saved for which conversation.
+#[derive(Debug, Default)]
+pub struct ContextKeeper {
+    conversation: Option<i64>,
+    /// The tokens the stored snapshot holds, in order.
+    saved: Vec<u32>,
+    pieces: usize,
+}
+
+impl ContextKeeper {
+    pub fn new() -> ContextKeeper {
+        ContextKeeper::default()
+    }
+
+    /// Saves `session`'s context for `conversation`: the rows from where the session first
+    /// differs from what is saved, appended as one piece (the whole context when the
+    /// conversation is another, or the snapshot has grown to [`MAX_PIECES`]). `context` is the
+    /// model's view of the conversation the session holds.
+    pub fn save(
+        &mut self,
+        store: &mut Store,
+        conversation: i64,
+        session: &Session,
+        context: &[Message],
+    ) -> Result<Saved, HistoryError> {
+        let tokens = session.tokens();
+        let same = self.conversation == Some(conversation);
+        let common = match same {
+            true => self
+                .saved
+                .iter()
+                .zip(tokens)
+                .take_while(|(a, b)| a == b)
+                .count(),
+            false => 0,
+        };
+        // A context that only shrank has no new rows to append, but the stored pieces hold
+        // more than it: rewrite it whole.
+        let shrank = common < self.saved.len() && common == tokens.len();
+        let fresh = !same || common == 0 || shrank || self.pieces >= MAX_PIECES;
+        let from = if fresh { 0 } else { common };
+        let piece = session.snapshot_piece(from);
+        let header = session.snapshot_header().to_bytes();
+        let pieces = store.save_context(
+            conversation,
+            &header,
+            &encode(context),
+            piece.as_deref(),
+            fresh,
+        )?;
+        self.conversation = Some(conversation);
+        self.saved = tokens.to_vec();
+        self.pieces = pieces;
+        Ok(Saved {
+            bytes: piece.as_ref().map_or(0, Vec::len),
+            positions: tokens.len() - from,
+            pieces,
+        })
+    }
+
+    /// Restores `conversation`'s saved context into `session`: the model's view of the
+    /// conversation, with the cache holding its tokens. None when nothing is saved. On an
+    /// error (a snapshot for another model or cache type, a damaged one) the session is empty
+    /// and the error says why, for a notice; the caller re-reads the conversation.
+    pub fn restore(
+        &mut self,
+        store: &Store,
+        conversation: i64,
+        session: &mut Session,
+    ) -> Result<Option<Vec<Message>>, ContextError> {
+        self.conversation = None;
+        self.saved.clear();
+        self.pieces = 0;
+        let Some(saved) = store.saved_context(conversation)? else {
+            return Ok(None);
+        };
+        let context = decode(&saved.context).ok_or(ContextError::Unreadable(conversation))?;
+        let pieces: Vec<&[u8]> = saved.pieces.iter().map(Vec::as_slice).collect();
+        if pieces.is_empty() {
+            // Saved while the model's context was empty (every exchange refused).
+            session.reset();
+        } else {
+            session.restore(&saved.header, &pieces)?;
+        }
+        self.conversation = Some(conversation);
+        self.saved = session.tokens().to_vec();
+        self.pieces = pieces.len();
+        Ok(Some(context))
+    }
+
+    /// The next save starts a new snapshot (after a reset, or for another conversation).
+    pub fn forget(&mut self) {
+        *self = ContextKeeper::default();
+    }
+}
+
+fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+    }
+}
+
+fn encode(context: &[Message]) -> String {
+    let items: Vec<serde_json::Value> = context
+        .iter()
+        .map(|m| serde_json::json!({"role": role_name(m.role), "content": m.content}))
+        .collect();
+    serde_json::Value::Array(items).to_string()
+}
+
+fn decode(text: &str) -> Option<Vec<Message>> {
+    let items: Vec<serde_json::Value> = serde_json::from_str(text).ok()?;
+    items
+        .iter()
+        .map(|m| {
+            let role = match m.get("role")?.as_str()? {
+                "system" => Role::System,
+                "user" => Role::User,
+                "assistant" => Role::Assistant,
+                _ => return None,
+            };
+            Some(Message::new(role, m.get("content")?.as_str()?))
+        })
+        .collect()
+}
