@@ -27,6 +27,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.speculative.is_some() || args.verify_cost {
         return speculative(&args, &model);
     }
+    if args.snapshot {
+        return snapshot(&args, &model);
+    }
     let load_ms = load_start.elapsed().as_secs_f64() * 1e3;
     let threads = super::threads();
     let n_vocab = model.hparams.n_vocab as u32;
@@ -213,6 +216,54 @@ pub fn run(args: BenchArgs) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// `--snapshot`: see `bench_snapshot`.
+fn snapshot(args: &BenchArgs, model: &std::sync::Arc<kostant_engine::Model>) -> Result<()> {
+    let v =
+        super::bench_snapshot::measure(model, args.model.ctx, args.kv.kv_type, args.repetitions)?;
+    if args.json {
+        let report = json!({
+            "model": model.name(),
+            "quantization": model.quantization(),
+            "threads": super::threads(),
+            "cpu": kostant_kernels::cpu_features().to_string(),
+            "snapshot": v,
+        });
+        println!("{report}");
+        return Ok(());
+    }
+    println!(
+        "{} ({}), {} kv cache, {} threads",
+        model.name(),
+        model.quantization(),
+        args.kv.kv_type,
+        super::threads()
+    );
+    println!(
+        "{:>6} {:>11} {:>11} {:>8} {:>12} {:>11}",
+        "tokens", "prefill ms", "restore ms", "speedup", "snapshot MB", "bytes/tok"
+    );
+    for r in v["depths"].as_array().into_iter().flatten() {
+        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "{:>6} {:>11.1} {:>11.2} {:>7.1}x {:>12.2} {:>11.0}",
+            r["depth"],
+            f("prefill_ms"),
+            f("restore_ms"),
+            f("speedup"),
+            f("snapshot_bytes") / 1e6,
+            f("bytes_per_token")
+        );
+    }
+    let a = &v["after_reply"];
+    println!(
+        "after a reply: {} new positions ({:.2} MB) sealed and saved in {:.1} ms",
+        a["positions"],
+        a["piece_bytes"].as_f64().unwrap_or(f64::NAN) / 1e6,
+        a["ms"].as_f64().unwrap_or(f64::NAN)
+    );
     Ok(())
 }
 

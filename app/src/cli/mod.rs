@@ -2,6 +2,7 @@
 
 pub mod bench;
 mod bench_guard;
+mod bench_snapshot;
 mod bench_speculative;
 pub mod chat;
 pub mod doctor;
@@ -181,6 +182,11 @@ pub struct BenchArgs {
     /// decode step, after --depth tokens of context.
     #[arg(long)]
     pub verify_cost: bool,
+    /// Instead of the above: restoring a saved context (opened sealed, rows copied in) against
+    /// reading its tokens again, at 512, 2,000 and 4,000 tokens (those that fit --ctx), with
+    /// its bytes per token and the time a reply adds to save its new rows.
+    #[arg(long)]
+    pub snapshot: bool,
 }
 
 /// Sets the kernel thread count, finds the model and maps it, its budget checked with the
