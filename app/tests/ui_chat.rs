@@ -127,6 +127,13 @@ fn chat_streams_stops_saves_survives_a_restart_and_deletes() {
     run_until("the follow-up finishes", move || {
         w.upgrade().is_some_and(|ui| !ui.chat_state().get_busy())
     });
+    // The restart restored the conversation's saved context: a new process, yet the
+    // follow-up read only its new turn, not the two exchanges before it.
+    let stats = app.chat.borrow().last_stats().cloned().unwrap();
+    assert!(
+        stats.reused_tokens > 40 && stats.prompt_tokens - stats.reused_tokens < 40,
+        "{stats:?}"
+    );
     press(&ui, "History");
     let items = ui.history_state().get_items();
     assert_eq!(

@@ -69,6 +69,10 @@ pub enum GuardCommand {
         /// Keep computed features here between runs (keyed by model, features and data).
         #[arg(long)]
         features_cache: Option<PathBuf>,
+        /// Also learn from copies of each window of a long safe text with an unsafe request of
+        /// the same split buried in it, this many per window (0: none, as the committed head).
+        #[arg(long, default_value_t = 0)]
+        buried_per_window: usize,
         /// Layers whose hidden states the head reads, comma-separated (0 = the embeddings,
         /// n_layer = after the final norm); the default is the spec new heads ship with.
         #[arg(long, value_delimiter = ',')]
@@ -216,10 +220,12 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             reply_tokens,
             max_dev_reply_false_positive,
             features_cache,
+            buried_per_window,
             taps,
         } => {
             let model = load_model(&args.model)?;
             let mut opts = TrainOptions::new(data);
+            opts.buried_per_window = buried_per_window;
             if let Some(taps) = taps {
                 opts.spec.taps = taps;
             }

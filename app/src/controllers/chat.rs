@@ -20,6 +20,7 @@ use kostant_safety::head::Head;
 use kostant_safety::{pipeline, Category, Guard, StoppedBy};
 
 use super::{AppError, Notify, SharedStore};
+use crate::history::context::{ContextKeeper, ContextSave};
 use crate::history::Role;
 
 pub use crate::features::Feature;
@@ -75,6 +76,21 @@ pub struct ReplyRequest {
     pub system: String,
     pub turns: Vec<Message>,
     pub settings: GenerationSettings,
+    /// The history conversation the reply will be saved into (None: a new one).
+    pub conversation: Option<i64>,
+    /// Whether the responder's context belongs to this conversation.
+    pub origin: ContextOrigin,
+}
+
+/// How the responder's kept context relates to the conversation a request continues.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ContextOrigin {
+    /// The conversation on screen goes on: the context the responder kept is its.
+    #[default]
+    Continued,
+    /// Another conversation was opened from the history (with its saved context, if any) or a
+    /// new one started: what the responder kept belongs to another.
+    Switched(Option<crate::history::SavedContext>),
 }
 
 /// How a reply ended, as the guard decided it.
@@ -122,6 +138,9 @@ impl Verdict {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ReplyStats {
     pub prompt_tokens: usize,
+    /// Prompt tokens already in the cache (kept from the last turn, or restored from the
+    /// conversation's saved context): not read again.
+    pub reused_tokens: usize,
     pub generated_tokens: usize,
     pub ttft_ms: f64,
     pub decode_tok_s: f64,
@@ -133,6 +152,11 @@ pub struct ReplyOutcome {
     pub text: String,
     pub verdict: Verdict,
     pub stats: Option<ReplyStats>,
+    /// The context to save beside the conversation with the exchange (None: the responder
+    /// keeps none).
+    pub context: Option<ContextSave>,
+    /// Why a saved context was not restored (the conversation was read again instead).
+    pub notice: Option<String>,
 }
 
 /// What a [`Responder`] reports while producing one reply.
@@ -184,6 +208,8 @@ pub struct GuardedResponder {
     guard: Guard,
     /// Kept between replies so the next one reuses the cached prefix.
     session: Option<Session>,
+    /// What of the session's context is saved for which conversation.
+    keeper: ContextKeeper,
 }
 
 impl GuardedResponder {
@@ -203,6 +229,7 @@ impl GuardedResponder {
                 model,
                 guard,
                 session: None,
+                keeper: ContextKeeper::new(),
             },
             summary,
         ))
@@ -228,6 +255,19 @@ impl GuardedResponder {
             Some(s) if s.n_ctx() == req.settings.n_ctx.min(self.model.hparams.n_ctx_train) => s,
             _ => Session::new(self.model.clone(), req.settings.n_ctx)?,
         };
+        let mut notice = None;
+        if let ContextOrigin::Switched(saved) = &req.origin {
+            // The cache may keep its tokens: the next prompt reuses only the prefix it shares
+            // with them (the system prompt), never another conversation's turns.
+            self.keeper.forget();
+            if let (Some(saved), Some(id)) = (saved, req.conversation) {
+                if let Err(e) = self.keeper.restore_saved(id, saved, &mut session) {
+                    notice = Some(format!(
+                        "This conversation's saved context could not be used ({e}), so it was read again."
+                    ));
+                }
+            }
+        }
         let fitted = fit_prompt(
             &self.model,
             Some(&req.system),
@@ -274,8 +314,17 @@ impl GuardedResponder {
                     }
                 },
             );
+        let reply = match result {
+            Ok(r) => r,
+            Err(e) => {
+                // What the keeper saved may no longer match the session: start over.
+                self.keeper.forget();
+                self.session = Some(session);
+                return Err(e.into());
+            }
+        };
+        let context = self.keeper.plan(req.conversation, &session);
         self.session = Some(session);
-        let reply = result?;
         let verdict = match (reply.verdict, reply.category) {
             (pipeline::Verdict::Refused, category) => Verdict::Refused { category },
             (pipeline::Verdict::Stopped, category) => Verdict::Stopped {
@@ -286,6 +335,7 @@ impl GuardedResponder {
         };
         let stats = reply.generation.as_ref().map(|g| ReplyStats {
             prompt_tokens: g.stats.prompt_tokens,
+            reused_tokens: g.stats.reused_tokens,
             generated_tokens: g.stats.generated_tokens,
             ttft_ms: g.stats.ttft_ms,
             decode_tok_s: g.stats.decode_tok_s,
@@ -294,6 +344,8 @@ impl GuardedResponder {
             text: reply.text,
             verdict,
             stats,
+            context: Some(context),
+            notice,
         }));
         Ok(())
     }
@@ -510,6 +562,11 @@ pub struct ChatController {
     last_stats: Option<ReplyStats>,
     store: Option<SharedStore>,
     conversation: Option<i64>,
+    /// Set when another conversation is opened or a new one started: the next request tells
+    /// the responder (see [`ContextOrigin`]).
+    switched: Option<ContextOrigin>,
+    /// The context to save with the exchange that just ended.
+    pending_context: Option<ContextSave>,
     /// The last problem worth a line on screen (a failed save, a failed reply).
     status: Option<String>,
 }
@@ -561,6 +618,8 @@ impl ChatController {
             last_stats: None,
             store,
             conversation: None,
+            switched: None,
+            pending_context: None,
             status: None,
         }
     }
@@ -675,6 +734,7 @@ impl ChatController {
         }
         self.messages.clear();
         self.conversation = None;
+        self.switched = Some(ContextOrigin::Switched(None));
         self.last_stats = None;
         self.status = None;
         Ok(())
@@ -700,6 +760,19 @@ impl ChatController {
         self.conversation = Some(id);
         self.last_stats = None;
         self.status = None;
+        // Its saved context, restored by the responder before the next reply; one that does
+        // not open is said, and the conversation is read again.
+        let saved = match self.store.as_ref().map(|s| s.borrow().saved_context(id)) {
+            Some(Ok(saved)) => saved,
+            Some(Err(e)) => {
+                self.status = Some(format!(
+                    "This conversation's saved context could not be used ({e}), so it will be read again."
+                ));
+                None
+            }
+            None => None,
+        };
+        self.switched = Some(ContextOrigin::Switched(saved));
         Ok(())
     }
 
@@ -707,6 +780,7 @@ impl ChatController {
     pub fn forget_conversation(&mut self, id: Option<i64>) {
         if id.is_none() || self.conversation == id {
             self.conversation = None;
+            self.switched = Some(ContextOrigin::Switched(None));
             for m in &mut self.messages {
                 m.saved = false;
             }
@@ -814,6 +888,8 @@ impl ChatController {
             system: self.feature.system_prompt(),
             turns,
             settings: self.settings.clone(),
+            conversation: self.conversation,
+            origin: self.switched.take().unwrap_or_default(),
         };
         let job = self.next_job;
         self.next_job += 1;
@@ -883,7 +959,11 @@ impl ChatController {
                 self.last_stats = outcome.stats;
                 let save = run.save;
                 self.running = None;
+                self.pending_context = outcome.context;
                 self.save_last(save);
+                if let Some(n) = outcome.notice {
+                    self.status.get_or_insert(n);
+                }
             }
             ReplyEvent::Failed(e) => {
                 reply.status = MessageStatus::Failed;
@@ -920,8 +1000,21 @@ impl ChatController {
                     m.saved = false;
                 }
                 self.messages[n - 1].saved = true;
+                if let Some(ctx) = self.pending_context.take() {
+                    let context = model_context(&self.messages);
+                    // A context that did not save costs the next open a re-read, no more;
+                    // the responder starts its next snapshot over.
+                    if let Err(e) = ctx.write(&mut store.borrow_mut(), id, &context) {
+                        self.switched = Some(ContextOrigin::Switched(None));
+                        self.status = Some(format!("context not saved: {e}"));
+                    }
+                }
             }
-            Err(e) => self.status = Some(format!("not saved to the history: {e}")),
+            Err(e) => {
+                self.pending_context = None;
+                self.switched = Some(ContextOrigin::Switched(None));
+                self.status = Some(format!("not saved to the history: {e}"));
+            }
         }
     }
 }

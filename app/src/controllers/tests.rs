@@ -55,10 +55,13 @@ impl Responder for Scripted {
                 verdict,
                 stats: Some(ReplyStats {
                     prompt_tokens: 10,
+                    reused_tokens: 0,
                     generated_tokens: 2,
                     ttft_ms: 12.0,
                     decode_tok_s: 34.5,
                 }),
+                context: None,
+                notice: None,
             })
         };
         match script {

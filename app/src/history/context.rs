@@ -8,7 +8,7 @@
 
 use kostant_engine::{EngineError, Message, Role, Session};
 
-use super::{HistoryError, Store};
+use super::{HistoryError, SavedContext, Store};
 
 /// More pieces than this and the next save rewrites the snapshot as one piece: restoring
 /// reads every piece, and pieces a turn rewrote are dead weight.
@@ -37,10 +37,55 @@ pub struct Saved {
     pub pieces: usize,
 }
 
+/// What to write for a conversation's context after a reply ([`ContextKeeper::plan`]), made
+/// where the session lives and written where the history is ([`ContextSave::write`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextSave {
+    /// The session's snapshot header.
+    pub header: Vec<u8>,
+    /// The rows since the last save (None: nothing new).
+    pub piece: Option<Vec<u8>>,
+    /// Whether the stored pieces are dropped first (the piece holds the whole context).
+    pub fresh: bool,
+    /// Positions the piece holds.
+    pub positions: usize,
+}
+
+impl ContextSave {
+    /// Saves it for `conversation`, with `context`, the model's view of the conversation the
+    /// session holds. Returns how many pieces are stored.
+    pub fn write(
+        &self,
+        store: &mut Store,
+        conversation: i64,
+        context: &[Message],
+    ) -> Result<usize, HistoryError> {
+        store.save_context(
+            conversation,
+            &self.header,
+            &encode(context),
+            self.piece.as_deref(),
+            self.fresh,
+        )
+    }
+}
+
+/// Whose context the saved tokens are.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// Nothing saved, or saved for a conversation since left.
+    #[default]
+    Nobody,
+    /// Saved for a conversation the history had no id for yet: the next save that names one
+    /// continues it (the exchange that created it was saved under that id).
+    New,
+    Conversation(i64),
+}
+
 /// Tracks what of a session's context is saved for which conversation.
 #[derive(Debug, Default)]
 pub struct ContextKeeper {
-    conversation: Option<i64>,
+    owner: Owner,
     /// The tokens the stored snapshot holds, in order.
     saved: Vec<u32>,
     pieces: usize,
@@ -51,19 +96,19 @@ impl ContextKeeper {
         ContextKeeper::default()
     }
 
-    /// Saves `session`'s context for `conversation`: the rows from where the session first
-    /// differs from what is saved, appended as one piece (the whole context when the
-    /// conversation is another, or the snapshot has grown to [`MAX_PIECES`]). `context` is the
-    /// model's view of the conversation the session holds.
-    pub fn save(
-        &mut self,
-        store: &mut Store,
-        conversation: i64,
-        session: &Session,
-        context: &[Message],
-    ) -> Result<Saved, HistoryError> {
+    /// What to save of `session`'s context after a reply in `conversation` (None: one the
+    /// history has not named yet): the rows from where the session first differs from what
+    /// is saved, as one piece; the whole context when the conversation is another, or the
+    /// snapshot has grown to [`MAX_PIECES`]. The caller must write it (a plan not written
+    /// leaves the next pieces with a gap, which restore refuses, and the conversation is
+    /// read again).
+    pub fn plan(&mut self, conversation: Option<i64>, session: &Session) -> ContextSave {
         let tokens = session.tokens();
-        let same = self.conversation == Some(conversation);
+        let same = match (self.owner, conversation) {
+            (Owner::Conversation(a), Some(b)) => a == b,
+            (Owner::New, Some(_)) => true,
+            _ => false,
+        };
         let common = match same {
             true => self
                 .saved
@@ -79,20 +124,41 @@ impl ContextKeeper {
         let fresh = !same || common == 0 || shrank || self.pieces >= MAX_PIECES;
         let from = if fresh { 0 } else { common };
         let piece = session.snapshot_piece(from);
-        let header = session.snapshot_header().to_bytes();
-        let pieces = store.save_context(
-            conversation,
-            &header,
-            &encode(context),
-            piece.as_deref(),
-            fresh,
-        )?;
-        self.conversation = Some(conversation);
+        self.owner = conversation.map_or(Owner::New, Owner::Conversation);
         self.saved = tokens.to_vec();
+        self.pieces = if fresh {
+            1
+        } else {
+            self.pieces + usize::from(piece.is_some())
+        };
+        ContextSave {
+            header: session.snapshot_header().to_bytes(),
+            piece,
+            fresh,
+            positions: tokens.len() - from,
+        }
+    }
+
+    /// [`ContextKeeper::plan`] and [`ContextSave::write`] in one, where the session and the
+    /// history are at hand (the terminal chat).
+    pub fn save(
+        &mut self,
+        store: &mut Store,
+        conversation: i64,
+        session: &Session,
+        context: &[Message],
+    ) -> Result<Saved, HistoryError> {
+        let plan = self.plan(Some(conversation), session);
+        let pieces = plan.write(store, conversation, context);
+        if pieces.is_err() {
+            // Not saved: the next save starts over rather than append after a gap.
+            self.forget();
+        }
+        let pieces = pieces?;
         self.pieces = pieces;
         Ok(Saved {
-            bytes: piece.as_ref().map_or(0, Vec::len),
-            positions: tokens.len() - from,
+            bytes: plan.piece.as_ref().map_or(0, Vec::len),
+            positions: plan.positions,
             pieces,
         })
     }
@@ -107,12 +173,22 @@ impl ContextKeeper {
         conversation: i64,
         session: &mut Session,
     ) -> Result<Option<Vec<Message>>, ContextError> {
-        self.conversation = None;
-        self.saved.clear();
-        self.pieces = 0;
+        self.forget();
         let Some(saved) = store.saved_context(conversation)? else {
             return Ok(None);
         };
+        self.restore_saved(conversation, &saved, session).map(Some)
+    }
+
+    /// [`ContextKeeper::restore`] from a context already read from the history (the app
+    /// reads it on the screen's thread and restores it where the session lives).
+    pub fn restore_saved(
+        &mut self,
+        conversation: i64,
+        saved: &SavedContext,
+        session: &mut Session,
+    ) -> Result<Vec<Message>, ContextError> {
+        self.forget();
         let context = decode(&saved.context).ok_or(ContextError::Unreadable(conversation))?;
         let pieces: Vec<&[u8]> = saved.pieces.iter().map(Vec::as_slice).collect();
         if pieces.is_empty() {
@@ -121,10 +197,10 @@ impl ContextKeeper {
         } else {
             session.restore(&saved.header, &pieces)?;
         }
-        self.conversation = Some(conversation);
+        self.owner = Owner::Conversation(conversation);
         self.saved = session.tokens().to_vec();
         self.pieces = pieces.len();
-        Ok(Some(context))
+        Ok(context)
     }
 
     /// The next save starts a new snapshot (after a reset, or for another conversation).
