@@ -90,7 +90,8 @@ pub enum ContextOrigin {
     Continued,
     /// Another conversation was opened from the history (with its saved context, if any) or a
     /// new one started: what the responder kept belongs to another.
-    Switched(Option<crate::history::SavedContext>),
+    /// (Boxed: the request goes through a channel, and a saved context is large.)
+    Switched(Option<Box<crate::history::SavedContext>>),
 }
 
 /// How a reply ended, as the guard decided it.
@@ -763,7 +764,7 @@ impl ChatController {
         // Its saved context, restored by the responder before the next reply; one that does
         // not open is said, and the conversation is read again.
         let saved = match self.store.as_ref().map(|s| s.borrow().saved_context(id)) {
-            Some(Ok(saved)) => saved,
+            Some(Ok(saved)) => saved.map(Box::new),
             Some(Err(e)) => {
                 self.status = Some(format!(
                     "This conversation's saved context could not be used ({e}), so it will be read again."
@@ -894,8 +895,11 @@ impl ChatController {
         let job = self.next_job;
         self.next_job += 1;
         self.cancel.reset();
-        let sent = self.jobs.as_ref().map(|j| j.send((job, req)));
-        if !matches!(sent, Some(Ok(()))) {
+        let sent = self
+            .jobs
+            .as_ref()
+            .is_some_and(|j| j.send((job, req)).is_ok());
+        if !sent {
             self.status = Some("the chat worker has stopped".into());
             return Err(AppError::WorkerGone("chat"));
         }
