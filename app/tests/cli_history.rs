@@ -120,6 +120,35 @@ fn chat(s: &Scratch, prompt: &str, extra: &[&str]) -> serde_json::Value {
     ok_json(&s.run(&args))
 }
 
+/// Runs `kostant chat ARGS` interactively on this scratch's directories with `input` on stdin,
+/// and checks it ended well.
+fn interactive(s: &Scratch, args: &[&str], input: &str) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kostant"))
+        .arg("chat")
+        .args(args)
+        .env("KOSTANT_MODEL", model())
+        .env("KOSTANT_DATA_DIR", s.data())
+        .env("KOSTANT_KEY_DIR", s.keys())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn chat_saves_encrypted_and_history_lists_finds_shows_and_deletes() {
     let s = Scratch::new("e2e");
@@ -251,29 +280,11 @@ fn wrong_key_and_key_inside_the_data_directory_are_clear_errors() {
 
 #[test]
 fn interactive_chat_saves_turns_and_reset_starts_a_new_conversation() {
-    use std::io::Write;
     let s = Scratch::new("interactive");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kostant"))
-        .args(["chat", "--temperature", "0", "--max-tokens", "4"])
-        .env("KOSTANT_MODEL", model())
-        .env("KOSTANT_DATA_DIR", s.data())
-        .env("KOSTANT_KEY_DIR", s.keys())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"first turn\nsecond turn\n/reset\nafter reset\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    interactive(
+        &s,
+        &["--temperature", "0", "--max-tokens", "4"],
+        "first turn\nsecond turn\n/reset\nafter reset\n",
     );
     let list = ok_json(&s.run(&["history", "list", "--json"]));
     let mut convs: Vec<(String, i64)> = list["conversations"]
@@ -315,7 +326,6 @@ fn assistant_messages(s: &Scratch, id: i64) -> Vec<String> {
 /// conversation is read again, losing nothing.
 #[test]
 fn continue_restores_the_saved_context_and_replies_as_if_never_closed() {
-    use std::io::Write;
     let (first, second) = (
         "My name is Ada and I play chess on Sundays.",
         "What game do I play, and when?",
@@ -323,29 +333,7 @@ fn continue_restores_the_saved_context_and_replies_as_if_never_closed() {
     let args = ["--temperature", "0", "--max-tokens", "12"];
     // One process, two turns: the second reuses the first's cache as it was left.
     let never_closed = Scratch::new("never-closed");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kostant"))
-        .arg("chat")
-        .args(args)
-        .env("KOSTANT_MODEL", model())
-        .env("KOSTANT_DATA_DIR", never_closed.data())
-        .env("KOSTANT_KEY_DIR", never_closed.keys())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{first}\n{second}\n").as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    interactive(&never_closed, &args, &format!("{first}\n{second}\n"));
     let want = assistant_messages(&never_closed, 1);
     assert_eq!(want.len(), 2);
 

@@ -22,19 +22,8 @@ pub enum ContextError {
     History(#[from] HistoryError),
     #[error("{0}")]
     Engine(#[from] EngineError),
-    #[error("the saved context of conversation {0} is not a conversation")]
+    #[error("the saved context of conversation {0} could not be read")]
     Unreadable(i64),
-}
-
-/// What one save wrote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Saved {
-    /// Bytes of the piece appended (0 when nothing changed).
-    pub bytes: usize,
-    /// Positions it holds.
-    pub positions: usize,
-    /// Pieces now stored.
-    pub pieces: usize,
 }
 
 /// What to write for a conversation's context after a reply ([`ContextKeeper::plan`]), made
@@ -47,8 +36,6 @@ pub struct ContextSave {
     pub piece: Option<Vec<u8>>,
     /// Whether the stored pieces are dropped first (the piece holds the whole context).
     pub fresh: bool,
-    /// Positions the piece holds.
-    pub positions: usize,
 }
 
 impl ContextSave {
@@ -135,7 +122,6 @@ impl ContextKeeper {
             header: session.snapshot_header().to_bytes(),
             piece,
             fresh,
-            positions: tokens.len() - from,
         }
     }
 
@@ -147,20 +133,15 @@ impl ContextKeeper {
         conversation: i64,
         session: &Session,
         context: &[Message],
-    ) -> Result<Saved, HistoryError> {
-        let plan = self.plan(Some(conversation), session);
-        let pieces = plan.write(store, conversation, context);
-        if pieces.is_err() {
+    ) -> Result<(), HistoryError> {
+        let written = self
+            .plan(Some(conversation), session)
+            .write(store, conversation, context);
+        if written.is_err() {
             // Not saved: the next save starts over rather than append after a gap.
             self.forget();
         }
-        let pieces = pieces?;
-        self.pieces = pieces;
-        Ok(Saved {
-            bytes: plan.piece.as_ref().map_or(0, Vec::len),
-            positions: plan.positions,
-            pieces,
-        })
+        written.map(|_| ())
     }
 
     /// Restores `conversation`'s saved context into `session`: the model's view of the

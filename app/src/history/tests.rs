@@ -994,6 +994,13 @@ fn saved_contexts_are_sealed_tamper_evident_and_go_with_their_conversation() {
         )
         .unwrap()
     };
+    let set_body = |seq: i64, bytes: &[u8]| {
+        c.execute(
+            "UPDATE snapshot_pieces SET body = ?1 WHERE conversation_id = ?2 AND seq = ?3",
+            rusqlite::params![bytes, a, seq],
+        )
+        .unwrap();
+    };
     let fails = |store: &Store| match store.saved_context(a) {
         Err(HistoryError::Integrity(what)) => what,
         other => panic!("tampering went unnoticed: {other:?}"),
@@ -1002,41 +1009,17 @@ fn saved_contexts_are_sealed_tamper_evident_and_go_with_their_conversation() {
     let original = body(1);
     let mut flipped = original.clone();
     flipped[20] ^= 1;
-    c.execute(
-        "UPDATE snapshot_pieces SET body = ?1 WHERE conversation_id = ?2 AND seq = 1",
-        rusqlite::params![flipped, a],
-    )
-    .unwrap();
+    set_body(1, &flipped);
     assert!(fails(&store).contains("piece 1"), "{}", fails(&store));
-    c.execute(
-        "UPDATE snapshot_pieces SET body = ?1 WHERE conversation_id = ?2 AND seq = 1",
-        rusqlite::params![original, a],
-    )
-    .unwrap();
+    set_body(1, &original);
     assert!(store.saved_context(a).is_ok());
     // Pieces swapped in place.
     let (zero, one) = (body(0), body(1));
-    c.execute(
-        "UPDATE snapshot_pieces SET body = ?1 WHERE conversation_id = ?2 AND seq = 0",
-        rusqlite::params![one, a],
-    )
-    .unwrap();
-    c.execute(
-        "UPDATE snapshot_pieces SET body = ?1 WHERE conversation_id = ?2 AND seq = 1",
-        rusqlite::params![zero, a],
-    )
-    .unwrap();
+    set_body(0, &one);
+    set_body(1, &zero);
     fails(&store);
-    c.execute(
-        "UPDATE snapshot_pieces SET body = ?1 WHERE conversation_id = ?2 AND seq = 0",
-        rusqlite::params![zero, a],
-    )
-    .unwrap();
-    c.execute(
-        "UPDATE snapshot_pieces SET body = ?1 WHERE conversation_id = ?2 AND seq = 1",
-        rusqlite::params![one, a],
-    )
-    .unwrap();
+    set_body(0, &zero);
+    set_body(1, &one);
     // Another header put in the clear column: the sealed values were bound to the old one.
     c.execute(
         "UPDATE snapshots SET header = x'00' WHERE conversation_id = ?1",
