@@ -36,7 +36,11 @@ impl Message {
     }
 }
 
-/// ChatML, for models whose file carries no template.
+/// Gemma's turns, for Gemma files that carry no template: roles "user" and "model", a system
+/// message folded into the first user turn (Gemma has no system role).
+const GEMMA: &str = "{% set ns = namespace(system='') %}{% for message in messages %}{% if message['role'] == 'system' %}{% set ns.system = message['content'] + '\n\n' %}{% else %}{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\n' }}{% if message['role'] == 'user' %}{{ ns.system }}{% set ns.system = '' %}{% endif %}{{ message['content'] + '<end_of_turn>\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+
+/// ChatML, for other models whose file carries no template.
 const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 /// Private-use characters cannot come out of a template by accident, so a placeholder built
@@ -60,9 +64,13 @@ pub struct RenderedPrompt {
 
 impl ChatTemplate {
     pub fn from_gguf(g: &Gguf, tok: &Tokenizer) -> Result<ChatTemplate> {
+        let fallback = match g.get_str_opt("general.architecture")? {
+            Some("gemma3") => GEMMA,
+            _ => CHATML,
+        };
         let source = g
             .get_str_opt("tokenizer.chat_template")?
-            .unwrap_or(CHATML)
+            .unwrap_or(fallback)
             .to_string();
         let text_of = |id: Option<u32>| {
             id.map(|i| String::from_utf8_lossy(&tok.token_bytes(i)).into_owned())

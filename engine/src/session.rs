@@ -6,11 +6,8 @@ use std::sync::Arc;
 
 use crate::batch::{Batch, LogitRows, Outputs};
 use crate::kv_cache::{piece_bytes, read_piece, KvCache, KvType, SnapshotHeader};
-use crate::model::{forward, Model, Workspace};
+use crate::model::{forward, Model, Workspace, PREFILL_CHUNK};
 use crate::{EngineError, Result};
-
-/// Prompts are run in chunks this long so scratch buffers stay small whatever the prompt.
-pub(crate) const PREFILL_CHUNK: usize = 512;
 
 pub struct Session {
     model: Arc<Model>,

@@ -24,6 +24,11 @@ pub struct TinySpec {
     pub embd_type: GgmlType,
     /// Give Q, K and V a bias (as Qwen2 does).
     pub qkv_bias: bool,
+    /// Head width written as `attention.key_length`/`value_length`; None leaves it implied
+    /// (n_embd / n_head), as Llama files do.
+    pub head_dim: Option<usize>,
+    /// Gemma 3's `attention.sliding_window` (written only for gemma3; 0 writes none).
+    pub sliding_window: usize,
     pub seed: u64,
 }
 
@@ -40,6 +45,8 @@ impl Default for TinySpec {
             matrix_type: GgmlType::Q4_1,
             embd_type: GgmlType::Q8_0,
             qkv_bias: false,
+            head_dim: None,
+            sliding_window: 0,
             seed: 1,
         }
     }
@@ -97,7 +104,7 @@ pub fn tiny_model_bytes(spec: &TinySpec) -> Result<Vec<u8>> {
     let mut rng = SmallRng::seed_from_u64(spec.seed);
     let (tokens, types, merges) = vocab();
     let n_vocab = tokens.len();
-    let hd = spec.n_embd / spec.n_head;
+    let hd = spec.head_dim.unwrap_or(spec.n_embd / spec.n_head);
     let (q_dim, kv_dim) = (spec.n_head * hd, spec.n_head_kv * hd);
     let p = spec.arch;
     let mut w = GgufWriter::new();
@@ -117,8 +124,18 @@ pub fn tiny_model_bytes(spec: &TinySpec) -> Result<Vec<u8>> {
         .metadata(
             &format!("{p}.attention.layer_norm_rms_epsilon"),
             Value::F32(1e-5),
-        )
-        .metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
+        );
+    if let Some(hd) = spec.head_dim {
+        w.metadata(&format!("{p}.attention.key_length"), u32v(hd))
+            .metadata(&format!("{p}.attention.value_length"), u32v(hd));
+    }
+    if p == "gemma3" && spec.sliding_window > 0 {
+        w.metadata(
+            &format!("{p}.attention.sliding_window"),
+            u32v(spec.sliding_window),
+        );
+    }
+    w.metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
         .metadata("tokenizer.ggml.pre", Value::String("smollm".into()))
         .metadata(
             "tokenizer.ggml.tokens",
@@ -181,6 +198,21 @@ pub fn tiny_model_bytes(spec: &TinySpec) -> Result<Vec<u8>> {
             ] {
                 let b: Vec<f32> = (0..len).map(|_| rng.gen_range(-0.1..0.1)).collect();
                 w.tensor(&n(name), &[len], GgmlType::F32, f32_bytes(&b));
+            }
+        }
+        if matches!(p, "qwen3" | "gemma3") {
+            for name in ["attn_q_norm.weight", "attn_k_norm.weight"] {
+                w.tensor(&n(name), &[hd], GgmlType::F32, norm(&mut rng, hd));
+            }
+        }
+        if p == "gemma3" {
+            for name in ["post_attention_norm.weight", "post_ffw_norm.weight"] {
+                w.tensor(
+                    &n(name),
+                    &[spec.n_embd],
+                    GgmlType::F32,
+                    norm(&mut rng, spec.n_embd),
+                );
             }
         }
         w.tensor(

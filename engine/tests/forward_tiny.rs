@@ -57,7 +57,30 @@ fn all_specs() -> Vec<TinySpec> {
     ];
     v.push(k_quant_spec(GgmlType::Q4_K));
     v.push(k_quant_spec(GgmlType::Q6_K));
+    v.extend([qwen3_spec(), gemma3_spec()]);
     v
+}
+
+/// Qwen3's shape: heads wider than n_embd / n_head, so the attention is wider than the model.
+fn qwen3_spec() -> TinySpec {
+    TinySpec {
+        arch: "qwen3",
+        head_dim: Some(32),
+        ..Default::default()
+    }
+}
+
+/// Gemma 3's shape, with a window shorter than the test prompt so the mask matters, and six
+/// layers so both the windowed and the global kind run.
+fn gemma3_spec() -> TinySpec {
+    TinySpec {
+        arch: "gemma3",
+        head_dim: Some(32),
+        n_head_kv: 1,
+        n_layer: 6,
+        sliding_window: 4,
+        ..Default::default()
+    }
 }
 
 /// A deliberately naive f32 forward pass over dequantized weights: the independent yardstick.
@@ -91,8 +114,22 @@ fn reference_logits(spec: &TinySpec, tokens: &[u32]) -> Vec<f32> {
         x.iter().zip(w).map(|(a, b)| a * s * b).collect()
     };
     let (e, nh, nkv) = (spec.n_embd, spec.n_head, spec.n_head_kv);
-    let hd = e / nh;
-    let neox = spec.arch == "qwen2";
+    let hd = spec.head_dim.unwrap_or(e / nh);
+    let neox = spec.arch != "llama";
+    let gemma = spec.arch == "gemma3";
+    // Gemma 3: every sixth layer is global (base 10,000 here as in the file); the others see
+    // `sliding_window` positions and rotate with base 10,000 too (its default).
+    let windowed = |l: usize| gemma && spec.sliding_window > 0 && l % 6 < 5;
+    let head_norm = |v: &mut Vec<f32>, w: &[f32]| {
+        for h in v.chunks_mut(hd) {
+            let normed = norm(h, w);
+            h.copy_from_slice(&normed);
+        }
+    };
+    let gelu = |x: f32| {
+        0.5 * x
+            * (1.0 + ((2.0f32 / std::f32::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+    };
     let rope = |v: &mut [f32], pos: usize| {
         for head in v.chunks_mut(hd) {
             for i in 0..hd / 2 {
@@ -114,6 +151,9 @@ fn reference_logits(spec: &TinySpec, tokens: &[u32]) -> Vec<f32> {
     let mut last = Vec::new();
     for (pos, &t) in tokens.iter().enumerate() {
         let mut x = embd.0[t as usize * e..(t as usize + 1) * e].to_vec();
+        if gemma {
+            x.iter_mut().for_each(|v| *v *= (e as f32).sqrt());
+        }
         for l in 0..spec.n_layer {
             let n = |s: &str| format!("blk.{l}.{s}");
             let xb = norm(&x, &vecf(&n("attn_norm.weight")));
@@ -131,15 +171,24 @@ fn reference_logits(spec: &TinySpec, tokens: &[u32]) -> Vec<f32> {
                     }
                 }
             }
+            if spec.arch != "llama" && spec.arch != "qwen2" {
+                head_norm(&mut q, &vecf(&n("attn_q_norm.weight")));
+                head_norm(&mut k, &vecf(&n("attn_k_norm.weight")));
+            }
             rope(&mut q, pos);
             rope(&mut k, pos);
             keys[l].push(k);
+            let first = if windowed(l) {
+                (pos + 1).saturating_sub(spec.sliding_window)
+            } else {
+                0
+            };
             vals[l].push(v);
             let mut att = vec![0.0; nh * hd];
             for h in 0..nh {
                 let kh = h / (nh / nkv);
                 let qh = &q[h * hd..(h + 1) * hd];
-                let scores: Vec<f32> = keys[l]
+                let scores: Vec<f32> = keys[l][first..]
                     .iter()
                     .map(|k| {
                         qh.iter()
@@ -154,11 +203,14 @@ fn reference_logits(spec: &TinySpec, tokens: &[u32]) -> Vec<f32> {
                 let z: f32 = ex.iter().sum();
                 for (p, w) in ex.iter().enumerate() {
                     for d in 0..hd {
-                        att[h * hd + d] += w / z * vals[l][p][kh * hd + d];
+                        att[h * hd + d] += w / z * vals[l][first + p][kh * hd + d];
                     }
                 }
             }
-            let o = matvec(&mat(&n("attn_output.weight")), &att);
+            let mut o = matvec(&mat(&n("attn_output.weight")), &att);
+            if gemma {
+                o = norm(&o, &vecf(&n("post_attention_norm.weight")));
+            }
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
             let xb = norm(&x, &vecf(&n("ffn_norm.weight")));
             let gt = matvec(&mat(&n("ffn_gate.weight")), &xb);
@@ -166,9 +218,18 @@ fn reference_logits(spec: &TinySpec, tokens: &[u32]) -> Vec<f32> {
             let h: Vec<f32> = gt
                 .iter()
                 .zip(&up)
-                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                .map(|(&g, u)| {
+                    if gemma {
+                        gelu(g) * u
+                    } else {
+                        g / (1.0 + (-g).exp()) * u
+                    }
+                })
                 .collect();
-            let d = matvec(&mat(&n("ffn_down.weight")), &h);
+            let mut d = matvec(&mat(&n("ffn_down.weight")), &h);
+            if gemma {
+                d = norm(&d, &vecf(&n("post_ffw_norm.weight")));
+            }
             x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
         }
         last = x;
@@ -225,6 +286,8 @@ fn batched_prefill_equals_token_by_token() {
             qkv_bias: true,
             ..Default::default()
         },
+        qwen3_spec(),
+        gemma3_spec(),
     ] {
         let model = load(&spec);
         let mut batched = Session::new(model.clone(), 64).unwrap();

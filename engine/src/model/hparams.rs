@@ -1,46 +1,59 @@
-//! Hyper-parameters of a Llama-family model, read from GGUF metadata and checked for sanity.
+//! Hyper-parameters of a model, read from GGUF metadata and checked for sanity.
 
 use crate::gguf::Gguf;
 use crate::{EngineError, Result};
 
 /// Which way RoPE pairs up the dimensions of a head. Llama GGUFs store Q/K permuted so that
-/// adjacent pairs rotate together; Qwen2 keeps the NeoX layout (dimension i pairs with i + d/2).
+/// adjacent pairs rotate together; Qwen and Gemma keep the NeoX layout (dimension i pairs with
+/// i + d/2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeLayout {
     Adjacent,
     NeoX,
 }
 
-/// The model families we run. All share one forward pass; they differ in metadata prefix,
-/// RoPE layout and whether Q/K/V carry a bias.
+/// The model families we run, each with its forward pass in `model/arch/` over the shared
+/// blocks. Llama and Qwen2 share one (Qwen2 adds a Q/K/V bias); Qwen3 normalises each query
+/// and key head; Gemma 3 adds norms after attention and the feed-forward, GeGLU and sliding
+/// window layers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
     Llama,
     Qwen2,
+    Qwen3,
+    Gemma3,
 }
 
 impl Arch {
+    /// Every architecture, as GGUF names them (`general.architecture`).
+    pub const ALL: [Arch; 4] = [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3];
+
     pub fn from_name(name: &str) -> Result<Arch> {
-        match name {
-            "llama" => Ok(Arch::Llama),
-            "qwen2" => Ok(Arch::Qwen2),
-            other => Err(EngineError::Model(format!(
-                "unknown architecture {other:?} (supported: llama, qwen2)"
-            ))),
-        }
+        Arch::ALL
+            .into_iter()
+            .find(|a| a.name() == name)
+            .ok_or_else(|| {
+                let known: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
+                EngineError::Model(format!(
+                    "unsupported architecture {name:?} (supported: {})",
+                    known.join(", ")
+                ))
+            })
     }
 
     pub fn name(self) -> &'static str {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
         }
     }
 
     pub fn rope_layout(self) -> RopeLayout {
         match self {
             Arch::Llama => RopeLayout::Adjacent,
-            Arch::Qwen2 => RopeLayout::NeoX,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => RopeLayout::NeoX,
         }
     }
 }
@@ -62,6 +75,17 @@ pub struct HParams {
     pub rope_dims: usize,
     /// Linear position scaling (`rope.scaling.type = linear`): positions are multiplied by this.
     pub rope_freq_scale: f32,
+    /// What attention scores are multiplied by: 1/sqrt(head_dim).
+    pub attn_scale: f32,
+    /// Sliding-window attention (Gemma 3): how many positions, the token's own included, a
+    /// windowed layer sees; 0 when no layer is windowed.
+    pub n_swa: usize,
+    /// Which layers attend through the window (all false without one).
+    pub sliding: Vec<bool>,
+    /// RoPE base of the windowed layers (10,000 unless the GGUF says).
+    pub rope_theta_swa: f32,
+    /// Logits are squashed as cap * tanh(logit / cap) when non-zero.
+    pub final_logit_softcap: f32,
 }
 
 /// Caps that keep a hostile file from asking for absurd buffers before any tensor is checked.
@@ -104,16 +128,30 @@ impl HParams {
                 "hyper-parameters out of range (embd {n_embd}, ff {n_ff}, layers {n_layer}, context {n_ctx_train})"
             ));
         }
-        if n_embd % n_head != 0 || n_head % n_head_kv != 0 {
+        if n_head % n_head_kv != 0 {
             return bad(format!(
-                "{n_embd} embedding dims do not split into {n_head} heads grouped over {n_head_kv} kv heads"
+                "{n_head} heads do not group evenly over {n_head_kv} kv heads"
             ));
         }
-        let head_dim = match g.get_u32_opt(&key("attention.key_length"))? {
+        // Qwen3 and Gemma 3 give the head width outright; older files imply it.
+        let key_length = g.get_u32_opt(&key("attention.key_length"))?;
+        let value_length = g.get_u32_opt(&key("attention.value_length"))?;
+        let head_dim = match key_length {
             Some(v) => v as usize,
-            None => n_embd / n_head,
+            None if n_embd % n_head == 0 => n_embd / n_head,
+            None => {
+                return bad(format!(
+                    "{n_embd} embedding dims do not split into {n_head} heads"
+                ))
+            }
         };
-        if head_dim != n_embd / n_head || head_dim % 2 != 0 {
+        if value_length.is_some_and(|v| v as usize != head_dim) {
+            return bad(format!(
+                "key heads {head_dim} wide but value heads {} wide (unsupported)",
+                value_length.unwrap_or(0)
+            ));
+        }
+        if head_dim == 0 || head_dim % 2 != 0 || head_dim > 1024 || n_head * head_dim > MAX_DIM {
             return bad(format!("unsupported head dimension {head_dim}"));
         }
         let rope_dims = g
@@ -150,6 +188,35 @@ impl HParams {
             Some(other) => return bad(format!("unsupported rope scaling type {other:?}")),
         };
 
+        let n_swa = match arch {
+            Arch::Gemma3 => g
+                .get_u32_opt(&key("attention.sliding_window"))?
+                .unwrap_or(0) as usize,
+            _ => 0,
+        };
+        // Gemma 3: five windowed layers, then one global, unless the file says otherwise.
+        let pattern = g
+            .get_u32_opt(&key("attention.sliding_window_pattern"))?
+            .unwrap_or(6) as usize;
+        let sliding = (0..n_layer)
+            .map(|l| n_swa > 0 && (pattern == 0 || l % pattern < pattern - 1))
+            .collect();
+        let rope_theta_swa = g
+            .get_f32_opt(&key("rope.freq_base_swa"))?
+            .unwrap_or(10_000.0);
+        let final_logit_softcap = g
+            .get_f32_opt(&key("final_logit_softcapping"))?
+            .unwrap_or(0.0);
+        let sane = rope_theta_swa.is_finite()
+            && rope_theta_swa > 0.0
+            && final_logit_softcap.is_finite()
+            && final_logit_softcap >= 0.0;
+        if !sane {
+            return bad(format!(
+                "bad windowed rope base {rope_theta_swa} or logit cap {final_logit_softcap}"
+            ));
+        }
+
         Ok(HParams {
             arch,
             n_vocab,
@@ -164,11 +231,31 @@ impl HParams {
             rope_theta,
             rope_dims,
             rope_freq_scale,
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            n_swa,
+            sliding,
+            rope_theta_swa,
+            final_logit_softcap,
         })
     }
 
     /// Width of the K and V projections: all kv heads side by side.
     pub fn kv_dim(&self) -> usize {
         self.n_head_kv * self.head_dim
+    }
+
+    /// Width of the Q projection and of the attention output: all query heads side by side
+    /// (not always n_embd: Gemma 3 270M has 4 heads of 256 over 640 dims).
+    pub fn q_dim(&self) -> usize {
+        self.n_head * self.head_dim
+    }
+
+    /// How many positions layer `l` attends to: its window, or every one.
+    pub fn window(&self, l: usize) -> Option<usize> {
+        self.sliding
+            .get(l)
+            .copied()
+            .unwrap_or(false)
+            .then_some(self.n_swa)
     }
 }

@@ -2,15 +2,22 @@
 //! tokenizer. Immutable after load and shared as `Arc<Model>`; everything that changes while
 //! generating lives in a [`crate::Session`].
 
+mod arch;
+mod blocks;
+mod forward;
 pub mod hparams;
-mod llama;
 pub mod weights;
 
 use std::path::Path;
 use std::sync::Arc;
 
+pub(crate) use blocks::Workspace;
+pub(crate) use forward::forward;
 pub use hparams::{Arch, HParams};
-pub(crate) use llama::{forward, Workspace};
+
+/// Most tokens one forward pass runs: a longer prompt is run in chunks of this many, so the
+/// activations stay a few megabytes whatever its length.
+pub(crate) const PREFILL_CHUNK: usize = 512;
 
 use crate::chat_template::ChatTemplate;
 use crate::gguf::Gguf;
@@ -44,7 +51,9 @@ pub struct Model {
     pub tokenizer: Tokenizer,
     pub chat_template: ChatTemplate,
     pub(crate) weights: ModelWeights,
-    pub(crate) rope: llama::Rope,
+    pub(crate) rope: blocks::Rope,
+    /// The rotation of sliding-window layers, for architectures that have them.
+    pub(crate) rope_swa: Option<blocks::Rope>,
     pub(crate) file: Gguf,
     /// See [`Model::fingerprint`]; computed on first use.
     fingerprint: std::sync::OnceLock<[u8; 32]>,
@@ -81,13 +90,15 @@ impl Model {
             )));
         }
         let chat_template = ChatTemplate::from_gguf(&file, &tokenizer)?;
-        let rope = llama::Rope::new(&hparams, weights.rope_freqs.clone());
+        let rope = blocks::Rope::new(&hparams, weights.rope_freqs.clone());
+        let rope_swa = (hparams.n_swa > 0).then(|| blocks::Rope::sliding(&hparams));
         Ok(Arc::new(Model {
             hparams,
             tokenizer,
             chat_template,
             weights,
             rope,
+            rope_swa,
             file,
             fingerprint: std::sync::OnceLock::new(),
         }))
@@ -180,7 +191,7 @@ impl Model {
         // The session's planned buffers for one prefill chunk, and the activations quantized
         // for the matmuls (about a byte per value, kept by each kernel thread; float weights
         // keep their normalised input rows instead, 4 bytes per value).
-        let chunk = crate::session::PREFILL_CHUNK.min(n_ctx);
+        let chunk = PREFILL_CHUNK.min(n_ctx);
         let threads = rayon::current_num_threads();
         let scratch =
             Workspace::planned_bytes(hp, chunk, n_ctx, threads) + chunk * act_bytes_per_token(hp);

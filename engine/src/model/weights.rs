@@ -1,9 +1,9 @@
-//! Where each tensor of a Llama-family model lives in the mapped file, with shapes checked once
+//! Where each tensor of a model lives in the mapped file, with shapes checked once
 //! at load so the forward pass never has to.
 
 use kostant_kernels::{GgmlType, PackedWeights, Weights};
 
-use super::hparams::HParams;
+use super::hparams::{Arch, HParams};
 use crate::gguf::Gguf;
 use crate::{EngineError, Result};
 
@@ -44,11 +44,18 @@ pub struct LayerWeights {
     pub bq: Option<Vec<f32>>, // Qwen2 only: (n_head * head_dim,)
     pub bk: Option<Vec<f32>>, // (n_head_kv * head_dim,)
     pub bv: Option<Vec<f32>>,
-    pub wo: TensorRef,      // (n_embd, n_head * head_dim)
+    /// Qwen3 and Gemma 3: RMSNorm weights applied to each query and key head, (head_dim,).
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    pub wo: TensorRef, // (n_embd, n_head * head_dim)
+    /// Gemma 3: RMSNorm of the attention's output before it joins the residual, (n_embd,).
+    pub post_attn_norm: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>, // (n_embd,)
-    pub w_gate: TensorRef,  // (n_ff, n_embd)
-    pub w_up: TensorRef,    // (n_ff, n_embd)
-    pub w_down: TensorRef,  // (n_embd, n_ff)
+    /// Gemma 3: RMSNorm of the feed-forward's output, (n_embd,).
+    pub post_ffn_norm: Option<Vec<f32>>,
+    pub w_gate: TensorRef, // (n_ff, n_embd)
+    pub w_up: TensorRef,   // (n_ff, n_embd)
+    pub w_down: TensorRef, // (n_embd, n_ff)
 }
 
 pub struct ModelWeights {
@@ -103,7 +110,7 @@ fn find_optional_vector(g: &Gguf, name: &str, len: usize) -> Result<Option<Vec<f
 
 impl ModelWeights {
     pub fn from_gguf(g: &Gguf, hp: &HParams) -> Result<ModelWeights> {
-        let (e, ff, q_dim, kv_dim) = (hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim, hp.kv_dim());
+        let (e, ff, q_dim, kv_dim) = (hp.n_embd, hp.n_ff, hp.q_dim(), hp.kv_dim());
         let token_embd = find(g, "token_embd.weight", hp.n_vocab, e)?;
         let mut output = match g.tensor("output.weight") {
             Some(_) => find(g, "output.weight", hp.n_vocab, e)?,
@@ -120,12 +127,17 @@ impl ModelWeights {
                 bq: find_optional_vector(g, &n("attn_q.bias"), q_dim)?,
                 bk: find_optional_vector(g, &n("attn_k.bias"), kv_dim)?,
                 bv: find_optional_vector(g, &n("attn_v.bias"), kv_dim)?,
+                q_norm: find_optional_vector(g, &n("attn_q_norm.weight"), hp.head_dim)?,
+                k_norm: find_optional_vector(g, &n("attn_k_norm.weight"), hp.head_dim)?,
                 wo: find(g, &n("attn_output.weight"), e, q_dim)?,
+                post_attn_norm: find_optional_vector(g, &n("post_attention_norm.weight"), e)?,
                 ffn_norm: find_vector(g, &n("ffn_norm.weight"), e)?,
+                post_ffn_norm: find_optional_vector(g, &n("post_ffw_norm.weight"), e)?,
                 w_gate: find(g, &n("ffn_gate.weight"), ff, e)?,
                 w_up: find(g, &n("ffn_up.weight"), ff, e)?,
                 w_down: find(g, &n("ffn_down.weight"), e, ff)?,
             });
+            require_arch_tensors(hp, i, layers.last().expect("just pushed"))?;
         }
         let output_norm = find_vector(g, "output_norm.weight", e)?;
         let rope_freqs = match g.tensor("rope_freqs.weight") {
@@ -149,6 +161,30 @@ impl ModelWeights {
             rope_freqs,
             packed,
         })
+    }
+}
+
+/// The tensors an architecture cannot run without, beyond the ones every family has.
+fn require_arch_tensors(hp: &HParams, i: usize, l: &LayerWeights) -> Result<()> {
+    let needs: &[(&str, bool)] = match hp.arch {
+        Arch::Llama | Arch::Qwen2 => &[],
+        Arch::Qwen3 => &[
+            ("attn_q_norm", l.q_norm.is_some()),
+            ("attn_k_norm", l.k_norm.is_some()),
+        ],
+        Arch::Gemma3 => &[
+            ("attn_q_norm", l.q_norm.is_some()),
+            ("attn_k_norm", l.k_norm.is_some()),
+            ("post_attention_norm", l.post_attn_norm.is_some()),
+            ("post_ffw_norm", l.post_ffn_norm.is_some()),
+        ],
+    };
+    match needs.iter().find(|(_, present)| !present) {
+        Some((name, _)) => Err(EngineError::Model(format!(
+            "tensor blk.{i}.{name}.weight is missing ({} needs it)",
+            hp.arch.name()
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -1,9 +1,11 @@
-//! The Llama-family forward pass (Llama 2/3, SmolLM2, Qwen2.5), read top to bottom:
-//! embed -> for each layer { rms_norm, attention with rope over the kv cache, residual,
-//! rms_norm, swiglu feed-forward, residual } -> rms_norm -> lm head.
+//! The blocks every architecture's forward pass is built from (`model/arch/`): embedding
+//! lookup, linear layers over packed weights, RMSNorm, rotary embeddings, grouped-query
+//! attention over the kv cache (optionally through a sliding window), the gated feed-forwards
+//! (SwiGLU, GeGLU), residual adds, and the buffers they all write.
 //!
 //! Activations are f32, (n_tokens, width) row-major. Weights stay packed in the mmap and go
-//! straight to the kernels.
+//! straight to the kernels. Each block rounds as ggml's operation does, so a forward pass built
+//! from them follows llama.cpp's greedy tokens.
 
 use half::f16;
 use rayon::prelude::*;
@@ -19,132 +21,11 @@ use kostant_kernels::{dequantize_row, exp_f32, matmul_input, matvec_fused, Input
 use super::hparams::{HParams, RopeLayout};
 use super::weights::{LayerWeights, TensorRef};
 use super::Model;
-use crate::batch::{Batch, LogitRows, Outputs};
 use crate::kv_cache::{HeadView, KvCache};
 use crate::{EngineError, Result};
 
-/// Runs `batch.tokens` at positions `kv.len()..` through the model, appends their keys and
-/// values to the cache, and appends to `out` the logits and hidden states the batch asks for
-/// (the caller empties `out` before a batch it splits into several passes). With `shallow` and
-/// no logits asked for, layers past the deepest tap are skipped; a cache filled that way only
-/// serves later passes that stop as early.
-pub fn forward(
-    model: &Model,
-    kv: &mut KvCache,
-    batch: &Batch,
-    shallow: bool,
-    ws: &mut Workspace,
-    out: &mut Outputs,
-) -> Result<()> {
-    let hp = &model.hparams;
-    let taps = batch.taps;
-    check_taps(hp, taps)?;
-    out.states.resize_with(taps.len(), Vec::new);
-    // Without logits, layers past the deepest tap cannot change what is returned: skip them (a
-    // guard reading an early layer pays only for the layers it reads).
-    let n_layers = match batch.logits {
-        LogitRows::None if shallow => taps
-            .iter()
-            .max()
-            .map_or(hp.n_layer, |&t| (t + 1).min(hp.n_layer)),
-        _ => hp.n_layer,
-    };
-    let n = batch.tokens.len();
-    let order = F16SumOrder::for_batch(if batch.as_steps { 1 } else { n });
-    let states = &mut out.states;
-    transformer(model, kv, batch.tokens, n_layers, order, ws, |l, x| {
-        for (o, _) in states.iter_mut().zip(taps).filter(|(_, &t)| t == l) {
-            o.extend_from_slice(x);
-        }
-    })?;
-    tap_final_norm(model, &ws.x, taps, &mut out.states);
-    let rows = match batch.logits {
-        LogitRows::None => return Ok(()),
-        LogitRows::Last => 1,
-        LogitRows::All => n,
-    };
-    // The lm head runs only over the rows whose logits are wanted.
-    let Workspace { x, logits, .. } = ws;
-    let x = &x[x.len() - rows * hp.n_embd..];
-    let normed = rms_norm(x, &model.weights.output_norm, hp.rms_eps);
-    let l = linear_into(model, &model.weights.output, normed, rows, logits)?;
-    out.logits.extend_from_slice(l);
-    out.rows += rows;
-    Ok(())
-}
-
-/// Appends the taps numbered `n_layer`, the final RMSNorm's output for every token of `x`, to
-/// their buffers.
-fn tap_final_norm(model: &Model, x: &[f32], taps: &[usize], out: &mut [Vec<f32>]) {
-    let hp = &model.hparams;
-    for (o, _) in out.iter_mut().zip(taps).filter(|(_, &t)| t == hp.n_layer) {
-        let start = o.len();
-        o.resize(start + x.len(), 0.0);
-        rms_norm_into(x, &model.weights.output_norm, hp.rms_eps, &mut o[start..]);
-    }
-}
-
-fn check_taps(hp: &HParams, taps: &[usize]) -> Result<()> {
-    match taps.iter().find(|&&t| t > hp.n_layer) {
-        Some(&bad) => Err(EngineError::InvalidRequest(format!(
-            "hidden-state tap {bad} is past the model's {} layers",
-            hp.n_layer
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// The transformer blocks: embeds `tokens`, runs the first `n_layers` layers (calling
-/// `after_layer(l, x)` with the residual stream after layer `l`), appends the keys and values to
-/// the cache and leaves the last run layer's residual stream, (n, n_embd), before the final
-/// norm, in `ws.x`. A cache filled with fewer than all layers only serves later calls that also
-/// stop early.
-fn transformer(
-    model: &Model,
-    kv: &mut KvCache,
-    tokens: &[u32],
-    n_layers: usize,
-    order: F16SumOrder,
-    ws: &mut Workspace,
-    mut after_layer: impl FnMut(usize, &[f32]),
-) -> Result<()> {
-    let hp = &model.hparams;
-    let w = &model.weights;
-    let n = tokens.len();
-    let pos = kv.len();
-    if n == 0 {
-        return Err(EngineError::InvalidRequest("no tokens to run".into()));
-    }
-    if pos + n > kv.capacity() {
-        return Err(EngineError::ContextOverflow {
-            prompt_tokens: pos + n,
-            context: kv.capacity(),
-        });
-    }
-
-    let Workspace {
-        x, angles, scratch, ..
-    } = ws;
-    // x: (n, n_embd). Every layer rotates the same positions: their angles are computed once
-    // per pass.
-    embed(model, tokens, x)?;
-    model.rope.angles_for(hp, pos, n, angles);
-    for (l, layer) in w.layers.iter().enumerate().take(n_layers) {
-        let xn = rms_norm(x, &layer.attn_norm, hp.rms_eps);
-        let att = attention(model, layer, l, kv, xn, n, pos, order, angles, scratch)?;
-        add_in_place(x, att);
-
-        let xn = rms_norm(x, &layer.ffn_norm, hp.rms_eps);
-        let ffn = swiglu(model, layer, xn, n, scratch)?;
-        add_in_place(x, ffn);
-        after_layer(l, x);
-    }
-    kv.advance(n);
-    Ok(())
-}
-
 /// Looks up each token's row of the embedding table into `x`: (n, n_embd).
-fn embed(model: &Model, tokens: &[u32], x: &mut Vec<f32>) -> Result<()> {
+pub(super) fn embed(model: &Model, tokens: &[u32], x: &mut Vec<f32>) -> Result<()> {
     let e = model.hparams.n_embd;
     let table = &model.weights.token_embd;
     let row_bytes = table.size / table.rows;
@@ -169,7 +50,7 @@ fn embed(model: &Model, tokens: &[u32], x: &mut Vec<f32>) -> Result<()> {
 
 /// y = x W^T for n tokens: (n, cols) -> (n, rows), into a buffer that is reused: resized (and
 /// so written) only when its length changes, since the matmul overwrites every element.
-fn linear_into<'a, 'x>(
+pub(super) fn linear_into<'a, 'x>(
     model: &Model,
     w: &TensorRef,
     x: impl Into<Input<'x>>,
@@ -189,7 +70,7 @@ fn linear_into<'a, 'x>(
 /// run as one kernel call ([`matvec_fused`]): one quantization of `x` and one fork-join of the
 /// pool for the set instead of one each. (An A/B at 2 threads could not tell it from the
 /// unfused calls through this machine's noise; see BENCHMARKS.md run 5.)
-fn linear_fused<'a, const N: usize>(
+pub(super) fn linear_fused<'a, const N: usize>(
     model: &Model,
     ws: [&TensorRef; N],
     x: Input,
@@ -216,7 +97,7 @@ fn linear_fused<'a, const N: usize>(
 }
 
 /// `buf` at length `len`, its contents unspecified (zeros where it grew).
-fn sized(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
+pub(super) fn sized(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
     if buf.len() != len {
         buf.clear();
         buf.resize(len, 0.0);
@@ -230,11 +111,14 @@ fn sized(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
 pub struct Workspace {
     /// The residual stream, (n, n_embd). Its RMSNorm is never stored: the matmuls normalise
     /// each row as they quantize it.
-    x: Vec<f32>,
-    angles: Angles,
-    scratch: Scratch,
+    pub(super) x: Vec<f32>,
+    /// The rotation angles of the pass's positions, for global layers ...
+    pub(super) angles: Angles,
+    /// ... and for sliding-window layers, which Gemma 3 rotates with another base.
+    pub(super) angles_swa: Angles,
+    pub(super) scratch: Scratch,
     /// The lm head's output for the rows whose logits a batch wants.
-    logits: Vec<f32>,
+    pub(super) logits: Vec<f32>,
 }
 
 impl Workspace {
@@ -243,16 +127,18 @@ impl Workspace {
     /// buffers grow once, on first use.
     pub fn plan(hp: &HParams, max_tokens: usize, n_ctx: usize, threads: usize) -> Workspace {
         let n = max_tokens.max(1);
-        let q_dim = hp.n_head * hp.head_dim;
+        let q_dim = hp.q_dim();
         let with = |len: usize| Vec::with_capacity(len);
         let head = || HeadScratch::planned(hp, n_ctx);
+        let angles = || Angles {
+            half: hp.rope_dims / 2,
+            cos: with(n * (hp.rope_dims / 2)),
+            sin: with(n * (hp.rope_dims / 2)),
+        };
         Workspace {
             x: with(n * hp.n_embd),
-            angles: Angles {
-                half: hp.rope_dims / 2,
-                cos: with(n * (hp.rope_dims / 2)),
-                sin: with(n * (hp.rope_dims / 2)),
-            },
+            angles: angles(),
+            angles_swa: angles(),
             scratch: Scratch {
                 q: with(n * q_dim),
                 k: with(n * hp.kv_dim()),
@@ -273,10 +159,10 @@ impl Workspace {
     /// The bytes [`Workspace::plan`] reserves for the same arguments (the memory plan's scratch).
     pub fn planned_bytes(hp: &HParams, max_tokens: usize, n_ctx: usize, threads: usize) -> usize {
         let n = max_tokens.max(1);
-        let q_dim = hp.n_head * hp.head_dim;
-        // x, att, ffn; q, heads; k, v; gate, up, exp; cos, sin
+        let q_dim = hp.q_dim();
+        // x, att, ffn; q, heads; k, v; gate, up, exp; cos, sin twice
         let per_token =
-            3 * hp.n_embd + 2 * q_dim + 2 * hp.kv_dim() + 3 * hp.n_ff + 2 * (hp.rope_dims / 2);
+            3 * hp.n_embd + 2 * q_dim + 2 * hp.kv_dim() + 3 * hp.n_ff + 4 * (hp.rope_dims / 2);
         let floats = n * per_token + hp.n_vocab;
         4 * floats + (1 + threads.max(1)) * HeadScratch::planned_bytes(hp, n_ctx)
     }
@@ -289,6 +175,8 @@ impl Workspace {
             &self.x,
             &self.angles.cos,
             &self.angles.sin,
+            &self.angles_swa.cos,
+            &self.angles_swa.sin,
             &s.q,
             &s.k,
             &s.v,
@@ -312,7 +200,7 @@ impl Workspace {
 }
 
 /// The activation buffers of a layer, shared by all layers of a pass.
-struct Scratch {
+pub(super) struct Scratch {
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
@@ -331,7 +219,7 @@ struct Scratch {
 /// RMSNorm (Zhang & Sennrich 2019) of each row of `x`, scaled by `weight`, as the next
 /// matmuls' input: they normalise each row as they quantize it, so the normalised rows are
 /// never stored (kernels' `norm` module).
-fn rms_norm<'a>(x: &'a [f32], weight: &'a [f32], eps: f32) -> Input<'a> {
+pub(super) fn rms_norm<'a>(x: &'a [f32], weight: &'a [f32], eps: f32) -> Input<'a> {
     Input::RmsNormed {
         rows: x,
         weight,
@@ -341,7 +229,7 @@ fn rms_norm<'a>(x: &'a [f32], weight: &'a [f32], eps: f32) -> Input<'a> {
 
 /// [`rms_norm`] written out, for a reader of the normalised rows themselves (the guard's tap
 /// after the final norm).
-fn rms_norm_into(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+pub(super) fn rms_norm_into(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let d = weight.len();
     let one = |(row, o): (&[f32], &mut [f32])| rms_norm_row(row, weight, rms_scale(row, eps), o);
     if x.len() >= PAR_MIN_ELEMENTS {
@@ -350,6 +238,30 @@ fn rms_norm_into(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
             .for_each(one);
     } else {
         x.chunks_exact(d).zip(out.chunks_exact_mut(d)).for_each(one);
+    }
+}
+
+/// RMSNorm of each `weight.len()`-wide row of `x`, in place: the per-head norm of queries and
+/// keys (Qwen3, Gemma 3) and Gemma 3's norms after attention and the feed-forward.
+pub(super) fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
+    let d = weight.len();
+    let one = |row: &mut [f32]| {
+        let scale = rms_scale(row, eps);
+        for (v, &g) in row.iter_mut().zip(weight) {
+            *v = *v * scale * g;
+        }
+    };
+    if x.len() >= PAR_MIN_ELEMENTS {
+        x.par_chunks_exact_mut(d).for_each(one);
+    } else {
+        x.chunks_exact_mut(d).for_each(one);
+    }
+}
+
+/// Multiplies every value by `factor` (Gemma 3 scales its embeddings by sqrt(n_embd)).
+pub(super) fn scale_in_place(x: &mut [f32], factor: f32) {
+    for v in x.iter_mut() {
+        *v *= factor;
     }
 }
 
@@ -439,10 +351,20 @@ const ATTENTION_PAR_MIN_MACS: usize = 1 << 18;
 const PAR_MIN_ELEMENTS: usize = 4 * PAR_CHUNK;
 const PAR_CHUNK: usize = 4096;
 
+/// How one layer attends: the angles its positions rotate by, and its window, if any.
+#[derive(Clone, Copy)]
+pub(super) struct AttentionSpec<'a> {
+    pub angles: &'a Angles,
+    /// Sliding-window layers see only the last `window` positions, the token's own included.
+    pub window: Option<usize>,
+}
+
 /// Multi-head self-attention with grouped-query heads (Ainslie et al. 2023) over the kv cache.
-/// Writes this chunk's keys and values into the cache. Returns the output projection, (n, n_embd).
+/// Queries and keys get their bias (Qwen2) or per-head RMSNorm (Qwen3, Gemma 3) when the layer
+/// has one, then RoPE. Writes this chunk's keys and values into the cache. Returns the output
+/// projection, (n, n_embd).
 #[allow(clippy::too_many_arguments)]
-fn attention<'s>(
+pub(super) fn attention<'s>(
     model: &Model,
     layer: &LayerWeights,
     l: usize,
@@ -451,11 +373,11 @@ fn attention<'s>(
     n: usize,
     pos: usize,
     order: F16SumOrder,
-    angles: &Angles,
+    spec: AttentionSpec,
     scratch: &'s mut Scratch,
-) -> Result<&'s [f32]> {
+) -> Result<&'s mut [f32]> {
     let hp = &model.hparams;
-    let (hd, kv_dim, q_dim) = (hp.head_dim, hp.kv_dim(), hp.n_head * hp.head_dim);
+    let (hd, kv_dim, q_dim) = (hp.head_dim, hp.kv_dim(), hp.q_dim());
     let Scratch {
         q,
         k,
@@ -472,14 +394,20 @@ fn attention<'s>(
     add_bias(q, layer.bq.as_deref());
     add_bias(k, layer.bk.as_deref());
     add_bias(v, layer.bv.as_deref());
-    rope(q, q_dim, hp, angles);
-    rope(k, kv_dim, hp, angles);
+    if let Some(w) = &layer.q_norm {
+        rms_norm_in_place(q, w, hp.rms_eps);
+    }
+    if let Some(w) = &layer.k_norm {
+        rms_norm_in_place(k, w, hp.rms_eps);
+    }
+    rope(q, q_dim, hp, spec.angles);
+    rope(k, kv_dim, hp, spec.angles);
     kv.append(l, k, v);
     let q = &*q;
 
     let cached = kv.layer(l); // pos + n positions of keys and values
     let group = hp.n_head / hp.n_head_kv;
-    let scale = 1.0 / (hd as f32).sqrt();
+    let scale = hp.attn_scale;
     // (n, n_head * head_dim); every head's slice is written whole below.
     let out = sized(heads, n * q_dim);
 
@@ -489,8 +417,11 @@ fn attention<'s>(
     let visible_max = pos + n;
     let body = |s: &mut HeadScratch, (i, o): (usize, &mut [f32])| {
         let (t, g) = (i / hp.n_head_kv, i % hp.n_head_kv);
-        let visible = pos + t + 1; // causal: the token sees itself and everything before it
-                                   // The group's query heads are adjacent in q, as in `out`.
+        // Causal: the token sees itself and everything before it, back to its window's start.
+        let end = pos + t + 1;
+        let start = spec.window.map_or(0, |w| end.saturating_sub(w));
+        let visible = end - start;
+        // The group's query heads are adjacent in q, as in `out`.
         let q_group = &q[t * q_dim + g * group * hd..t * q_dim + (g + 1) * group * hd];
         let (q_h, probs, lanes, q_blocks) = s.parts(
             group * hd,
@@ -498,7 +429,7 @@ fn attention<'s>(
             group * order.lanes() * hd,
             hd / Q8_0_BLOCK,
         );
-        // The head's rows (visible_max of them), one after another.
+        // The head's rows from the window's start, one after another.
         match cached.head(g) {
             HeadView::F16 { k, v } => {
                 // The queries meet the f16 keys at f16 precision, as in llama.cpp. The
@@ -507,18 +438,20 @@ fn attention<'s>(
                 for (a, &b) in q_h.iter_mut().zip(q_group) {
                     *a = f16::from_f32(b).to_f32();
                 }
+                let (k, v) = (&k[start * hd..], &v[start * hd..]);
                 dot_f16_rows_group(q_h, hd, k, hd, 0, scale, order, probs);
                 probs.chunks_exact_mut(visible).for_each(softmax);
                 weighted_sum_f16_rows_group(probs, hd, v, hd, 0, order, lanes, o);
             }
             HeadView::Q8_0 { k, v } => {
                 let probs = &mut probs[..visible];
+                let stride = hd / Q8_0_BLOCK;
+                let (k, v) = (&k[start * stride..], &v[start * stride..]);
                 for (q_src, o_h) in q_group.chunks_exact(hd).zip(o.chunks_exact_mut(hd)) {
                     // The query is quantized like the keys, so each block's dot is exact
                     // in integers (as llama.cpp does with a q8_0 K cache). The cache made
                     // sure heads are whole blocks.
                     quantize_q8_0_kv(q_src, q_blocks);
-                    let stride = hd / Q8_0_BLOCK;
                     dot_q8_0_rows(q_blocks, k, stride, 0, scale, probs);
                     softmax(probs);
                     weighted_sum_q8_0_rows(probs, v, stride, 0, o_h);
@@ -552,12 +485,12 @@ fn attention<'s>(
             .for_each_init(init, body);
     }
 
-    Ok(linear_into(model, &layer.wo, out, n, att)?)
+    linear_into(model, &layer.wo, out, n, att)
 }
 
 /// Rotary position embedding (Su et al. 2021) on every head of each row of `x`: (n, width),
 /// rows at positions pos, pos+1, ...
-fn rope(x: &mut [f32], width: usize, hp: &HParams, angles: &Angles) {
+pub(super) fn rope(x: &mut [f32], width: usize, hp: &HParams, angles: &Angles) {
     let hd = hp.head_dim;
     let half = angles.half;
     let one = |(t, row): (usize, &mut [f32])| {
@@ -586,7 +519,7 @@ fn rope(x: &mut [f32], width: usize, hp: &HParams, angles: &Angles) {
 
 /// cos and sin of every rotated pair's angle for the `n` positions of one forward pass, position
 /// after position (`half` pairs each).
-struct Angles {
+pub(super) struct Angles {
     half: usize,
     cos: Vec<f32>,
     sin: Vec<f32>,
@@ -597,19 +530,32 @@ struct Angles {
 pub(crate) struct Rope {
     /// base^(-2/d): each pair turns this much slower than the one before.
     theta_scale: f32,
+    /// Linear position scaling: positions are multiplied by this.
+    freq_scale: f32,
     factors: Option<Vec<f32>>,
 }
 
 impl Rope {
+    /// The rotation of global layers (every layer but Gemma 3's windowed ones).
     pub(crate) fn new(hp: &HParams, factors: Option<Vec<f32>>) -> Rope {
         Rope {
             theta_scale: hp.rope_theta.powf(-2.0 / hp.rope_dims as f32),
+            freq_scale: hp.rope_freq_scale,
             factors,
         }
     }
 
+    /// The rotation of sliding-window layers: their own base, no scaling.
+    pub(crate) fn sliding(hp: &HParams) -> Rope {
+        Rope {
+            theta_scale: hp.rope_theta_swa.powf(-2.0 / hp.rope_dims as f32),
+            freq_scale: 1.0,
+            factors: None,
+        }
+    }
+
     /// [`Rope::angles`] for positions `pos..pos + n`, into `out`.
-    fn angles_for(&self, hp: &HParams, pos: usize, n: usize, out: &mut Angles) {
+    pub(super) fn angles_for(&self, hp: &HParams, pos: usize, n: usize, out: &mut Angles) {
         let half = hp.rope_dims / 2;
         out.half = half;
         let cos = sized(&mut out.cos, n * half);
@@ -619,7 +565,7 @@ impl Rope {
             .zip(sin.chunks_exact_mut(half.max(1)))
             .enumerate()
         {
-            self.angles((pos + t) as f32, hp.rope_freq_scale, c, s);
+            self.angles((pos + t) as f32, self.freq_scale, c, s);
         }
     }
 
@@ -641,7 +587,7 @@ impl Rope {
 /// Softmax in place, subtracting the max for stability, computed as ggml computes it: its
 /// polynomial exp ([`exp_f32`]), each group of 8 terms added in f32 in its SIMD lane order, the
 /// group sums accumulated in f64, then one multiply by the f32 reciprocal.
-fn softmax(x: &mut [f32]) {
+pub(super) fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     for v in x.iter_mut() {
         *v -= max;
@@ -660,24 +606,24 @@ fn softmax(x: &mut [f32]) {
 }
 
 /// The SwiGLU feed-forward block (Shazeer 2020): down(silu(gate(x)) * up(x)). (n, n_embd)
-fn swiglu<'s>(
+pub(super) fn swiglu<'s>(
     model: &Model,
     layer: &LayerWeights,
     xn: Input,
     n: usize,
     scratch: &'s mut Scratch,
-) -> Result<&'s [f32]> {
+) -> Result<&'s mut [f32]> {
     let Scratch {
         gate, up, ffn, exp, ..
     } = scratch;
     let [gate, up] = linear_fused(model, [&layer.w_gate, &layer.w_up], xn, n, [gate, up])?; // (n, n_ff)
     silu_mul(gate, up, exp);
-    Ok(linear_into(model, &layer.w_down, gate, n, ffn)?)
+    linear_into(model, &layer.w_down, gate, n, ffn)
 }
 
 /// gate = silu(gate) * up, with SiLU as x / (1 + e^-x) on ggml's exp so the feed-forward
 /// activations round as llama.cpp's do. `e` is scratch.
-fn silu_mul(gate: &mut [f32], up: &[f32], e: &mut Vec<f32>) {
+pub(super) fn silu_mul(gate: &mut [f32], up: &[f32], e: &mut Vec<f32>) {
     let e = sized(e, gate.len());
     let one = |((gate, up), e): ((&mut [f32], &[f32]), &mut [f32])| {
         for (e, &g) in e.iter_mut().zip(gate.iter()) {
@@ -698,7 +644,64 @@ fn silu_mul(gate: &mut [f32], up: &[f32], e: &mut Vec<f32>) {
     }
 }
 
-fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
+/// The GeGLU feed-forward block (Shazeer 2020; Gemma): down(gelu(gate(x)) * up(x)). (n, n_embd)
+pub(super) fn geglu<'s>(
+    model: &Model,
+    layer: &LayerWeights,
+    xn: Input,
+    n: usize,
+    scratch: &'s mut Scratch,
+) -> Result<&'s mut [f32]> {
+    let Scratch { gate, up, ffn, .. } = scratch;
+    let [gate, up] = linear_fused(model, [&layer.w_gate, &layer.w_up], xn, n, [gate, up])?; // (n, n_ff)
+    gelu_mul(gate, up);
+    linear_into(model, &layer.w_down, gate, n, ffn)
+}
+
+/// gate = gelu(gate) * up, with GELU's tanh form read from a table of every f16 input, as
+/// ggml computes it on CPUs: the input rounded to f16, GELU in f32, the result rounded to f16;
+/// below -10 it is 0 and above 10 the input itself.
+fn gelu_mul(gate: &mut [f32], up: &[f32]) {
+    let table = gelu_f16_table();
+    let one = |(gate, up): (&mut [f32], &[f32])| {
+        for (g, &u) in gate.iter_mut().zip(up) {
+            let x = *g;
+            *g = if x <= -10.0 {
+                0.0
+            } else if x >= 10.0 {
+                x * u
+            } else {
+                table[f16::from_f32(x).to_bits() as usize].to_f32() * u
+            };
+        }
+    };
+    if gate.len() >= PAR_MIN_ELEMENTS {
+        gate.par_chunks_mut(PAR_CHUNK)
+            .zip(up.par_chunks(PAR_CHUNK))
+            .for_each(one);
+    } else {
+        one((gate, up));
+    }
+}
+
+/// GELU (tanh approximation, Hendrycks & Gimpel 2016) of every f16 value, rounded to f16.
+fn gelu_f16_table() -> &'static [f16] {
+    static TABLE: std::sync::OnceLock<Vec<f16>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+        const COEF_A: f32 = 0.044_715;
+        (0..=u16::MAX)
+            .map(|bits| {
+                let x = f16::from_bits(bits).to_f32();
+                // The inner product-and-add fused, as GCC contracts ggml's expression.
+                let inner = (COEF_A * x).mul_add(x, 1.0);
+                f16::from_f32(0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * inner).tanh()))
+            })
+            .collect()
+    })
+}
+
+pub(super) fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
     if let Some(b) = bias {
         for row in x.chunks_exact_mut(b.len()) {
             add_in_place(row, b);
@@ -706,7 +709,7 @@ fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
     }
 }
 
-fn add_in_place(x: &mut [f32], y: &[f32]) {
+pub(super) fn add_in_place(x: &mut [f32], y: &[f32]) {
     let one = |(x, y): (&mut [f32], &[f32])| {
         for (a, &b) in x.iter_mut().zip(y) {
             *a += b;

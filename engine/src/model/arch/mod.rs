@@ -1,0 +1,50 @@
+//! One forward pass per architecture, each readable top to bottom over the shared blocks
+//! (`model/blocks.rs`): `llama.rs` for Llama, Qwen2 and Qwen3, `gemma3.rs` for Gemma 3.
+
+mod gemma3;
+mod llama;
+
+use kostant_kernels::attention::F16SumOrder;
+
+use super::blocks::Workspace;
+use super::hparams::Arch;
+use super::Model;
+use crate::kv_cache::KvCache;
+use crate::{EngineError, Result};
+
+/// The transformer blocks of `model`'s architecture: embeds `tokens`, runs the first `n_layers`
+/// layers (calling `after_layer(l, x)` with the residual stream after layer `l`), appends the
+/// keys and values to the cache and leaves the last run layer's residual stream, (n, n_embd),
+/// before the final norm, in `ws.x`. A cache filled with fewer than all layers only serves
+/// later calls that also stop early.
+pub(super) fn transformer(
+    model: &Model,
+    kv: &mut KvCache,
+    tokens: &[u32],
+    n_layers: usize,
+    order: F16SumOrder,
+    ws: &mut Workspace,
+    after_layer: impl FnMut(usize, &[f32]),
+) -> Result<()> {
+    match model.hparams.arch {
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+            llama::transformer(model, kv, tokens, n_layers, order, ws, after_layer)
+        }
+        Arch::Gemma3 => gemma3::transformer(model, kv, tokens, n_layers, order, ws, after_layer),
+    }
+}
+
+/// The pass's length and first position, once it is known to hold tokens and to fit the cache.
+fn check_room(kv: &KvCache, tokens: &[u32]) -> Result<(usize, usize)> {
+    let (n, pos) = (tokens.len(), kv.len());
+    if n == 0 {
+        return Err(EngineError::InvalidRequest("no tokens to run".into()));
+    }
+    if pos + n > kv.capacity() {
+        return Err(EngineError::ContextOverflow {
+            prompt_tokens: pos + n,
+            context: kv.capacity(),
+        });
+    }
+    Ok((n, pos))
+}
