@@ -44,18 +44,35 @@ use crate::{EngineError, Result};
 pub const MAX_VOCAB: usize = 1 << 21;
 
 /// Texts of tokens that end a turn in the chat formats we know, beyond the GGUF's own
-/// eos/eot/eom ids. llama.cpp keeps the same list (`special_eog_ids`) because converters do not
-/// always record these ids, and treats each as a control token whatever its stored type.
+/// eos/eot/eom ids. llama.cpp keeps the same list (`special_eog_ids`, as of 0c1e570) because
+/// converters do not always record these ids, and treats each as a control token whatever its
+/// stored type: Gemma 3's `</s>` is stored user-defined, yet llama.cpp neither splits it out of
+/// plain text nor renders it. (llama.cpp then takes `<|end|>` back out when `<|return|>` and
+/// `<|call|>` are present, and `</s>` when `<|tool_response>` is: gpt-oss and Gemma 4
+/// vocabularies, whose pre-tokenizers we refuse, so that is not repeated here.)
 const END_OF_GENERATION_TEXTS: &[&str] = &[
     "<|eot_id|>",
     "<|im_end|>",
     "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
     "<end_of_turn>",
     "<|endoftext|>",
+    "</s>",
     "<|eom_id|>",
-    "<|end_of_text|>",
     "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
     "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\u{ff5c}end\u{2581}of\u{2581}sentence\u{ff5c}>",
+    "[e~[",
 ];
 
 /// What a token is, from `tokenizer.ggml.token_type`.
