@@ -259,17 +259,35 @@ pub fn tiny_model_bytes(spec: &TinySpec) -> Result<Vec<u8>> {
 /// Panics, with the command that installs it, if the file is missing: real-model tests fail
 /// rather than skip.
 pub fn real_model_path() -> std::path::PathBuf {
-    let path = std::env::var_os("KOSTANT_MODEL")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/setup.sh first",
-        path.display()
-    );
+    match std::env::var_os("KOSTANT_MODEL") {
+        Some(path) => present(path.into(), "run scripts/setup.sh first"),
+        None => workspace_model(
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "run scripts/setup.sh first",
+        ),
+    }
+}
+
+/// Gemma 3 270M-it (Q4_K_M), the real SentencePiece vocabulary the tokenizer golden test runs
+/// on, at `models/gemma-3-270m-it-Q4_K_M.gguf` under the workspace root. Panics if missing.
+pub fn gemma3_model_path() -> std::path::PathBuf {
+    workspace_model(
+        "gemma-3-270m-it-Q4_K_M.gguf",
+        "put Gemma 3 270M-it (Q4_K_M GGUF, 262144 tokens) there first; \
+         the SentencePiece tokenizer golden test needs it",
+    )
+}
+
+/// `models/<name>` at the workspace root, which must exist (`how` says how to get it).
+fn workspace_model(name: &str, how: &str) -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../models")
+        .join(name);
+    present(path, how)
+}
+
+fn present(path: std::path::PathBuf, how: &str) -> std::path::PathBuf {
+    assert!(path.is_file(), "{} is missing: {how}", path.display());
     path
 }
 

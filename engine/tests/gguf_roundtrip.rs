@@ -252,6 +252,20 @@ fn open_reports_the_path() {
 }
 
 #[test]
+fn read_metadata_gives_what_open_gives_and_names_the_path() {
+    let dir = temp_dir("metadata");
+    let path = dir.join("tiny.gguf");
+    sample_writer().write_to(&path).unwrap();
+    let g = Gguf::open(&path).unwrap();
+    assert_eq!(&Gguf::read_metadata(&path).unwrap(), g.metadata());
+    let text = dir.join("text.gguf");
+    std::fs::write(&text, b"hello world, not a model").unwrap();
+    let e = Gguf::read_metadata(&text).unwrap_err().to_string();
+    assert_mentions(&e, &["text.gguf", "not a GGUF file"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn every_truncation_is_an_error() {
     let bytes = sample_bytes();
     // The last tensor's padding is not needed to read it; everything before it is.

@@ -1,7 +1,8 @@
-//! Our tokenizer against llama.cpp's on the real SmolLM2 GGUF: token ids recorded by
-//! `llama-tokenize` for tricky strings, and the prompt ids of the generation fixture. How the
-//! fixtures were made is in `tests/fixtures/README.md`.
+//! Our tokenizer against llama.cpp's on real GGUFs: token ids recorded by `llama-tokenize` for
+//! tricky strings on SmolLM2 (byte-level BPE) and Gemma 3 (SentencePiece), and the prompt ids
+//! of the generation fixture. How the fixtures were made is in `tests/fixtures/README.md`.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use kostant_engine::gguf::{Gguf, GgufWriter, Value as GgufValue};
@@ -20,15 +21,23 @@ fn tokenizer() -> Tokenizer {
 /// The model's vocabulary under another pre-tokenizer, as llama.cpp saw it in a copy of the
 /// GGUF with `tokenizer.ggml.pre` rewritten (see the fixtures' README).
 fn tokenizer_with_pre(g: &Gguf, pre: &str) -> Tokenizer {
+    tokenizer_from_copy(g.metadata(), Some(pre))
+}
+
+/// A tokenizer built from a GGUF holding only `metadata`'s `tokenizer.ggml.*` keys, with
+/// `tokenizer.ggml.pre` replaced if `pre` is given.
+fn tokenizer_from_copy(metadata: &BTreeMap<String, GgufValue>, pre: Option<&str>) -> Tokenizer {
     let mut w = GgufWriter::new();
-    for (key, value) in g.metadata() {
+    for (key, value) in metadata {
         if key.starts_with("tokenizer.ggml.") {
             w.metadata(key, value.clone());
         }
     }
-    w.metadata("tokenizer.ggml.pre", GgufValue::String(pre.into()));
+    if let Some(pre) = pre {
+        w.metadata("tokenizer.ggml.pre", GgufValue::String(pre.into()));
+    }
     let copy = Gguf::from_bytes(w.to_bytes().expect("write copy")).expect("read copy");
-    Tokenizer::from_gguf(&copy).unwrap_or_else(|e| panic!("pre {pre}: {e}"))
+    Tokenizer::from_gguf(&copy).unwrap_or_else(|e| panic!("pre {pre:?}: {e}"))
 }
 
 fn fixture(name: &str) -> Value {
@@ -54,10 +63,10 @@ fn stream(tok: &Tokenizer, ids: &[u32]) -> String {
     out
 }
 
-#[test]
-fn ids_match_llama_cpp_and_text_round_trips() {
-    let tok = tokenizer();
-    let golden = fixture("tokenizer_golden.json");
+/// Every case of `fixture`: ids with and without special-token parsing equal llama.cpp's, and
+/// the text comes back from them (unless the case is marked `lossy`).
+fn check_golden_cases(tok: &Tokenizer, fixture_name: &str) {
+    let golden = fixture(fixture_name);
     let cases = golden["cases"].as_array().expect("cases");
     assert!(cases.len() >= 30);
     let mut failures = Vec::new();
@@ -78,16 +87,12 @@ fn ids_match_llama_cpp_and_text_round_trips() {
             ));
         }
         if case["lossy"] == true {
-            // Bytes without a token are dropped by llama.cpp and by us; nothing to round-trip.
+            // The ids do not spell the text back (see the case's note); nothing to round-trip.
             continue;
         }
         // Without special parsing every id is text, so decoding gives the input back.
         assert_eq!(tok.decode(&got_plain), text, "decode(encode({text:?}))");
-        assert_eq!(
-            stream(&tok, &got_plain),
-            text,
-            "streamed decode of {text:?}"
-        );
+        assert_eq!(stream(tok, &got_plain), text, "streamed decode of {text:?}");
         // With special parsing, the tokens' raw bytes (control tokens as their text) still
         // spell the input exactly.
         let bytes: Vec<u8> = got_special
@@ -102,6 +107,50 @@ fn ids_match_llama_cpp_and_text_round_trips() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+#[test]
+fn ids_match_llama_cpp_and_text_round_trips() {
+    check_golden_cases(&tokenizer(), "tokenizer_golden.json");
+}
+
+/// Gemma 3's SentencePiece vocabulary (262144 tokens, scores, byte fallback, user-defined
+/// whitespace runs and HTML tags, no space prefix). Only the file's metadata is read, so the
+/// test does not depend on the engine reading Gemma's tensor types.
+fn gemma3_tokenizer() -> Tokenizer {
+    let path = kostant_engine::testing::gemma3_model_path();
+    let metadata = Gguf::read_metadata(&path).expect("read Gemma 3 metadata");
+    tokenizer_from_copy(&metadata, None)
+}
+
+#[test]
+fn gemma3_ids_match_llama_cpp_and_text_round_trips() {
+    check_golden_cases(&gemma3_tokenizer(), "tokenizer_golden_gemma3.json");
+}
+
+#[test]
+fn special_tokens_of_gemma3() {
+    let tok = gemma3_tokenizer();
+    assert_eq!(tok.vocab_size(), 262_144);
+    assert_eq!(
+        (tok.bos_id(), tok.eos_id(), tok.add_bos()),
+        (Some(2), Some(1), true)
+    );
+    assert_eq!(tok.token_id("<start_of_turn>"), Some(105));
+    assert_eq!(tok.token_id("<end_of_turn>"), Some(106));
+    assert_eq!(tok.token_id("<0x0A>"), Some(248));
+    assert!(tok.is_control(105) && tok.is_control(2) && !tok.is_control(107));
+    // <eos>, <end_of_turn> and </s> end a reply (llama.cpp's EOG set for this GGUF); </s> is
+    // stored user-defined but llama.cpp makes it a control token.
+    assert_eq!(tok.end_of_generation_ids(), [1, 106, 212]);
+    assert!(tok.is_control(212));
+    assert_eq!(tok.decode(&[212]), "");
+    assert_eq!(tok.token_bytes(105), b"<start_of_turn>");
+    assert_eq!(tok.token_bytes(107), b"\n");
+    assert_eq!(tok.token_bytes(248), b"\n");
+    // No space prefix for Gemma: decoding keeps a leading space.
+    let ids = tok.encode(" Hello", false).unwrap();
+    assert_eq!(tok.decode(&ids), " Hello");
 }
 
 #[test]

@@ -120,6 +120,22 @@ impl Gguf {
         })
     }
 
+    /// The metadata of the GGUF at `path`, validated as [`Gguf::open`] does, without reading
+    /// the tensor infos: for what needs only metadata (such as the tokenizer) from a model
+    /// whose tensor types this crate does not read.
+    pub fn read_metadata(path: &Path) -> Result<BTreeMap<String, Value>> {
+        let io = |source| EngineError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let map = mmap::map_read_only(&file).map_err(io)?;
+        reader::parse_metadata_only(&map).map_err(|e| match e {
+            EngineError::Gguf(msg) => EngineError::Gguf(format!("{}: {msg}", path.display())),
+            other => other,
+        })
+    }
+
     /// Validates a GGUF held in memory (tests, fuzzing, files that arrived over a pipe).
     pub fn from_bytes(bytes: Vec<u8>) -> Result<Gguf> {
         Gguf::new(Backing::Owned(bytes))

@@ -316,7 +316,9 @@ pub(super) fn tensor_size(name: &str, dims: &[usize], ty: GgmlType) -> Result<us
     })
 }
 
-pub(super) fn parse(bytes: &[u8]) -> Result<Header> {
+/// The header and metadata, checked as [`parse`] checks them: the version, the metadata, the
+/// tensor count, and the cursor where the tensor infos start.
+fn parse_metadata(bytes: &[u8]) -> Result<(u32, BTreeMap<String, Value>, u64, Cursor<'_>)> {
     let mut cur = Cursor { bytes, pos: 0 };
     let magic = cur.take(4, &|| "magic".into())?;
     if magic != MAGIC {
@@ -366,10 +368,21 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Header> {
             return Err(err(format!("duplicate metadata key {key}")));
         }
     }
+    Ok((version, metadata, n_tensors, p.cur))
+}
+
+/// The metadata alone, for a caller that needs no tensor (a tokenizer from a model whose
+/// tensor types we do not read). The tensor infos are not looked at.
+pub(super) fn parse_metadata_only(bytes: &[u8]) -> Result<BTreeMap<String, Value>> {
+    parse_metadata(bytes).map(|(_, metadata, _, _)| metadata)
+}
+
+pub(super) fn parse(bytes: &[u8]) -> Result<Header> {
+    let (version, metadata, n_tensors, cur) = parse_metadata(bytes)?;
     let alignment = alignment_of(metadata.get(ALIGNMENT_KEY))?;
 
     // Tensor infos: shapes, types and offsets relative to the data section.
-    let mut cur = p.cur;
+    let mut cur = cur;
     let mut tensors = Vec::with_capacity(n_tensors as usize);
     let mut by_name = HashMap::with_capacity(n_tensors as usize);
     let mut rel_offsets = Vec::with_capacity(n_tensors as usize);

@@ -1,14 +1,18 @@
 //! The model's own tokenizer, built in code from the vocabulary a GGUF carries.
 //!
 //! A GGUF stores the tokenizer as metadata: `tokenizer.ggml.model` (the algorithm), the token
-//! strings, their types, BPE merges, the pre-tokenizer name and the special ids. We turn that
-//! into a `tokenizers::Tokenizer` (HF's implementation: BPE model, regex pre-tokenizers,
-//! added-token splitting) and keep our own per-token byte table for decoding. The behaviour
-//! follows llama.cpp's `llama-vocab.cpp`, which the golden tests (`tests/tokenizer_golden.rs`)
-//! compare against id for id.
+//! strings, their types, BPE merges or scores, the pre-tokenizer name and the special ids. The
+//! behaviour follows llama.cpp's `llama-vocab.cpp`, which the golden tests
+//! (`tests/tokenizer_golden.rs`) compare against id for id; we keep our own per-token byte
+//! table for decoding.
 //!
-//! Supported: `gpt2` (byte-level BPE) with the pre-tokenizers listed in `pre.rs`. SentencePiece
-//! (`llama`) and the rest are refused with an error that names them.
+//! Supported:
+//! - `gpt2` (byte-level BPE) with the pre-tokenizers listed in `pre.rs`, built as a
+//!   `tokenizers::Tokenizer` (HF's BPE model, regex pre-tokenizers, added-token splitting);
+//! - `llama` (SentencePiece BPE with scores, `spm.rs`), with special tokens split out as
+//!   llama.cpp does (`special.rs`).
+//!
+//! The rest (`bert`, `t5`, ...) are refused with an error that names them.
 //!
 //! Token types (`tokenizer.ggml.token_type`): 1 normal, 2 unknown, 3 control, 4 user-defined,
 //! 5 unused, 6 byte (0, "undefined", is read as normal). Control and unknown tokens are split
@@ -17,6 +21,8 @@
 
 mod byte_level;
 mod pre;
+mod special;
+mod spm;
 mod stream;
 
 use std::collections::HashSet;
@@ -38,18 +44,35 @@ use crate::{EngineError, Result};
 pub const MAX_VOCAB: usize = 1 << 21;
 
 /// Texts of tokens that end a turn in the chat formats we know, beyond the GGUF's own
-/// eos/eot/eom ids. llama.cpp keeps the same list (`special_eog_ids`) because converters do not
-/// always record these ids, and treats each as a control token whatever its stored type.
+/// eos/eot/eom ids. llama.cpp keeps the same list (`special_eog_ids`, as of 0c1e570) because
+/// converters do not always record these ids, and treats each as a control token whatever its
+/// stored type: Gemma 3's `</s>` is stored user-defined, yet llama.cpp neither splits it out of
+/// plain text nor renders it. (llama.cpp then takes `<|end|>` back out when `<|return|>` and
+/// `<|call|>` are present, and `</s>` when `<|tool_response>` is: gpt-oss and Gemma 4
+/// vocabularies, whose pre-tokenizers we refuse, so that is not repeated here.)
 const END_OF_GENERATION_TEXTS: &[&str] = &[
     "<|eot_id|>",
     "<|im_end|>",
     "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
     "<end_of_turn>",
     "<|endoftext|>",
+    "</s>",
     "<|eom_id|>",
-    "<|end_of_text|>",
     "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
     "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\u{ff5c}end\u{2581}of\u{2581}sentence\u{ff5c}>",
+    "[e~[",
 ];
 
 /// What a token is, from `tokenizer.ggml.token_type`.
@@ -91,13 +114,7 @@ pub struct Tokenizer {
 }
 
 struct Inner {
-    /// Splits control and user-defined tokens out of the text, then runs BPE on the rest.
-    hf: tokenizers::Tokenizer,
-    /// The user-defined tokens alone, for encoding with control tokens as plain text. HF keeps
-    /// its "special tokens as text" switch on the tokenizer, not per call; a second added
-    /// vocabulary in front of the same pre-tokenizer and BPE costs far less than a second
-    /// tokenizer (which would copy the vocabulary and merges).
-    user_defined: AddedVocabulary,
+    algorithm: Algorithm,
     kinds: Vec<TokenKind>,
     /// The bytes of every token back to back; token `i` is `pieces[ends[i-1]..ends[i]]`.
     pieces: Vec<u8>,
@@ -105,35 +122,59 @@ struct Inner {
     bos: Option<u32>,
     eos: Option<u32>,
     add_bos: bool,
+    /// Whether decoding drops one leading space from the first token (llama.cpp's
+    /// `llama_detokenize` does when the vocabulary adds a space prefix when encoding).
+    strip_leading_space: bool,
     end_of_generation: Vec<u32>,
+}
+
+/// How text becomes ids.
+enum Algorithm {
+    ByteLevelBpe {
+        /// Splits control and user-defined tokens out of the text, then runs BPE on the rest.
+        hf: Box<tokenizers::Tokenizer>,
+        /// The user-defined tokens alone, for encoding with control tokens as plain text. HF
+        /// keeps its "special tokens as text" switch on the tokenizer, not per call; a second
+        /// added vocabulary in front of the same pre-tokenizer and BPE costs far less than a
+        /// second tokenizer (which would copy the vocabulary and merges).
+        user_defined: Box<AddedVocabulary>,
+    },
+    SentencePiece {
+        specials: special::SpecialTokens,
+        spm: spm::Spm,
+    },
+}
+
+/// What `from_gguf` read that only one algorithm uses.
+enum ModelSpec<'a> {
+    ByteLevelBpe {
+        merges: Vec<&'a str>,
+        pre: pre::PreTokenizer,
+    },
+    SentencePiece {
+        scores: Option<Vec<f32>>,
+        unk: Option<u32>,
+        add_space_prefix: bool,
+    },
 }
 
 impl Tokenizer {
     /// Builds the tokenizer described by `g`'s `tokenizer.ggml.*` metadata.
     pub fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
         let model = g.get_str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
+        if model != "gpt2" && model != "llama" {
             let what = match model {
-                "llama" => " (SentencePiece BPE with scores)",
                 "bert" => " (WordPiece)",
                 "t5" => " (Unigram)",
                 _ => "",
             };
             return Err(EngineError::Tokenizer(format!(
                 "unsupported tokenizer model {model:?}{what} (tokenizer.ggml.model); \
-                 supported: \"gpt2\" (byte-level BPE)"
+                 supported: \"gpt2\" (byte-level BPE), \"llama\" (SentencePiece BPE)"
             )));
         }
         let tokens = g.get_str_array("tokenizer.ggml.tokens")?;
         let types = g.get_i32_array_opt("tokenizer.ggml.token_type")?;
-        let merges = g
-            .get_str_array_opt("tokenizer.ggml.merges")?
-            .ok_or_else(|| {
-                EngineError::Tokenizer(
-                    "byte-level BPE vocabulary has no merges (tokenizer.ggml.merges)".into(),
-                )
-            })?;
-        let pre = pre::for_name(g.get_str_opt("tokenizer.ggml.pre")?)?;
         let id = |key: &str| -> Result<Option<u32>> {
             // An id outside the vocabulary is ignored, as llama.cpp does, rather than trusted.
             Ok(g.get_u32_opt(key)?.filter(|&i| (i as usize) < tokens.len()))
@@ -142,14 +183,36 @@ impl Tokenizer {
         let eos = id("tokenizer.ggml.eos_token_id")?;
         let eot = id("tokenizer.ggml.eot_token_id")?;
         let eom = id("tokenizer.ggml.eom_token_id")?;
+        let (spec, default_add_bos) = if model == "gpt2" {
+            let merges = g
+                .get_str_array_opt("tokenizer.ggml.merges")?
+                .ok_or_else(|| {
+                    EngineError::Tokenizer(
+                        "byte-level BPE vocabulary has no merges (tokenizer.ggml.merges)".into(),
+                    )
+                })?;
+            let pre = pre::for_name(g.get_str_opt("tokenizer.ggml.pre")?)?;
+            let default_add_bos = pre.default_add_bos;
+            (ModelSpec::ByteLevelBpe { merges, pre }, default_add_bos)
+        } else {
+            // llama.cpp ignores tokenizer.ggml.pre for SentencePiece vocabularies, adds BOS and
+            // a space prefix unless the GGUF says otherwise.
+            let spec = ModelSpec::SentencePiece {
+                scores: g.get_f32_array_opt("tokenizer.ggml.scores")?,
+                unk: id("tokenizer.ggml.unknown_token_id")?,
+                add_space_prefix: g
+                    .get_bool_opt("tokenizer.ggml.add_space_prefix")?
+                    .unwrap_or(true),
+            };
+            (spec, true)
+        };
         let add_bos = g
             .get_bool_opt("tokenizer.ggml.add_bos_token")?
-            .unwrap_or(pre.default_add_bos);
+            .unwrap_or(default_add_bos);
         Vocabulary {
             tokens: &tokens,
             types: types.as_deref(),
-            merges: &merges,
-            pre: &pre,
+            spec,
             bos,
             eos,
             eot_like: [eot, eom].into_iter().flatten().collect(),
@@ -162,10 +225,18 @@ impl Tokenizer {
     /// `<|im_start|>`) becomes that token; without, it is tokenized like any other text, which
     /// is what user-supplied content needs. Never adds BOS: see [`Tokenizer::add_bos`].
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
+        let (hf, user_defined) = match &self.inner.algorithm {
+            Algorithm::ByteLevelBpe { hf, user_defined } => (hf, user_defined),
+            Algorithm::SentencePiece { specials, spm } => {
+                let mut ids = Vec::new();
+                spm.encode(&specials.split(text, parse_special), &mut ids)?;
+                return Ok(ids);
+            }
+        };
         let encoding = if parse_special {
-            self.inner.hf.encode_fast(text, false)
+            hf.encode_fast(text, false)
         } else {
-            self.encode_specials_as_text(text)
+            Self::encode_specials_as_text(hf, user_defined, text)
         };
         let encoding = encoding.map_err(|e| {
             EngineError::Tokenizer(format!("cannot tokenize {} bytes of text: {e}", text.len()))
@@ -175,12 +246,12 @@ impl Tokenizer {
 
     /// HF's encoding pipeline (`encode_single_sequence`: split out added tokens, pre-tokenize,
     /// run the model) with only the user-defined tokens split out.
-    fn encode_specials_as_text(&self, text: &str) -> tokenizers::Result<tokenizers::Encoding> {
-        let hf = &self.inner.hf;
-        let mut words = self
-            .inner
-            .user_defined
-            .extract_and_normalize(None::<&NormalizerWrapper>, text);
+    fn encode_specials_as_text(
+        hf: &tokenizers::Tokenizer,
+        user_defined: &AddedVocabulary,
+        text: &str,
+    ) -> tokenizers::Result<tokenizers::Encoding> {
+        let mut words = user_defined.extract_and_normalize(None::<&NormalizerWrapper>, text);
         if let Some(pre) = hf.get_pre_tokenizer() {
             pre.pre_tokenize(&mut words)?;
         }
@@ -190,27 +261,33 @@ impl Tokenizer {
 
     /// The text of `ids`. Control and unknown tokens render as nothing; bytes that are not
     /// valid UTF-8 (a character cut off by the end of `ids`) render as U+FFFD. Ids outside the
-    /// vocabulary are skipped.
+    /// vocabulary are skipped. If the vocabulary adds a space prefix when encoding
+    /// (SentencePiece with `add_space_prefix`), the first id's leading space is dropped, as
+    /// llama.cpp's `llama_detokenize` does, so that `decode(encode(text))` is `text`.
     pub fn decode(&self, ids: &[u32]) -> String {
         let mut bytes = Vec::new();
-        for &id in ids {
-            self.append_text_bytes(id, &mut bytes);
+        for (i, &id) in ids.iter().enumerate() {
+            self.append_text_bytes(id, i == 0, &mut bytes);
         }
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
-    /// The raw bytes of one token: a normal token's bytes after undoing the byte-level
-    /// spelling (possibly part of a UTF-8 character), a control token's own text. Empty for
-    /// an id outside the vocabulary.
+    /// The raw bytes of one token: a normal token's bytes after undoing the byte-level or
+    /// "▁" spelling (possibly part of a UTF-8 character), a byte token's byte, a control
+    /// token's own text. Empty for an id outside the vocabulary.
     pub fn token_bytes(&self, id: u32) -> Vec<u8> {
         self.piece(id).unwrap_or_default().to_vec()
     }
 
-    /// Appends what `id` contributes to decoded text: nothing for special tokens.
-    fn append_text_bytes(&self, id: u32, out: &mut Vec<u8>) {
+    /// Appends what `id` contributes to decoded text: nothing for special tokens. `first`
+    /// says whether it opens the text (see [`Tokenizer::decode`] on the leading space).
+    fn append_text_bytes(&self, id: u32, first: bool, out: &mut Vec<u8>) {
         let kind = self.inner.kinds.get(id as usize);
-        if let (Some(kind), Some(piece)) = (kind, self.piece(id)) {
+        if let (Some(kind), Some(mut piece)) = (kind, self.piece(id)) {
             if !kind.is_special() {
+                if first && self.inner.strip_leading_space {
+                    piece = piece.strip_prefix(b" ").unwrap_or(piece);
+                }
                 out.extend_from_slice(piece);
             }
         }
@@ -244,9 +321,13 @@ impl Tokenizer {
     }
 
     /// The id of the token whose vocabulary entry is exactly `text`, such as `"<|im_end|>"`.
-    /// Normal tokens are spelled in the byte-level alphabet (`"Ġthe"` for " the").
+    /// Normal tokens are spelled as stored: in the byte-level alphabet (`"Ġthe"` for " the"),
+    /// or with SentencePiece's "▁" for spaces (`"▁the"`).
     pub fn token_id(&self, text: &str) -> Option<u32> {
-        self.inner.hf.token_to_id(text)
+        match &self.inner.algorithm {
+            Algorithm::ByteLevelBpe { hf, .. } => hf.token_to_id(text),
+            Algorithm::SentencePiece { spm, .. } => spm.token_id(text),
+        }
     }
 
     /// Whether `id` is a control token (a role marker, BOS, EOS and the like).
@@ -265,8 +346,7 @@ impl Tokenizer {
 struct Vocabulary<'a> {
     tokens: &'a [&'a str],
     types: Option<&'a [i32]>,
-    merges: &'a [&'a str],
-    pre: &'a pre::PreTokenizer,
+    spec: ModelSpec<'a>,
     bos: Option<u32>,
     eos: Option<u32>,
     eot_like: Vec<u32>,
@@ -303,23 +383,41 @@ impl Vocabulary<'_> {
         end_of_generation.dedup();
 
         let (pieces, ends) = self.pieces(&kinds);
-        let hf = self.hf_tokenizer(&kinds)?;
-        let mut user_defined = AddedVocabulary::new();
-        user_defined.add_tokens(
-            &self.added_tokens(&kinds, |k| k == TokenKind::UserDefined),
-            hf.get_model(),
-            None::<&NormalizerWrapper>,
-        );
+        let (algorithm, strip_leading_space) = match &self.spec {
+            ModelSpec::ByteLevelBpe { merges, pre } => {
+                let hf = self.hf_tokenizer(&kinds, merges, pre)?;
+                let mut user_defined = AddedVocabulary::new();
+                user_defined.add_tokens(
+                    &self.added_tokens(&kinds, |k| k == TokenKind::UserDefined),
+                    hf.get_model(),
+                    None::<&NormalizerWrapper>,
+                );
+                let (hf, user_defined) = (Box::new(hf), Box::new(user_defined));
+                (Algorithm::ByteLevelBpe { hf, user_defined }, false)
+            }
+            ModelSpec::SentencePiece {
+                scores,
+                unk,
+                add_space_prefix,
+            } => {
+                let specials = special::SpecialTokens::new(self.tokens, &kinds)?;
+                let spm = spm::Spm::new(self.tokens, scores.as_deref(), *unk, *add_space_prefix)?;
+                (
+                    Algorithm::SentencePiece { specials, spm },
+                    *add_space_prefix,
+                )
+            }
+        };
         Ok(Tokenizer {
             inner: Arc::new(Inner {
-                hf,
-                user_defined,
+                algorithm,
                 kinds,
                 pieces,
                 ends,
                 bos: self.bos,
                 eos: self.eos,
                 add_bos: self.add_bos,
+                strip_leading_space,
                 end_of_generation,
             }),
         })
@@ -357,9 +455,18 @@ impl Vocabulary<'_> {
         let mut ends = Vec::with_capacity(self.tokens.len());
         for (token, kind) in self.tokens.iter().zip(kinds) {
             match kind {
-                TokenKind::Normal | TokenKind::Unused => {
-                    decoder.decode_into(token, &mut pieces);
-                }
+                TokenKind::Normal | TokenKind::Unused => match self.spec {
+                    ModelSpec::ByteLevelBpe { .. } => decoder.decode_into(token, &mut pieces),
+                    ModelSpec::SentencePiece { .. } => {
+                        // SentencePiece spells a space "▁" (llama.cpp's unescape_whitespace).
+                        for (i, part) in token.split('\u{2581}').enumerate() {
+                            if i > 0 {
+                                pieces.push(b' ');
+                            }
+                            pieces.extend_from_slice(part.as_bytes());
+                        }
+                    }
+                },
                 TokenKind::Byte => match parse_byte_token(token) {
                     Some(b) => pieces.push(b),
                     None => pieces.extend_from_slice(token.as_bytes()),
@@ -379,7 +486,12 @@ impl Vocabulary<'_> {
     /// Vocabularies need not hold a token for every byte (SmolLM2 has none for 0x04, 0x06,
     /// 0x13, 0x14, 0x16, 0x1D and some bytes above 0xF0). Such bytes are dropped from the ids,
     /// by HF's BPE (no unknown token) as by llama.cpp, so both agree on those inputs too.
-    fn hf_tokenizer(&self, kinds: &[TokenKind]) -> Result<tokenizers::Tokenizer> {
+    fn hf_tokenizer(
+        &self,
+        kinds: &[TokenKind],
+        merges: &[&str],
+        pre: &pre::PreTokenizer,
+    ) -> Result<tokenizers::Tokenizer> {
         let bad = |what: String| EngineError::Tokenizer(what);
         let vocab: Vocab = self
             .tokens
@@ -387,15 +499,15 @@ impl Vocabulary<'_> {
             .enumerate()
             .map(|(i, t)| (t.to_string(), i as u32))
             .collect();
-        let merges = self.merges(&vocab)?;
+        let merges = Self::merges(merges, &vocab)?;
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
-            .ignore_merges(self.pre.ignore_merges)
+            .ignore_merges(pre.ignore_merges)
             .build()
             .map_err(|e| bad(format!("cannot build BPE from the vocabulary: {e}")))?;
 
-        let mut steps: Vec<PreTokenizerWrapper> = Vec::with_capacity(self.pre.regexes.len() + 1);
-        for re in self.pre.regexes {
+        let mut steps: Vec<PreTokenizerWrapper> = Vec::with_capacity(pre.regexes.len() + 1);
+        for re in pre.regexes {
             let split = Split::new(
                 SplitPattern::Regex((*re).into()),
                 SplitDelimiterBehavior::Isolated,
@@ -432,11 +544,11 @@ impl Vocabulary<'_> {
     /// space after the first character, as llama.cpp does, since the left token may itself be
     /// a space). A pair seen twice keeps its first rank. Merges whose parts or result are not in
     /// the vocabulary can never produce a token and are dropped (HF's BPE refuses them).
-    fn merges(&self, vocab: &Vocab) -> Result<Merges> {
-        let mut seen = HashSet::with_capacity(self.merges.len());
-        let mut out = Vec::with_capacity(self.merges.len());
+    fn merges(merges: &[&str], vocab: &Vocab) -> Result<Merges> {
+        let mut seen = HashSet::with_capacity(merges.len());
+        let mut out = Vec::with_capacity(merges.len());
         let mut joined = String::new();
-        for (i, m) in self.merges.iter().enumerate() {
+        for (i, m) in merges.iter().enumerate() {
             let first = m.chars().next().map_or(0, char::len_utf8);
             let split = m[first..]
                 .find(' ')

@@ -12,6 +12,8 @@ pub struct StreamDecoder {
     tokenizer: Tokenizer,
     /// Bytes of an incomplete UTF-8 sequence (at most three) waiting for their continuation.
     pending: Vec<u8>,
+    /// Whether an id has been pushed: the first one may lose a leading space, as in `decode`.
+    started: bool,
 }
 
 impl StreamDecoder {
@@ -20,13 +22,16 @@ impl StreamDecoder {
         StreamDecoder {
             tokenizer: tokenizer.clone(),
             pending: Vec::new(),
+            started: false,
         }
     }
 
     /// Adds one token and returns the text it completes, which may be empty. Control tokens
     /// add nothing, as in [`Tokenizer::decode`].
     pub fn push(&mut self, id: u32) -> String {
-        self.tokenizer.append_text_bytes(id, &mut self.pending);
+        let first = !std::mem::replace(&mut self.started, true);
+        self.tokenizer
+            .append_text_bytes(id, first, &mut self.pending);
         self.drain(false)
     }
 
