@@ -49,6 +49,13 @@ fn all_specs() -> Vec<TinySpec> {
             matrix_type: GgmlType::F16,
             ..Default::default()
         },
+        // Gemma 3's Q4_K_M files hold Q5_0 matrices (and embeddings) whose width is not a
+        // multiple of 256.
+        TinySpec {
+            matrix_type: GgmlType::Q5_0,
+            embd_type: GgmlType::Q5_0,
+            ..Default::default()
+        },
         TinySpec {
             matrix_type: GgmlType::F32,
             n_head_kv: 4,

@@ -578,8 +578,8 @@ fn hostile_tensor_infos() {
     assert_mentions(&e, &[name, "offset 16", "alignment 32"]);
     let e = gguf_error(one_tensor(&[8], 99, 0, 32));
     assert_mentions(&e, &[name, "unknown ggml type id 99"]);
-    let e = gguf_error(one_tensor(&[256], 13, 0, 176));
-    assert_mentions(&e, &[name, "Q5_K", "13", "not supported"]);
+    let e = gguf_error(one_tensor(&[256], 16, 0, 66));
+    assert_mentions(&e, &[name, "IQ2_XXS", "16", "not supported"]);
     let e = gguf_error(one_tensor(&[48], 2, 0, 32));
     assert_mentions(&e, &[name, "row length 48", "Q4_0", "block length 32"]);
     let e = gguf_error(one_tensor(&[8], 0, 1 << 20, 32));

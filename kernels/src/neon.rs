@@ -152,3 +152,17 @@ pub(crate) mod i8mm {
         acc
     }
 }
+
+/// The 32 bits of `qh` (little endian) as 32 bytes in element order: `set` where bit `j` is
+/// set and 0 where it is clear (the 5-bit quants' fifth bits), as two halves.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(crate) fn bits_to_bytes_32(qh: &[u8; 4], set: u8) -> (uint8x16_t, uint8x16_t) {
+    let bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
+    let half = |b0: u8, b1: u8| {
+        // Bytes 0..8 repeat source byte b0, bytes 8..16 repeat b1; each keeps its own bit.
+        let src = vcombine_u8(vdup_n_u8(b0), vdup_n_u8(b1));
+        vandq_u8(vtstq_u8(src, bit), vdupq_n_u8(set))
+    };
+    (half(qh[0], qh[1]), half(qh[2], qh[3]))
+}

@@ -13,6 +13,7 @@ pub enum GgmlType {
     F16,
     Q4_0,
     Q4_1,
+    Q5_0,
     Q8_0,
     Q4_K,
     Q6_K,
@@ -20,11 +21,12 @@ pub enum GgmlType {
 
 impl GgmlType {
     /// Every supported type, in ggml id order.
-    pub const ALL: [GgmlType; 7] = [
+    pub const ALL: [GgmlType; 8] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
         GgmlType::Q4_1,
+        GgmlType::Q5_0,
         GgmlType::Q8_0,
         GgmlType::Q4_K,
         GgmlType::Q6_K,
@@ -41,6 +43,7 @@ impl GgmlType {
             GgmlType::F16 => 1,
             GgmlType::Q4_0 => 2,
             GgmlType::Q4_1 => 3,
+            GgmlType::Q5_0 => 6,
             GgmlType::Q8_0 => 8,
             GgmlType::Q4_K => 12,
             GgmlType::Q6_K => 14,
@@ -54,6 +57,7 @@ impl GgmlType {
             GgmlType::F16 => "F16",
             GgmlType::Q4_0 => "Q4_0",
             GgmlType::Q4_1 => "Q4_1",
+            GgmlType::Q5_0 => "Q5_0",
             GgmlType::Q8_0 => "Q8_0",
             GgmlType::Q4_K => "Q4_K",
             GgmlType::Q6_K => "Q6_K",
@@ -71,7 +75,7 @@ impl GgmlType {
     pub fn block_len(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => 32,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0 => 32,
             GgmlType::Q4_K | GgmlType::Q6_K => 256,
         }
     }
@@ -83,6 +87,7 @@ impl GgmlType {
             GgmlType::F16 => 2,
             GgmlType::Q4_0 => size_of::<crate::formats::q4_0::BlockQ4_0>(),
             GgmlType::Q4_1 => size_of::<crate::formats::q4_1::BlockQ4_1>(),
+            GgmlType::Q5_0 => size_of::<crate::formats::q5_0::BlockQ5_0>(),
             GgmlType::Q8_0 => size_of::<crate::formats::q8_0::BlockQ8_0>(),
             GgmlType::Q4_K => size_of::<crate::formats::q4_k::BlockQ4K>(),
             GgmlType::Q6_K => size_of::<crate::formats::q6_k::BlockQ6K>(),
@@ -190,6 +195,7 @@ mod tests {
             (GgmlType::F16, 1, "F16", 1, 2),
             (GgmlType::Q4_0, 2, "Q4_0", 32, 18),
             (GgmlType::Q4_1, 3, "Q4_1", 32, 20),
+            (GgmlType::Q5_0, 6, "Q5_0", 32, 22),
             (GgmlType::Q8_0, 8, "Q8_0", 32, 34),
             (GgmlType::Q4_K, 12, "Q4_K", 256, 144),
             (GgmlType::Q6_K, 14, "Q6_K", 256, 210),
@@ -203,7 +209,7 @@ mod tests {
             assert_eq!(ty.block_len(), len);
             assert_eq!(ty.block_bytes(), bytes);
         }
-        for id in [4, 5, 6, 7, 9, 10, 11, 13, 15, 30, u32::MAX] {
+        for id in [4, 5, 7, 9, 10, 11, 13, 15, 30, u32::MAX] {
             assert_eq!(GgmlType::from_ggml_id(id), None);
         }
         assert_eq!(GgmlType::from_name("q5_k"), None);

@@ -155,3 +155,20 @@ pub(crate) fn prefetch_ahead_by<const AHEAD: usize, B>(block: &B) {
         _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(AHEAD + line));
     }
 }
+
+/// The 32 bits of `qh` (little endian) spread over 32 bytes: byte `j` is 0xFF where bit `j` is
+/// set and 0 where it is clear, in element order (the 5-bit quants' fifth bits).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn bits_to_bytes_32(qh: &[u8; 4]) -> __m256i {
+    let all = _mm256_set1_epi32(i32::from_le_bytes(*qh));
+    // Byte j takes source byte j / 8 (shuffles stay inside each 128-bit lane, and every lane
+    // holds all four source bytes), then keeps only bit j % 8 of it.
+    let which = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
+        3, 3,
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+    let picked = _mm256_and_si256(_mm256_shuffle_epi8(all, which), bit);
+    _mm256_cmpeq_epi8(picked, bit)
+}

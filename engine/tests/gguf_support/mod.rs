@@ -53,6 +53,7 @@ pub fn every_tensor() -> Vec<(&'static str, Vec<usize>, GgmlType)> {
         ("f16.vector", vec![5], GgmlType::F16),
         ("q4_0.weight", vec![32, 2], GgmlType::Q4_0),
         ("q4_1.weight", vec![64, 1, 2], GgmlType::Q4_1),
+        ("q5_0.weight", vec![32, 2], GgmlType::Q5_0),
         ("q8_0.weight", vec![32, 3], GgmlType::Q8_0),
         ("q4_k.weight", vec![256, 1], GgmlType::Q4_K),
         ("q6_k.weight", vec![256, 2, 1, 1], GgmlType::Q6_K),
