@@ -57,12 +57,17 @@ fn all_specs() -> Vec<TinySpec> {
             ..Default::default()
         },
         TinySpec {
+            matrix_type: GgmlType::Q5_1,
+            ..Default::default()
+        },
+        TinySpec {
             matrix_type: GgmlType::F32,
             n_head_kv: 4,
             ..Default::default()
         },
     ];
     v.push(k_quant_spec(GgmlType::Q4_K));
+    v.push(k_quant_spec(GgmlType::Q5_K));
     v.push(k_quant_spec(GgmlType::Q6_K));
     v
 }

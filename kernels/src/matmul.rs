@@ -16,6 +16,8 @@ use crate::formats::q4_1::BlockQ4_1;
 use crate::formats::q4_k::BlockQ4K;
 use crate::formats::q4x8;
 use crate::formats::q5_0::BlockQ5_0;
+use crate::formats::q5_1::BlockQ5_1;
+use crate::formats::q5_k::BlockQ5K;
 use crate::formats::q6_k::BlockQ6K;
 use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_1::BlockQ8_1;
@@ -197,6 +199,16 @@ pub fn matmul_input(
             Kernels::dot_q5_0,
             Some(Kernels::rows_q5_0),
         ),
+        GgmlType::Q5_1 => quantized_matmul::<BlockQ5_1, _>(
+            k,
+            &Q8_1_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_q5_1,
+            Some(Kernels::rows_q5_1),
+        ),
         GgmlType::Q8_0 => quantized_matmul::<BlockQ8_0, _>(
             k,
             &Q8_1_ACTS,
@@ -215,6 +227,16 @@ pub fn matmul_input(
             shape,
             out,
             Kernels::dot_q4_k,
+            None,
+        ),
+        GgmlType::Q5_K => quantized_matmul::<BlockQ5K, _>(
+            k,
+            &Q8_K_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_q5_k,
             None,
         ),
         GgmlType::Q6_K => quantized_matmul::<BlockQ6K, _>(
@@ -247,7 +269,7 @@ struct Activations<A: 'static> {
     quantize: fn(&Kernels, &[f32], &mut [A]),
 }
 
-/// Q8_1-style 32-element blocks, partner of Q4_0, Q4_1, Q5_0 and Q8_0.
+/// Q8_1-style 32-element blocks, partner of Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0.
 const Q8_1_ACTS: Activations<BlockQ8_1> = Activations {
     block_len: 32,
     buffer: &ACT_Q8_1,

@@ -14,21 +14,25 @@ pub enum GgmlType {
     Q4_0,
     Q4_1,
     Q5_0,
+    Q5_1,
     Q8_0,
     Q4_K,
+    Q5_K,
     Q6_K,
 }
 
 impl GgmlType {
     /// Every supported type, in ggml id order.
-    pub const ALL: [GgmlType; 8] = [
+    pub const ALL: [GgmlType; 10] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q5_0,
+        GgmlType::Q5_1,
         GgmlType::Q8_0,
         GgmlType::Q4_K,
+        GgmlType::Q5_K,
         GgmlType::Q6_K,
     ];
 
@@ -44,8 +48,10 @@ impl GgmlType {
             GgmlType::Q4_0 => 2,
             GgmlType::Q4_1 => 3,
             GgmlType::Q5_0 => 6,
+            GgmlType::Q5_1 => 7,
             GgmlType::Q8_0 => 8,
             GgmlType::Q4_K => 12,
+            GgmlType::Q5_K => 13,
             GgmlType::Q6_K => 14,
         }
     }
@@ -58,8 +64,10 @@ impl GgmlType {
             GgmlType::Q4_0 => "Q4_0",
             GgmlType::Q4_1 => "Q4_1",
             GgmlType::Q5_0 => "Q5_0",
+            GgmlType::Q5_1 => "Q5_1",
             GgmlType::Q8_0 => "Q8_0",
             GgmlType::Q4_K => "Q4_K",
+            GgmlType::Q5_K => "Q5_K",
             GgmlType::Q6_K => "Q6_K",
         }
     }
@@ -75,8 +83,10 @@ impl GgmlType {
     pub fn block_len(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0 => 32,
-            GgmlType::Q4_K | GgmlType::Q6_K => 256,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
+                32
+            }
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => 256,
         }
     }
 
@@ -88,8 +98,10 @@ impl GgmlType {
             GgmlType::Q4_0 => size_of::<crate::formats::q4_0::BlockQ4_0>(),
             GgmlType::Q4_1 => size_of::<crate::formats::q4_1::BlockQ4_1>(),
             GgmlType::Q5_0 => size_of::<crate::formats::q5_0::BlockQ5_0>(),
+            GgmlType::Q5_1 => size_of::<crate::formats::q5_1::BlockQ5_1>(),
             GgmlType::Q8_0 => size_of::<crate::formats::q8_0::BlockQ8_0>(),
             GgmlType::Q4_K => size_of::<crate::formats::q4_k::BlockQ4K>(),
+            GgmlType::Q5_K => size_of::<crate::formats::q5_k::BlockQ5K>(),
             GgmlType::Q6_K => size_of::<crate::formats::q6_k::BlockQ6K>(),
         }
     }
@@ -196,8 +208,10 @@ mod tests {
             (GgmlType::Q4_0, 2, "Q4_0", 32, 18),
             (GgmlType::Q4_1, 3, "Q4_1", 32, 20),
             (GgmlType::Q5_0, 6, "Q5_0", 32, 22),
+            (GgmlType::Q5_1, 7, "Q5_1", 32, 24),
             (GgmlType::Q8_0, 8, "Q8_0", 32, 34),
             (GgmlType::Q4_K, 12, "Q4_K", 256, 144),
+            (GgmlType::Q5_K, 13, "Q5_K", 256, 176),
             (GgmlType::Q6_K, 14, "Q6_K", 256, 210),
         ];
         for (ty, id, name, len, bytes) in expect {
@@ -209,10 +223,10 @@ mod tests {
             assert_eq!(ty.block_len(), len);
             assert_eq!(ty.block_bytes(), bytes);
         }
-        for id in [4, 5, 7, 9, 10, 11, 13, 15, 30, u32::MAX] {
+        for id in [4, 5, 9, 10, 11, 15, 16, 30, u32::MAX] {
             assert_eq!(GgmlType::from_ggml_id(id), None);
         }
-        assert_eq!(GgmlType::from_name("q5_k"), None);
+        assert_eq!(GgmlType::from_name("iq2_xxs"), None);
         assert_eq!(GgmlType::from_name(""), None);
     }
 

@@ -1,4 +1,5 @@
-//! One module per tensor format: weight formats (f32, f16, q4_0, q4_1, q5_0, q8_0, q4_k, q6_k) and
+//! One module per tensor format: weight formats (f32, f16, q4_0, q4_1, q5_0,
+//! q5_1, q8_0, q4_k, q5_k, q6_k) and
 //! the activation formats they are dotted against (q8_1, q8_k).
 
 pub(crate) mod f16;
@@ -8,6 +9,8 @@ pub(crate) mod q4_1;
 pub(crate) mod q4_k;
 pub(crate) mod q4x8;
 pub(crate) mod q5_0;
+pub(crate) mod q5_1;
+pub(crate) mod q5_k;
 pub(crate) mod q6_k;
 pub(crate) mod q8_0;
 pub(crate) mod q8_0x8;
