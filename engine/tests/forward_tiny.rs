@@ -61,6 +61,10 @@ fn all_specs() -> Vec<TinySpec> {
             ..Default::default()
         },
         TinySpec {
+            matrix_type: GgmlType::IQ4_NL,
+            ..Default::default()
+        },
+        TinySpec {
             matrix_type: GgmlType::F32,
             n_head_kv: 4,
             ..Default::default()

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 
 use crate::exp;
 use crate::formats::f16::F16;
+use crate::formats::iq4_nl::BlockIq4Nl;
 use crate::formats::q4_0::BlockQ4_0;
 use crate::formats::q4_1::BlockQ4_1;
 use crate::formats::q4_k::BlockQ4K;
@@ -20,7 +21,9 @@ use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_0x8::{self, BlockQ8_0x8};
 use crate::formats::q8_1::BlockQ8_1;
 use crate::formats::q8_k::BlockQ8K;
-use crate::formats::{f16, f32, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k};
+use crate::formats::{
+    f16, f32, iq4_nl, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k,
+};
 
 /// Which family of kernels the dispatcher runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -120,6 +123,7 @@ pub(crate) struct Kernels {
     dot_q4_1: MultiFn<BlockQ4_1, BlockQ8_1>,
     dot_q5_0: MultiFn<BlockQ5_0, BlockQ8_1>,
     dot_q5_1: MultiFn<BlockQ5_1, BlockQ8_1>,
+    dot_iq4_nl: MultiFn<BlockIq4Nl, BlockQ8_1>,
     dot_q8_0: MultiFn<BlockQ8_0, BlockQ8_1>,
     dot_q4_k: MultiFn<BlockQ4K, BlockQ8K>,
     dot_q5_k: MultiFn<BlockQ5K, BlockQ8K>,
@@ -128,6 +132,7 @@ pub(crate) struct Kernels {
     rows_q4_1: RowsFn<BlockQ4_1, BlockQ8_1>,
     rows_q5_0: RowsFn<BlockQ5_0, BlockQ8_1>,
     rows_q5_1: RowsFn<BlockQ5_1, BlockQ8_1>,
+    rows_iq4_nl: RowsFn<BlockIq4Nl, BlockQ8_1>,
     rows_q8_0: RowsFn<BlockQ8_0, BlockQ8_1>,
     gemm_q4_0x8: GemmFn<BlockQ4_0x8, BlockQ8_1>,
     gemm_q4_1x8: GemmFn<BlockQ4_1x8, BlockQ8_1>,
@@ -149,6 +154,7 @@ static SCALAR: Kernels = Kernels {
     dot_q4_1: q4_1::dot_multi_scalar,
     dot_q5_0: q5_0::dot_multi_scalar,
     dot_q5_1: q5_1::dot_multi_scalar,
+    dot_iq4_nl: iq4_nl::dot_multi_scalar,
     dot_q8_0: q8_0::dot_multi_scalar,
     dot_q4_k: q4_k::dot_multi_scalar,
     dot_q5_k: q5_k::dot_multi_scalar,
@@ -157,6 +163,7 @@ static SCALAR: Kernels = Kernels {
     rows_q4_1: q4_1::dot_rows_scalar,
     rows_q5_0: q5_0::dot_rows_scalar,
     rows_q5_1: q5_1::dot_rows_scalar,
+    rows_iq4_nl: iq4_nl::dot_rows_scalar,
     rows_q8_0: q8_0::dot_rows_scalar,
     gemm_q4_0x8: q4x8::gemm_scalar,
     gemm_q4_1x8: q4x8::gemm_scalar,
@@ -179,6 +186,7 @@ static AVX2: Kernels = Kernels {
     dot_q4_1: q4_1::avx2::dot_multi,
     dot_q5_0: q5_0::avx2::dot_multi,
     dot_q5_1: q5_1::avx2::dot_multi,
+    dot_iq4_nl: iq4_nl::avx2::dot_multi,
     dot_q8_0: q8_0::avx2::dot_multi,
     dot_q4_k: q4_k::avx2::dot_multi,
     dot_q5_k: q5_k::avx2::dot_multi,
@@ -187,6 +195,7 @@ static AVX2: Kernels = Kernels {
     rows_q4_1: q4_1::avx2::dot_rows,
     rows_q5_0: q5_0::avx2::dot_rows,
     rows_q5_1: q5_1::avx2::dot_rows,
+    rows_iq4_nl: iq4_nl::avx2::dot_rows,
     rows_q8_0: q8_0::avx2::dot_rows,
     gemm_q4_0x8: q4x8::avx2::gemm,
     gemm_q4_1x8: q4x8::avx2::gemm,
@@ -221,6 +230,7 @@ static NEON: Kernels = Kernels {
     dot_q4_1: q4_1::neon::dot_multi,
     dot_q5_0: q5_0::neon::dot_multi,
     dot_q5_1: q5_1::neon::dot_multi,
+    dot_iq4_nl: iq4_nl::neon::dot_multi,
     dot_q8_0: q8_0::neon::dot_multi,
     dot_q4_k: q4_k::neon::dot_multi,
     dot_q5_k: q5_k::neon::dot_multi,
@@ -229,6 +239,7 @@ static NEON: Kernels = Kernels {
     rows_q4_1: q4_1::neon::dot_rows,
     rows_q5_0: q5_0::neon::dot_rows,
     rows_q5_1: q5_1::neon::dot_rows,
+    rows_iq4_nl: iq4_nl::neon::dot_rows,
     rows_q8_0: q8_0::neon::dot_rows,
     // Only Q4_0 is repacked on NEON; the other entries serve a forced repack.
     gemm_q4_0x8: q4x8::neon::gemm,
@@ -248,6 +259,7 @@ static NEON_DOTPROD: Kernels = Kernels {
     dot_q4_1: q4_1::neon::dotprod::dot_multi,
     dot_q5_0: q5_0::neon::dotprod::dot_multi,
     dot_q5_1: q5_1::neon::dotprod::dot_multi,
+    dot_iq4_nl: iq4_nl::neon::dotprod::dot_multi,
     dot_q8_0: q8_0::neon::dotprod::dot_multi,
     dot_q4_k: q4_k::neon::dotprod::dot_multi,
     dot_q5_k: q5_k::neon::dotprod::dot_multi,
@@ -256,6 +268,7 @@ static NEON_DOTPROD: Kernels = Kernels {
     rows_q4_1: q4_1::neon::dotprod::dot_rows,
     rows_q5_0: q5_0::neon::dotprod::dot_rows,
     rows_q5_1: q5_1::neon::dotprod::dot_rows,
+    rows_iq4_nl: iq4_nl::neon::dotprod::dot_rows,
     rows_q8_0: q8_0::neon::dotprod::dot_rows,
     gemm_q4_0x8: q4x8::neon::dotprod::gemm,
     gemv_q4_0x8: q4x8::neon::dotprod::gemv,
@@ -473,6 +486,18 @@ impl Kernels {
 
     /// One weight row against `out.len()` tokens stored one after another in `a`.
     #[inline]
+    pub fn dot_iq4_nl(&self, w: &[BlockIq4Nl], a: &[BlockQ8_1], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_iq4_nl: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_iq4_nl)(w, a, out) }
+    }
+
+    /// One weight row against `out.len()` tokens stored one after another in `a`.
+    #[inline]
     pub fn dot_q8_0(&self, w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
         assert_eq!(
             a.len(),
@@ -565,6 +590,18 @@ impl Kernels {
         );
         // SAFETY: as in `dot_f32`.
         unsafe { (self.rows_q5_1)(w, a, out) }
+    }
+
+    /// Several weight rows (`out.len()` rows of `a.len()` blocks) against one token.
+    #[inline]
+    pub fn rows_iq4_nl(&self, w: &[BlockIq4Nl], a: &[BlockQ8_1], out: &mut [f32]) {
+        assert_eq!(
+            w.len(),
+            a.len() * out.len(),
+            "rows_iq4_nl: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.rows_iq4_nl)(w, a, out) }
     }
 
     /// Several weight rows (`out.len()` rows of `a.len()` blocks) against one token.

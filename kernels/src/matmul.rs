@@ -11,6 +11,7 @@ use rayon::prelude::*;
 use crate::block::{cast_blocks, ByteBlock};
 use crate::dispatch::{kernels, GemmEntry, Kernels};
 use crate::formats::f16::F16;
+use crate::formats::iq4_nl::BlockIq4Nl;
 use crate::formats::q4_0::BlockQ4_0;
 use crate::formats::q4_1::BlockQ4_1;
 use crate::formats::q4_k::BlockQ4K;
@@ -209,6 +210,16 @@ pub fn matmul_input(
             Kernels::dot_q5_1,
             Some(Kernels::rows_q5_1),
         ),
+        GgmlType::IQ4_NL => quantized_matmul::<BlockIq4Nl, _>(
+            k,
+            &Q8_1_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_iq4_nl,
+            Some(Kernels::rows_iq4_nl),
+        ),
         GgmlType::Q8_0 => quantized_matmul::<BlockQ8_0, _>(
             k,
             &Q8_1_ACTS,
@@ -269,7 +280,8 @@ struct Activations<A: 'static> {
     quantize: fn(&Kernels, &[f32], &mut [A]),
 }
 
-/// Q8_1-style 32-element blocks, partner of Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0.
+/// Q8_1-style 32-element blocks, partner of Q4_0, Q4_1, Q5_0, Q5_1,
+/// Q8_0 and IQ4_NL.
 const Q8_1_ACTS: Activations<BlockQ8_1> = Activations {
     block_len: 32,
     buffer: &ACT_Q8_1,

@@ -19,11 +19,12 @@ pub enum GgmlType {
     Q4_K,
     Q5_K,
     Q6_K,
+    IQ4_NL,
 }
 
 impl GgmlType {
     /// Every supported type, in ggml id order.
-    pub const ALL: [GgmlType; 10] = [
+    pub const ALL: [GgmlType; 11] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -34,6 +35,7 @@ impl GgmlType {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::IQ4_NL,
     ];
 
     /// Maps the `ggml_type` id stored in a GGUF tensor header; `None` for types we do not run.
@@ -53,6 +55,7 @@ impl GgmlType {
             GgmlType::Q4_K => 12,
             GgmlType::Q5_K => 13,
             GgmlType::Q6_K => 14,
+            GgmlType::IQ4_NL => 20,
         }
     }
 
@@ -69,6 +72,7 @@ impl GgmlType {
             GgmlType::Q4_K => "Q4_K",
             GgmlType::Q5_K => "Q5_K",
             GgmlType::Q6_K => "Q6_K",
+            GgmlType::IQ4_NL => "IQ4_NL",
         }
     }
 
@@ -79,13 +83,17 @@ impl GgmlType {
             .find(|t| t.name().eq_ignore_ascii_case(s))
     }
 
-    /// Elements per block: 1 for the float types, 32 for the legacy quants, 256 for K-quants.
+    /// Elements per block: 1 for the float types, 32 for the legacy quants and IQ4_NL, 256 for
+    /// K-quants.
     pub fn block_len(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
-                32
-            }
+            GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::IQ4_NL => 32,
             GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => 256,
         }
     }
@@ -103,6 +111,7 @@ impl GgmlType {
             GgmlType::Q4_K => size_of::<crate::formats::q4_k::BlockQ4K>(),
             GgmlType::Q5_K => size_of::<crate::formats::q5_k::BlockQ5K>(),
             GgmlType::Q6_K => size_of::<crate::formats::q6_k::BlockQ6K>(),
+            GgmlType::IQ4_NL => size_of::<crate::formats::iq4_nl::BlockIq4Nl>(),
         }
     }
 
@@ -213,6 +222,7 @@ mod tests {
             (GgmlType::Q4_K, 12, "Q4_K", 256, 144),
             (GgmlType::Q5_K, 13, "Q5_K", 256, 176),
             (GgmlType::Q6_K, 14, "Q6_K", 256, 210),
+            (GgmlType::IQ4_NL, 20, "IQ4_NL", 32, 18),
         ];
         for (ty, id, name, len, bytes) in expect {
             assert_eq!(ty.ggml_id(), id);

@@ -59,6 +59,7 @@ pub fn every_tensor() -> Vec<(&'static str, Vec<usize>, GgmlType)> {
         ("q4_k.weight", vec![256, 1], GgmlType::Q4_K),
         ("q5_k.weight", vec![256, 2], GgmlType::Q5_K),
         ("q6_k.weight", vec![256, 2, 1, 1], GgmlType::Q6_K),
+        ("iq4_nl.weight", vec![32, 3], GgmlType::IQ4_NL),
     ]
 }
 

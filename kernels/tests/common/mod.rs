@@ -55,7 +55,12 @@ pub fn random_matrix(r: &mut SmallRng, ty: GgmlType, rows: usize, cols: usize) -
 pub fn act_block(ty: GgmlType) -> usize {
     match ty {
         GgmlType::F32 | GgmlType::F16 => 1,
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => 32,
+        GgmlType::Q4_0
+        | GgmlType::Q4_1
+        | GgmlType::Q5_0
+        | GgmlType::Q5_1
+        | GgmlType::Q8_0
+        | GgmlType::IQ4_NL => 32,
         GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => 256,
     }
 }
