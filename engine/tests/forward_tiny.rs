@@ -65,6 +65,11 @@ fn all_specs() -> Vec<TinySpec> {
             ..Default::default()
         },
         TinySpec {
+            matrix_type: GgmlType::BF16,
+            embd_type: GgmlType::BF16,
+            ..Default::default()
+        },
+        TinySpec {
             matrix_type: GgmlType::F32,
             n_head_kv: 4,
             ..Default::default()

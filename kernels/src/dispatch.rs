@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use crate::exp;
+use crate::formats::bf16::BF16;
 use crate::formats::f16::F16;
 use crate::formats::iq4_nl::BlockIq4Nl;
 use crate::formats::q4_0::BlockQ4_0;
@@ -22,7 +23,7 @@ use crate::formats::q8_0x8::{self, BlockQ8_0x8};
 use crate::formats::q8_1::BlockQ8_1;
 use crate::formats::q8_k::BlockQ8K;
 use crate::formats::{
-    f16, f32, iq4_nl, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k,
+    bf16, f16, f32, iq4_nl, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k,
 };
 
 /// Which family of kernels the dispatcher runs.
@@ -117,6 +118,7 @@ pub(crate) struct Kernels {
     axpy_f32: unsafe fn(f32, &[f32], &mut [f32]),
     exp_f32: unsafe fn(&mut [f32]),
     dot_f16: DotFn<F16, f32>,
+    dot_bf16: DotFn<BF16, f32>,
     quantize_q8_1: unsafe fn(&[f32], &mut [BlockQ8_1]),
     quantize_q8_k: unsafe fn(&[f32], &mut [BlockQ8K]),
     dot_q4_0: MultiFn<BlockQ4_0, BlockQ8_1>,
@@ -148,6 +150,7 @@ static SCALAR: Kernels = Kernels {
     axpy_f32: f32::axpy_scalar,
     exp_f32: exp::exp_scalar,
     dot_f16: f16::dot_scalar,
+    dot_bf16: bf16::dot_scalar,
     quantize_q8_1: q8_1::quantize_scalar,
     quantize_q8_k: q8_k::quantize_scalar,
     dot_q4_0: q4_0::dot_multi_scalar,
@@ -180,6 +183,7 @@ static AVX2: Kernels = Kernels {
     axpy_f32: f32::avx2::axpy,
     exp_f32: exp::avx2::exp,
     dot_f16: f16::avx2::dot,
+    dot_bf16: bf16::avx2::dot,
     quantize_q8_1: q8_1::avx2::quantize,
     quantize_q8_k: q8_k::avx2::quantize,
     dot_q4_0: q4_0::avx2::dot_multi,
@@ -224,6 +228,7 @@ static NEON: Kernels = Kernels {
     axpy_f32: f32::neon::axpy,
     exp_f32: exp::exp_scalar,
     dot_f16: f16::dot_scalar,
+    dot_bf16: bf16::neon::dot,
     quantize_q8_1: q8_1::neon::quantize,
     quantize_q8_k: q8_k::neon::quantize,
     dot_q4_0: q4_0::neon::dot_multi,
@@ -420,6 +425,13 @@ impl Kernels {
         assert_eq!(w.len(), x.len(), "dot_f16: length mismatch");
         // SAFETY: as in `dot_f32`.
         unsafe { (self.dot_f16)(w, x) }
+    }
+
+    #[inline]
+    pub fn dot_bf16(&self, w: &[BF16], x: &[f32]) -> f32 {
+        assert_eq!(w.len(), x.len(), "dot_bf16: length mismatch");
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_bf16)(w, x) }
     }
 
     #[inline]

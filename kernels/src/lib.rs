@@ -61,7 +61,9 @@ pub use threads::{in_pool, init_threads};
 pub use types::{GgmlType, Weights};
 
 use block::{cast_blocks, cast_blocks_mut};
-use formats::{f16, f32 as f32_format, iq4_nl, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0};
+use formats::{
+    bf16, f16, f32 as f32_format, iq4_nl, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0,
+};
 
 /// Dot product of two equal-length f32 slices, SIMD-dispatched.
 ///
@@ -116,6 +118,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), K
     match ty {
         GgmlType::F32 => f32_format::dequantize(src, dst),
         GgmlType::F16 => f16::dequantize(cast_blocks(src), dst),
+        GgmlType::BF16 => bf16::dequantize(cast_blocks(src), dst),
         GgmlType::Q4_0 => q4_0::dequantize(cast_blocks(src), dst),
         GgmlType::Q4_1 => q4_1::dequantize(cast_blocks(src), dst),
         GgmlType::Q5_0 => q5_0::dequantize(cast_blocks(src), dst),
@@ -141,6 +144,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, KernelError> {
             }
         }
         GgmlType::F16 => f16::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::BF16 => bf16::quantize(src, cast_blocks_mut(&mut out)),
         GgmlType::Q4_0 => q4_0::quantize(src, cast_blocks_mut(&mut out)),
         GgmlType::Q4_1 => q4_1::quantize(src, cast_blocks_mut(&mut out)),
         GgmlType::Q5_0 => q5_0::quantize(src, cast_blocks_mut(&mut out)),

@@ -10,6 +10,7 @@ use rayon::prelude::*;
 
 use crate::block::{cast_blocks, ByteBlock};
 use crate::dispatch::{kernels, GemmEntry, Kernels};
+use crate::formats::bf16::BF16;
 use crate::formats::f16::F16;
 use crate::formats::iq4_nl::BlockIq4Nl;
 use crate::formats::q4_0::BlockQ4_0;
@@ -169,6 +170,10 @@ pub fn matmul_input(
         GgmlType::F16 => {
             let wh = cast_blocks::<F16>(w.data);
             float_matmul(k, wh, cols, x, shape, out, Kernels::dot_f16);
+        }
+        GgmlType::BF16 => {
+            let wh = cast_blocks::<BF16>(w.data);
+            float_matmul(k, wh, cols, x, shape, out, Kernels::dot_bf16);
         }
         GgmlType::Q4_0 => quantized_matmul::<BlockQ4_0, _>(
             k,

@@ -20,11 +20,12 @@ pub enum GgmlType {
     Q5_K,
     Q6_K,
     IQ4_NL,
+    BF16,
 }
 
 impl GgmlType {
     /// Every supported type, in ggml id order.
-    pub const ALL: [GgmlType; 11] = [
+    pub const ALL: [GgmlType; 12] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -36,6 +37,7 @@ impl GgmlType {
         GgmlType::Q5_K,
         GgmlType::Q6_K,
         GgmlType::IQ4_NL,
+        GgmlType::BF16,
     ];
 
     /// Maps the `ggml_type` id stored in a GGUF tensor header; `None` for types we do not run.
@@ -56,6 +58,7 @@ impl GgmlType {
             GgmlType::Q5_K => 13,
             GgmlType::Q6_K => 14,
             GgmlType::IQ4_NL => 20,
+            GgmlType::BF16 => 30,
         }
     }
 
@@ -73,6 +76,7 @@ impl GgmlType {
             GgmlType::Q5_K => "Q5_K",
             GgmlType::Q6_K => "Q6_K",
             GgmlType::IQ4_NL => "IQ4_NL",
+            GgmlType::BF16 => "BF16",
         }
     }
 
@@ -87,7 +91,7 @@ impl GgmlType {
     /// K-quants.
     pub fn block_len(self) -> usize {
         match self {
-            GgmlType::F32 | GgmlType::F16 => 1,
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
             GgmlType::Q4_0
             | GgmlType::Q4_1
             | GgmlType::Q5_0
@@ -102,7 +106,7 @@ impl GgmlType {
     pub fn block_bytes(self) -> usize {
         match self {
             GgmlType::F32 => 4,
-            GgmlType::F16 => 2,
+            GgmlType::F16 | GgmlType::BF16 => 2,
             GgmlType::Q4_0 => size_of::<crate::formats::q4_0::BlockQ4_0>(),
             GgmlType::Q4_1 => size_of::<crate::formats::q4_1::BlockQ4_1>(),
             GgmlType::Q5_0 => size_of::<crate::formats::q5_0::BlockQ5_0>(),
@@ -223,6 +227,7 @@ mod tests {
             (GgmlType::Q5_K, 13, "Q5_K", 256, 176),
             (GgmlType::Q6_K, 14, "Q6_K", 256, 210),
             (GgmlType::IQ4_NL, 20, "IQ4_NL", 32, 18),
+            (GgmlType::BF16, 30, "BF16", 1, 2),
         ];
         for (ty, id, name, len, bytes) in expect {
             assert_eq!(ty.ggml_id(), id);
@@ -233,7 +238,7 @@ mod tests {
             assert_eq!(ty.block_len(), len);
             assert_eq!(ty.block_bytes(), bytes);
         }
-        for id in [4, 5, 9, 10, 11, 15, 16, 30, u32::MAX] {
+        for id in [4, 5, 9, 10, 11, 15, 16, 23, u32::MAX] {
             assert_eq!(GgmlType::from_ggml_id(id), None);
         }
         assert_eq!(GgmlType::from_name("iq2_xxs"), None);

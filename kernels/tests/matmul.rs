@@ -213,6 +213,7 @@ fn quantize_dequantize_round_trip_every_format() {
         let budget = match ty {
             GgmlType::F32 => 0.0,
             GgmlType::F16 => 1e-3,
+            GgmlType::BF16 => 4e-3,
             GgmlType::Q8_0 => 0.01,
             GgmlType::Q6_K => 0.03,
             GgmlType::IQ4_NL => 0.1,

@@ -60,6 +60,7 @@ pub fn every_tensor() -> Vec<(&'static str, Vec<usize>, GgmlType)> {
         ("q5_k.weight", vec![256, 2], GgmlType::Q5_K),
         ("q6_k.weight", vec![256, 2, 1, 1], GgmlType::Q6_K),
         ("iq4_nl.weight", vec![32, 3], GgmlType::IQ4_NL),
+        ("bf16.matrix", vec![3, 2], GgmlType::BF16),
     ]
 }
 

@@ -54,7 +54,7 @@ pub fn random_matrix(r: &mut SmallRng, ty: GgmlType, rows: usize, cols: usize) -
 /// Activations are quantized to blocks of this many elements for a weight type (1 = kept f32).
 pub fn act_block(ty: GgmlType) -> usize {
     match ty {
-        GgmlType::F32 | GgmlType::F16 => 1,
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
         GgmlType::Q4_0
         | GgmlType::Q4_1
         | GgmlType::Q5_0
