@@ -10,8 +10,8 @@
 //! Numerics: activations are quantized exactly as ggml quantizes them (Q8_1-style blocks with
 //! f16-rounded scales for the 32-element formats, Q8_K for K-quants), and the AVX2 dots add
 //! their lanes in ggml's order, so on x86 every quantized matmul row equals llama.cpp's bit for
-//! bit (checked against libggml for Q4_0, Q4_1, Q8_0, Q4_K and Q6_K; Q5_0's, Q5_1's, Q5_K's and
-//! IQ4_NL's AVX2 dots against a scalar model of ggml's lane order, `testutil::avx2_lane_order`). The scalar and NEON
+//! bit (checked against libggml for Q4_0, Q4_1, Q8_0, Q4_K and Q6_K; Q5_0's, Q5_1's, Q5_K's,
+//! IQ4_NL's and IQ4_XS's AVX2 dots against a scalar model of ggml's lane order, `testutil::avx2_lane_order`). The scalar and NEON
 //! kernels compute the same exact block integers and differ from it only in f32 summation order.
 //!
 //! Repacking: where a format runs faster in another layout, [`PackedWeights`] copies a matrix
@@ -62,7 +62,7 @@ pub use types::{GgmlType, Weights};
 
 use block::{cast_blocks, cast_blocks_mut};
 use formats::{
-    bf16, f16, f32 as f32_format, iq4_nl, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0,
+    bf16, f16, f32 as f32_format, iq4_nl, iq4_xs, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0,
 };
 
 /// Dot product of two equal-length f32 slices, SIMD-dispatched.
@@ -128,6 +128,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), K
         GgmlType::Q4_K => q4_k::dequantize(cast_blocks(src), dst),
         GgmlType::Q6_K => q6_k::dequantize(cast_blocks(src), dst),
         GgmlType::IQ4_NL => iq4_nl::dequantize(cast_blocks(src), dst),
+        GgmlType::IQ4_XS => iq4_xs::dequantize(cast_blocks(src), dst),
     }
     Ok(())
 }
@@ -154,6 +155,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, KernelError> {
         GgmlType::Q4_K => q4_k::quantize(src, cast_blocks_mut(&mut out)),
         GgmlType::Q6_K => q6_k::quantize(src, cast_blocks_mut(&mut out)),
         GgmlType::IQ4_NL => iq4_nl::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::IQ4_XS => iq4_xs::quantize(src, cast_blocks_mut(&mut out)),
     }
     Ok(out)
 }

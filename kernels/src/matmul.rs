@@ -13,6 +13,7 @@ use crate::dispatch::{kernels, GemmEntry, Kernels};
 use crate::formats::bf16::BF16;
 use crate::formats::f16::F16;
 use crate::formats::iq4_nl::BlockIq4Nl;
+use crate::formats::iq4_xs::BlockIq4Xs;
 use crate::formats::q4_0::BlockQ4_0;
 use crate::formats::q4_1::BlockQ4_1;
 use crate::formats::q4_k::BlockQ4K;
@@ -265,6 +266,16 @@ pub fn matmul_input(
             Kernels::dot_q6_k,
             None,
         ),
+        GgmlType::IQ4_XS => quantized_matmul::<BlockIq4Xs, _>(
+            k,
+            &Q8_K_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_iq4_xs,
+            None,
+        ),
     }
     Ok(())
 }
@@ -293,7 +304,7 @@ const Q8_1_ACTS: Activations<BlockQ8_1> = Activations {
     quantize: Kernels::quantize_q8_1,
 };
 
-/// Q8_K 256-element blocks, partner of the K-quants.
+/// Q8_K 256-element blocks, partner of the K-quants and IQ4_XS.
 const Q8_K_ACTS: Activations<BlockQ8K> = Activations {
     block_len: 256,
     buffer: &ACT_Q8_K,

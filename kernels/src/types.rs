@@ -20,12 +20,13 @@ pub enum GgmlType {
     Q5_K,
     Q6_K,
     IQ4_NL,
+    IQ4_XS,
     BF16,
 }
 
 impl GgmlType {
     /// Every supported type, in ggml id order.
-    pub const ALL: [GgmlType; 12] = [
+    pub const ALL: [GgmlType; 13] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -37,6 +38,7 @@ impl GgmlType {
         GgmlType::Q5_K,
         GgmlType::Q6_K,
         GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
         GgmlType::BF16,
     ];
 
@@ -58,6 +60,7 @@ impl GgmlType {
             GgmlType::Q5_K => 13,
             GgmlType::Q6_K => 14,
             GgmlType::IQ4_NL => 20,
+            GgmlType::IQ4_XS => 23,
             GgmlType::BF16 => 30,
         }
     }
@@ -76,6 +79,7 @@ impl GgmlType {
             GgmlType::Q5_K => "Q5_K",
             GgmlType::Q6_K => "Q6_K",
             GgmlType::IQ4_NL => "IQ4_NL",
+            GgmlType::IQ4_XS => "IQ4_XS",
             GgmlType::BF16 => "BF16",
         }
     }
@@ -88,7 +92,7 @@ impl GgmlType {
     }
 
     /// Elements per block: 1 for the float types, 32 for the legacy quants and IQ4_NL, 256 for
-    /// K-quants.
+    /// K-quants and IQ4_XS.
     pub fn block_len(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
@@ -98,7 +102,7 @@ impl GgmlType {
             | GgmlType::Q5_1
             | GgmlType::Q8_0
             | GgmlType::IQ4_NL => 32,
-            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => 256,
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS => 256,
         }
     }
 
@@ -116,6 +120,7 @@ impl GgmlType {
             GgmlType::Q5_K => size_of::<crate::formats::q5_k::BlockQ5K>(),
             GgmlType::Q6_K => size_of::<crate::formats::q6_k::BlockQ6K>(),
             GgmlType::IQ4_NL => size_of::<crate::formats::iq4_nl::BlockIq4Nl>(),
+            GgmlType::IQ4_XS => size_of::<crate::formats::iq4_xs::BlockIq4Xs>(),
         }
     }
 
@@ -227,6 +232,7 @@ mod tests {
             (GgmlType::Q5_K, 13, "Q5_K", 256, 176),
             (GgmlType::Q6_K, 14, "Q6_K", 256, 210),
             (GgmlType::IQ4_NL, 20, "IQ4_NL", 32, 18),
+            (GgmlType::IQ4_XS, 23, "IQ4_XS", 256, 136),
             (GgmlType::BF16, 30, "BF16", 1, 2),
         ];
         for (ty, id, name, len, bytes) in expect {
@@ -238,7 +244,7 @@ mod tests {
             assert_eq!(ty.block_len(), len);
             assert_eq!(ty.block_bytes(), bytes);
         }
-        for id in [4, 5, 9, 10, 11, 15, 16, 23, u32::MAX] {
+        for id in [4, 5, 9, 10, 11, 15, 16, 22, u32::MAX] {
             assert_eq!(GgmlType::from_ggml_id(id), None);
         }
         assert_eq!(GgmlType::from_name("iq2_xxs"), None);
