@@ -79,6 +79,7 @@ fn all_specs() -> Vec<TinySpec> {
     v.push(k_quant_spec(GgmlType::Q5_K));
     v.push(k_quant_spec(GgmlType::Q6_K));
     v.push(k_quant_spec(GgmlType::IQ4_XS));
+    v.push(k_quant_spec(GgmlType::Q3_K));
     v
 }
 

@@ -62,7 +62,8 @@ pub use types::{GgmlType, Weights};
 
 use block::{cast_blocks, cast_blocks_mut};
 use formats::{
-    bf16, f16, f32 as f32_format, iq4_nl, iq4_xs, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0,
+    bf16, f16, f32 as f32_format, iq4_nl, iq4_xs, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k,
+    q8_0,
 };
 
 /// Dot product of two equal-length f32 slices, SIMD-dispatched.
@@ -129,6 +130,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), K
         GgmlType::Q6_K => q6_k::dequantize(cast_blocks(src), dst),
         GgmlType::IQ4_NL => iq4_nl::dequantize(cast_blocks(src), dst),
         GgmlType::IQ4_XS => iq4_xs::dequantize(cast_blocks(src), dst),
+        GgmlType::Q3_K => q3_k::dequantize(cast_blocks(src), dst),
     }
     Ok(())
 }
@@ -156,6 +158,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, KernelError> {
         GgmlType::Q6_K => q6_k::quantize(src, cast_blocks_mut(&mut out)),
         GgmlType::IQ4_NL => iq4_nl::quantize(src, cast_blocks_mut(&mut out)),
         GgmlType::IQ4_XS => iq4_xs::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::Q3_K => q3_k::quantize(src, cast_blocks_mut(&mut out)),
     }
     Ok(out)
 }

@@ -21,12 +21,13 @@ pub enum GgmlType {
     Q6_K,
     IQ4_NL,
     IQ4_XS,
+    Q3_K,
     BF16,
 }
 
 impl GgmlType {
     /// Every supported type, in ggml id order.
-    pub const ALL: [GgmlType; 13] = [
+    pub const ALL: [GgmlType; 14] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -39,6 +40,7 @@ impl GgmlType {
         GgmlType::Q6_K,
         GgmlType::IQ4_NL,
         GgmlType::IQ4_XS,
+        GgmlType::Q3_K,
         GgmlType::BF16,
     ];
 
@@ -61,6 +63,7 @@ impl GgmlType {
             GgmlType::Q6_K => 14,
             GgmlType::IQ4_NL => 20,
             GgmlType::IQ4_XS => 23,
+            GgmlType::Q3_K => 11,
             GgmlType::BF16 => 30,
         }
     }
@@ -80,6 +83,7 @@ impl GgmlType {
             GgmlType::Q6_K => "Q6_K",
             GgmlType::IQ4_NL => "IQ4_NL",
             GgmlType::IQ4_XS => "IQ4_XS",
+            GgmlType::Q3_K => "Q3_K",
             GgmlType::BF16 => "BF16",
         }
     }
@@ -102,7 +106,11 @@ impl GgmlType {
             | GgmlType::Q5_1
             | GgmlType::Q8_0
             | GgmlType::IQ4_NL => 32,
-            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS => 256,
+            GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::IQ4_XS
+            | GgmlType::Q3_K => 256,
         }
     }
 
@@ -121,6 +129,7 @@ impl GgmlType {
             GgmlType::Q6_K => size_of::<crate::formats::q6_k::BlockQ6K>(),
             GgmlType::IQ4_NL => size_of::<crate::formats::iq4_nl::BlockIq4Nl>(),
             GgmlType::IQ4_XS => size_of::<crate::formats::iq4_xs::BlockIq4Xs>(),
+            GgmlType::Q3_K => size_of::<crate::formats::q3_k::BlockQ3K>(),
         }
     }
 
@@ -233,6 +242,7 @@ mod tests {
             (GgmlType::Q6_K, 14, "Q6_K", 256, 210),
             (GgmlType::IQ4_NL, 20, "IQ4_NL", 32, 18),
             (GgmlType::IQ4_XS, 23, "IQ4_XS", 256, 136),
+            (GgmlType::Q3_K, 11, "Q3_K", 256, 110),
             (GgmlType::BF16, 30, "BF16", 1, 2),
         ];
         for (ty, id, name, len, bytes) in expect {
@@ -244,7 +254,7 @@ mod tests {
             assert_eq!(ty.block_len(), len);
             assert_eq!(ty.block_bytes(), bytes);
         }
-        for id in [4, 5, 9, 10, 11, 15, 16, 22, u32::MAX] {
+        for id in [4, 5, 9, 10, 15, 16, 22, u32::MAX] {
             assert_eq!(GgmlType::from_ggml_id(id), None);
         }
         assert_eq!(GgmlType::from_name("iq2_xxs"), None);
