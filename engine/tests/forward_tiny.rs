@@ -80,6 +80,7 @@ fn all_specs() -> Vec<TinySpec> {
     v.push(k_quant_spec(GgmlType::Q6_K));
     v.push(k_quant_spec(GgmlType::IQ4_XS));
     v.push(k_quant_spec(GgmlType::Q3_K));
+    v.push(k_quant_spec(GgmlType::Q2_K));
     v
 }
 
@@ -226,6 +227,9 @@ fn forward_matches_the_plain_f32_reference_for_every_weight_type_and_arch() {
             GgmlType::F16 => 1e-2,
             // Random-weight models amplify the 8-bit activation rounding through the layers;
             // measured 2-5% here, while a wrong rope layout measures above 100%.
+            // Q2_K's 2-bit codes (with per-16 minimums) round the random weights much more
+            // coarsely than the others, and the logits' errors grow with them: measured 6.5%.
+            GgmlType::Q2_K => 1e-1,
             _ => 6e-2,
         };
         let budget = f32::max(budget_of(spec.matrix_type), budget_of(spec.embd_type));

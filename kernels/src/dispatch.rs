@@ -11,6 +11,7 @@ use crate::formats::bf16::BF16;
 use crate::formats::f16::F16;
 use crate::formats::iq4_nl::BlockIq4Nl;
 use crate::formats::iq4_xs::BlockIq4Xs;
+use crate::formats::q2_k::BlockQ2K;
 use crate::formats::q3_k::BlockQ3K;
 use crate::formats::q4_0::BlockQ4_0;
 use crate::formats::q4_1::BlockQ4_1;
@@ -25,8 +26,8 @@ use crate::formats::q8_0x8::{self, BlockQ8_0x8};
 use crate::formats::q8_1::BlockQ8_1;
 use crate::formats::q8_k::BlockQ8K;
 use crate::formats::{
-    bf16, f16, f32, iq4_nl, iq4_xs, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1,
-    q8_k,
+    bf16, f16, f32, iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0,
+    q8_1, q8_k,
 };
 
 /// Which family of kernels the dispatcher runs.
@@ -134,6 +135,7 @@ pub(crate) struct Kernels {
     dot_q5_k: MultiFn<BlockQ5K, BlockQ8K>,
     dot_q6_k: MultiFn<BlockQ6K, BlockQ8K>,
     dot_iq4_xs: MultiFn<BlockIq4Xs, BlockQ8K>,
+    dot_q2_k: MultiFn<BlockQ2K, BlockQ8K>,
     dot_q3_k: MultiFn<BlockQ3K, BlockQ8K>,
     rows_q4_0: RowsFn<BlockQ4_0, BlockQ8_1>,
     rows_q4_1: RowsFn<BlockQ4_1, BlockQ8_1>,
@@ -168,6 +170,7 @@ static SCALAR: Kernels = Kernels {
     dot_q5_k: q5_k::dot_multi_scalar,
     dot_q6_k: q6_k::dot_multi_scalar,
     dot_iq4_xs: iq4_xs::dot_multi_scalar,
+    dot_q2_k: q2_k::dot_multi_scalar,
     dot_q3_k: q3_k::dot_multi_scalar,
     rows_q4_0: q4_0::dot_rows_scalar,
     rows_q4_1: q4_1::dot_rows_scalar,
@@ -203,6 +206,7 @@ static AVX2: Kernels = Kernels {
     dot_q5_k: q5_k::avx2::dot_multi,
     dot_q6_k: q6_k::avx2::dot_multi,
     dot_iq4_xs: iq4_xs::avx2::dot_multi,
+    dot_q2_k: q2_k::avx2::dot_multi,
     dot_q3_k: q3_k::avx2::dot_multi,
     rows_q4_0: q4_0::avx2::dot_rows,
     rows_q4_1: q4_1::avx2::dot_rows,
@@ -250,6 +254,7 @@ static NEON: Kernels = Kernels {
     dot_q5_k: q5_k::neon::dot_multi,
     dot_q6_k: q6_k::neon::dot_multi,
     dot_iq4_xs: iq4_xs::neon::dot_multi,
+    dot_q2_k: q2_k::neon::dot_multi,
     dot_q3_k: q3_k::neon::dot_multi,
     rows_q4_0: q4_0::neon::dot_rows,
     rows_q4_1: q4_1::neon::dot_rows,
@@ -281,6 +286,7 @@ static NEON_DOTPROD: Kernels = Kernels {
     dot_q5_k: q5_k::neon::dotprod::dot_multi,
     dot_q6_k: q6_k::neon::dotprod::dot_multi,
     dot_iq4_xs: iq4_xs::neon::dotprod::dot_multi,
+    dot_q2_k: q2_k::neon::dotprod::dot_multi,
     dot_q3_k: q3_k::neon::dotprod::dot_multi,
     rows_q4_0: q4_0::neon::dotprod::dot_rows,
     rows_q4_1: q4_1::neon::dotprod::dot_rows,
@@ -579,6 +585,18 @@ impl Kernels {
         );
         // SAFETY: as in `dot_f32`.
         unsafe { (self.dot_iq4_xs)(w, a, out) }
+    }
+
+    /// One weight row against `out.len()` tokens stored one after another in `a`.
+    #[inline]
+    pub fn dot_q2_k(&self, w: &[BlockQ2K], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_q2_k: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_q2_k)(w, a, out) }
     }
 
     /// One weight row against `out.len()` tokens stored one after another in `a`.

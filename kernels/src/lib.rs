@@ -8,11 +8,13 @@
 //! with a `// SAFETY:` note.
 //!
 //! Numerics: activations are quantized exactly as ggml quantizes them (Q8_1-style blocks with
-//! f16-rounded scales for the 32-element formats, Q8_K for K-quants), and the AVX2 dots add
-//! their lanes in ggml's order, so on x86 every quantized matmul row equals llama.cpp's bit for
-//! bit (checked against libggml for Q4_0, Q4_1, Q8_0, Q4_K and Q6_K; Q5_0's, Q5_1's, Q5_K's,
-//! IQ4_NL's and IQ4_XS's AVX2 dots against a scalar model of ggml's lane order, `testutil::avx2_lane_order`). The scalar and NEON
-//! kernels compute the same exact block integers and differ from it only in f32 summation order.
+//! f16-rounded scales for the 32-element formats, Q8_K for K-quants and IQ4_XS), and the AVX2
+//! dots add their lanes in ggml's order, so on x86 every quantized matmul row equals
+//! llama.cpp's bit for bit (checked against libggml for Q4_0, Q4_1, Q8_0, Q4_K and Q6_K; the
+//! AVX2 dots of Q5_0, Q5_1, Q5_K, Q3_K, Q2_K, IQ4_NL and IQ4_XS against a scalar model of
+//! ggml's lane order, `testutil::avx2_lanes_order`). The scalar and NEON kernels compute the
+//! same exact block integers and differ from it only in f32 summation order. BF16 and F16
+//! weights are dotted against f32 activations.
 //!
 //! Repacking: where a format runs faster in another layout, [`PackedWeights`] copies a matrix
 //! into it once at load (today Q4_0, Q4_1 and Q8_0 on AVX2 and Q4_0 on NEON, 8 rows
@@ -62,8 +64,8 @@ pub use types::{GgmlType, Weights};
 
 use block::{cast_blocks, cast_blocks_mut};
 use formats::{
-    bf16, f16, f32 as f32_format, iq4_nl, iq4_xs, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k,
-    q8_0,
+    bf16, f16, f32 as f32_format, iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k,
+    q6_k, q8_0,
 };
 
 /// Dot product of two equal-length f32 slices, SIMD-dispatched.
@@ -131,6 +133,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), K
         GgmlType::IQ4_NL => iq4_nl::dequantize(cast_blocks(src), dst),
         GgmlType::IQ4_XS => iq4_xs::dequantize(cast_blocks(src), dst),
         GgmlType::Q3_K => q3_k::dequantize(cast_blocks(src), dst),
+        GgmlType::Q2_K => q2_k::dequantize(cast_blocks(src), dst),
     }
     Ok(())
 }
@@ -159,6 +162,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, KernelError> {
         GgmlType::IQ4_NL => iq4_nl::quantize(src, cast_blocks_mut(&mut out)),
         GgmlType::IQ4_XS => iq4_xs::quantize(src, cast_blocks_mut(&mut out)),
         GgmlType::Q3_K => q3_k::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::Q2_K => q2_k::quantize(src, cast_blocks_mut(&mut out)),
     }
     Ok(out)
 }

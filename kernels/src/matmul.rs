@@ -14,6 +14,7 @@ use crate::formats::bf16::BF16;
 use crate::formats::f16::F16;
 use crate::formats::iq4_nl::BlockIq4Nl;
 use crate::formats::iq4_xs::BlockIq4Xs;
+use crate::formats::q2_k::BlockQ2K;
 use crate::formats::q3_k::BlockQ3K;
 use crate::formats::q4_0::BlockQ4_0;
 use crate::formats::q4_1::BlockQ4_1;
@@ -275,6 +276,16 @@ pub fn matmul_input(
             shape,
             out,
             Kernels::dot_iq4_xs,
+            None,
+        ),
+        GgmlType::Q2_K => quantized_matmul::<BlockQ2K, _>(
+            k,
+            &Q8_K_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_q2_k,
             None,
         ),
         GgmlType::Q3_K => quantized_matmul::<BlockQ3K, _>(

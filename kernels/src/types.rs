@@ -22,12 +22,13 @@ pub enum GgmlType {
     IQ4_NL,
     IQ4_XS,
     Q3_K,
+    Q2_K,
     BF16,
 }
 
 impl GgmlType {
     /// Every supported type, in ggml id order.
-    pub const ALL: [GgmlType; 14] = [
+    pub const ALL: [GgmlType; 15] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -41,6 +42,7 @@ impl GgmlType {
         GgmlType::IQ4_NL,
         GgmlType::IQ4_XS,
         GgmlType::Q3_K,
+        GgmlType::Q2_K,
         GgmlType::BF16,
     ];
 
@@ -64,6 +66,7 @@ impl GgmlType {
             GgmlType::IQ4_NL => 20,
             GgmlType::IQ4_XS => 23,
             GgmlType::Q3_K => 11,
+            GgmlType::Q2_K => 10,
             GgmlType::BF16 => 30,
         }
     }
@@ -84,6 +87,7 @@ impl GgmlType {
             GgmlType::IQ4_NL => "IQ4_NL",
             GgmlType::IQ4_XS => "IQ4_XS",
             GgmlType::Q3_K => "Q3_K",
+            GgmlType::Q2_K => "Q2_K",
             GgmlType::BF16 => "BF16",
         }
     }
@@ -110,7 +114,8 @@ impl GgmlType {
             | GgmlType::Q5_K
             | GgmlType::Q6_K
             | GgmlType::IQ4_XS
-            | GgmlType::Q3_K => 256,
+            | GgmlType::Q3_K
+            | GgmlType::Q2_K => 256,
         }
     }
 
@@ -130,6 +135,7 @@ impl GgmlType {
             GgmlType::IQ4_NL => size_of::<crate::formats::iq4_nl::BlockIq4Nl>(),
             GgmlType::IQ4_XS => size_of::<crate::formats::iq4_xs::BlockIq4Xs>(),
             GgmlType::Q3_K => size_of::<crate::formats::q3_k::BlockQ3K>(),
+            GgmlType::Q2_K => size_of::<crate::formats::q2_k::BlockQ2K>(),
         }
     }
 
@@ -243,6 +249,7 @@ mod tests {
             (GgmlType::IQ4_NL, 20, "IQ4_NL", 32, 18),
             (GgmlType::IQ4_XS, 23, "IQ4_XS", 256, 136),
             (GgmlType::Q3_K, 11, "Q3_K", 256, 110),
+            (GgmlType::Q2_K, 10, "Q2_K", 256, 84),
             (GgmlType::BF16, 30, "BF16", 1, 2),
         ];
         for (ty, id, name, len, bytes) in expect {
@@ -254,7 +261,7 @@ mod tests {
             assert_eq!(ty.block_len(), len);
             assert_eq!(ty.block_bytes(), bytes);
         }
-        for id in [4, 5, 9, 10, 15, 16, 22, u32::MAX] {
+        for id in [4, 5, 9, 15, 16, 22, u32::MAX] {
             assert_eq!(GgmlType::from_ggml_id(id), None);
         }
         assert_eq!(GgmlType::from_name("iq2_xxs"), None);

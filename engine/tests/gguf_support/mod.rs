@@ -63,6 +63,7 @@ pub fn every_tensor() -> Vec<(&'static str, Vec<usize>, GgmlType)> {
         ("bf16.matrix", vec![3, 2], GgmlType::BF16),
         ("iq4_xs.weight", vec![256, 1], GgmlType::IQ4_XS),
         ("q3_k.weight", vec![256, 2], GgmlType::Q3_K),
+        ("q2_k.weight", vec![256, 2], GgmlType::Q2_K),
     ]
 }
 

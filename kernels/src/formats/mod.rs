@@ -7,6 +7,7 @@ pub(crate) mod f16;
 pub(crate) mod f32;
 pub(crate) mod iq4_nl;
 pub(crate) mod iq4_xs;
+pub(crate) mod q2_k;
 pub(crate) mod q3_k;
 pub(crate) mod q4_0;
 pub(crate) mod q4_1;

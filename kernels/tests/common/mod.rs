@@ -61,7 +61,12 @@ pub fn act_block(ty: GgmlType) -> usize {
         | GgmlType::Q5_1
         | GgmlType::Q8_0
         | GgmlType::IQ4_NL => 32,
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS | GgmlType::Q3_K => 256,
+        GgmlType::Q2_K
+        | GgmlType::Q3_K
+        | GgmlType::Q4_K
+        | GgmlType::Q5_K
+        | GgmlType::Q6_K
+        | GgmlType::IQ4_XS => 256,
     }
 }
 
