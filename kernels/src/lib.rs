@@ -10,9 +10,10 @@
 //! Numerics: activations are quantized exactly as ggml quantizes them (Q8_1-style blocks with
 //! f16-rounded scales for the 32-element formats, Q8_K for K-quants and IQ4_XS), and the AVX2
 //! dots add their lanes in ggml's order, so on x86 every quantized matmul row equals
-//! llama.cpp's bit for bit (checked against libggml for Q4_0, Q4_1, Q8_0, Q4_K and Q6_K; the
-//! AVX2 dots of Q5_0, Q5_1, Q5_K, Q3_K, Q2_K, IQ4_NL and IQ4_XS against a scalar model of
-//! ggml's lane order, `testutil::avx2_lanes_order`). The scalar and NEON kernels compute the
+//! llama.cpp's bit for bit (checked against libggml for Q4_0, Q4_1, Q8_0, Q4_K and Q6_K, and
+//! for Q5_0, Q5_1, Q5_K, Q3_K, Q2_K, IQ4_NL and IQ4_XS against a GCC-built AVX2 libggml-cpu,
+//! whose contracted `a += b * c` statements our kernels fuse with `mul_add`; their unit tests
+//! pin the order with a scalar model of it, `testutil::avx2_lanes_order`). The scalar and NEON kernels compute the
 //! same exact block integers and differ from it only in f32 summation order. BF16 and F16
 //! weights are dotted against f32 activations.
 //!

@@ -105,17 +105,21 @@ pub(crate) fn quantize(x: &[f32], out: &mut [BlockIq4Nl]) {
     }
 }
 
+/// The exact integer `Σ KVALUES[q]·a` of one block.
+#[inline]
+fn sumi(wb: &BlockIq4Nl, ab: &BlockQ8_1) -> i32 {
+    wb.values()
+        .iter()
+        .zip(&ab.qs)
+        .map(|(&q, &y)| q * i32::from(y))
+        .sum()
+}
+
 /// Scalar reference dot: per block the exact integer `Σ KVALUES[q]·a`, scaled by `d·d_a`.
 pub(crate) fn dot_scalar(w: &[BlockIq4Nl], a: &[BlockQ8_1]) -> f32 {
     let mut acc = 0.0f32;
     for (wb, ab) in w.iter().zip(a) {
-        let sumi: i32 = wb
-            .values()
-            .iter()
-            .zip(&ab.qs)
-            .map(|(&q, &y)| q * i32::from(y))
-            .sum();
-        acc += f16_to_f32(wb.d) * ab.d * sumi as f32;
+        acc += f16_to_f32(wb.d) * ab.d * sumi(wb, ab) as f32;
     }
     acc
 }
@@ -146,8 +150,8 @@ pub(crate) mod avx2 {
 
     /// One row against one token, in ggml's order for `vec_dot_iq4_nl_q8_0`: blocks two at a
     /// time, even blocks into one 8-lane FMA accumulator and odd ones into another, the two
-    /// added lane by lane and then across lanes; a last odd block added as a scalar. On x86 a
-    /// row's result equals llama.cpp's bit for bit.
+    /// added lane by lane and then across lanes; a last odd block fused-multiply-added as a
+    /// scalar. On x86 a row's result equals llama.cpp's (built with GCC) bit for bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot(w: &[BlockIq4Nl], a: &[BlockQ8_1]) -> f32 {
         // SAFETY: KVALUES is 16 readable bytes, the width of the load.
@@ -162,11 +166,14 @@ pub(crate) mod avx2 {
                 *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), *acc);
             }
         }
-        let mut sum = hsum_ps(_mm256_add_ps(acc[0], acc[1]));
-        if let (Some(wb), Some(ab)) = (w.get(2 * pairs), a.get(2 * pairs)) {
-            sum += super::dot_scalar(std::slice::from_ref(wb), std::slice::from_ref(ab));
+        let sum = hsum_ps(_mm256_add_ps(acc[0], acc[1]));
+        match (w.get(2 * pairs), a.get(2 * pairs)) {
+            // Fused, as GCC (llama.cpp's usual compiler) contracts ggml's `sumf += d * sumi`.
+            (Some(wb), Some(ab)) => {
+                (ab.d * f16_to_f32(wb.d)).mul_add(super::sumi(wb, ab) as f32, sum)
+            }
+            _ => sum,
         }
-        sum
     }
 
     /// Many rows against one token (decode), one whole row after another: `out[r] = dot(row r, a)`.
@@ -336,7 +343,7 @@ mod tests {
     }
 
     /// The AVX2 dot adds in ggml's order (even and odd blocks in two 8-lane accumulators, a
-    /// last odd block as a scalar): it equals a scalar model of that order bit for bit, and the
+    /// last odd block fused in as a scalar): it equals a scalar model of that order bit for bit, and the
     /// reference within the reordering bound.
     #[cfg(target_arch = "x86_64")]
     #[test]
@@ -371,7 +378,8 @@ mod tests {
             let s: [f32; 4] = std::array::from_fn(|i| sum[i] + sum[i + 4]);
             let mut model = (s[0] + s[2]) + (s[1] + s[3]);
             if nb % 2 == 1 {
-                model += dot_scalar(&w[nb - 1..], &a[nb - 1..]);
+                let (d, prods) = block(nb - 1);
+                model = d.mul_add(prods.iter().sum::<i32>() as f32, model);
             }
             // SAFETY: guarded by the avx2+fma+f16c detection above.
             let simd = unsafe { avx2::dot(&w, &a) };

@@ -147,8 +147,8 @@ pub(crate) mod avx2 {
 
     /// AVX2 dot in ggml's order for `vec_dot_q5_K_q8_K`: per super-block the scaled code
     /// products as exact integers in 8 lanes, fused-multiply-added into one 8-lane accumulator;
-    /// the minimum term as one exact integer, scaled and added to a scalar sum; the two added
-    /// at the end. On x86 a row's result equals llama.cpp's bit for bit.
+    /// the minimum term as one exact integer, scaled and fused-multiply-added into a scalar sum;
+    /// the two added at the end. On x86 a row's result equals llama.cpp's bit for bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
         let low4 = _mm256_set1_epi8(0x0F);
@@ -161,7 +161,8 @@ pub(crate) mod avx2 {
             crate::x86::prefetch_ahead_by::<{ crate::x86::K_QUANT_PREFETCH_BYTES }, _>(wb);
             let (d, dmin) = f16x2_to_f32(wb.d_dmin_bytes());
             let (sc, mn) = unpack_scales(&wb.scales);
-            summs += -ab.d * dmin * min_term(&mn, ab) as f32;
+            // Fused, as GCC (llama.cpp's usual compiler) contracts ggml's `summs += dmin * sum`.
+            summs = (-ab.d * dmin).mul_add(min_term(&mn, ab) as f32, summs);
             let qh = load_u8x32(&wb.qh);
             // Sub-block j's fifth bits: bit j of every qh byte, as 0x10 or 0.
             let high = |j: usize| {
@@ -411,15 +412,15 @@ mod tests {
             let mins = || {
                 w.iter().zip(&a).map(|(wb, ab)| {
                     let (_, mn) = unpack_scales(&wb.scales);
-                    -ab.d * f16_to_f32(wb.dmin) * min_term(&mn, ab) as f32
+                    (-ab.d * f16_to_f32(wb.dmin), min_term(&mn, ab) as f32)
                 })
             };
-            let summs = mins().fold(0.0f32, |s, t| s + t);
+            let summs = mins().fold(0.0f32, |s, (d, m)| d.mul_add(m, s));
             // SAFETY: guarded by the avx2+fma+f16c detection above.
             let simd = unsafe { avx2::dot(&w, &a) };
             let model = avx2_lanes_order(blocks()) + summs;
             assert_eq!(simd.to_bits(), model.to_bits(), "{nb}");
-            let terms = lanes_terms(blocks()) + mins().map(f32::abs).sum::<f32>();
+            let terms = lanes_terms(blocks()) + mins().map(|(d, m)| (d * m).abs()).sum::<f32>();
             assert_reordered_sum_close(simd, dot_scalar(&w, &a), terms, 2 * nb + 8);
         }
     }
