@@ -57,13 +57,30 @@ fn all_specs() -> Vec<TinySpec> {
             ..Default::default()
         },
         TinySpec {
+            matrix_type: GgmlType::Q5_1,
+            ..Default::default()
+        },
+        TinySpec {
+            matrix_type: GgmlType::IQ4_NL,
+            ..Default::default()
+        },
+        TinySpec {
+            matrix_type: GgmlType::BF16,
+            embd_type: GgmlType::BF16,
+            ..Default::default()
+        },
+        TinySpec {
             matrix_type: GgmlType::F32,
             n_head_kv: 4,
             ..Default::default()
         },
     ];
     v.push(k_quant_spec(GgmlType::Q4_K));
+    v.push(k_quant_spec(GgmlType::Q5_K));
     v.push(k_quant_spec(GgmlType::Q6_K));
+    v.push(k_quant_spec(GgmlType::IQ4_XS));
+    v.push(k_quant_spec(GgmlType::Q3_K));
+    v.push(k_quant_spec(GgmlType::Q2_K));
     v.extend([qwen3_spec(), gemma3_spec()]);
     v
 }
@@ -271,6 +288,9 @@ fn forward_matches_the_plain_f32_reference_for_every_weight_type_and_arch() {
             GgmlType::F16 => 1e-2,
             // Random-weight models amplify the 8-bit activation rounding through the layers;
             // measured 2-5% here, while a wrong rope layout measures above 100%.
+            // Q2_K's 2-bit codes (with per-16 minimums) round the random weights much more
+            // coarsely than the others, and the logits' errors grow with them: measured 6.5%.
+            GgmlType::Q2_K => 1e-1,
             _ => 6e-2,
         };
         let budget = f32::max(budget_of(spec.matrix_type), budget_of(spec.embd_type));

@@ -7,18 +7,28 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use crate::exp;
+use crate::formats::bf16::BF16;
 use crate::formats::f16::F16;
+use crate::formats::iq4_nl::BlockIq4Nl;
+use crate::formats::iq4_xs::BlockIq4Xs;
+use crate::formats::q2_k::BlockQ2K;
+use crate::formats::q3_k::BlockQ3K;
 use crate::formats::q4_0::BlockQ4_0;
 use crate::formats::q4_1::BlockQ4_1;
 use crate::formats::q4_k::BlockQ4K;
 use crate::formats::q4x8::{self, BlockQ4_0x8, BlockQ4_1x8};
 use crate::formats::q5_0::BlockQ5_0;
+use crate::formats::q5_1::BlockQ5_1;
+use crate::formats::q5_k::BlockQ5K;
 use crate::formats::q6_k::BlockQ6K;
 use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_0x8::{self, BlockQ8_0x8};
 use crate::formats::q8_1::BlockQ8_1;
 use crate::formats::q8_k::BlockQ8K;
-use crate::formats::{f16, f32, q4_0, q4_1, q4_k, q5_0, q6_k, q8_0, q8_1, q8_k};
+use crate::formats::{
+    bf16, f16, f32, iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0,
+    q8_1, q8_k,
+};
 
 /// Which family of kernels the dispatcher runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -112,17 +122,26 @@ pub(crate) struct Kernels {
     axpy_f32: unsafe fn(f32, &[f32], &mut [f32]),
     exp_f32: unsafe fn(&mut [f32]),
     dot_f16: DotFn<F16, f32>,
+    dot_bf16: DotFn<BF16, f32>,
     quantize_q8_1: unsafe fn(&[f32], &mut [BlockQ8_1]),
     quantize_q8_k: unsafe fn(&[f32], &mut [BlockQ8K]),
     dot_q4_0: MultiFn<BlockQ4_0, BlockQ8_1>,
     dot_q4_1: MultiFn<BlockQ4_1, BlockQ8_1>,
     dot_q5_0: MultiFn<BlockQ5_0, BlockQ8_1>,
+    dot_q5_1: MultiFn<BlockQ5_1, BlockQ8_1>,
+    dot_iq4_nl: MultiFn<BlockIq4Nl, BlockQ8_1>,
     dot_q8_0: MultiFn<BlockQ8_0, BlockQ8_1>,
     dot_q4_k: MultiFn<BlockQ4K, BlockQ8K>,
+    dot_q5_k: MultiFn<BlockQ5K, BlockQ8K>,
     dot_q6_k: MultiFn<BlockQ6K, BlockQ8K>,
+    dot_iq4_xs: MultiFn<BlockIq4Xs, BlockQ8K>,
+    dot_q2_k: MultiFn<BlockQ2K, BlockQ8K>,
+    dot_q3_k: MultiFn<BlockQ3K, BlockQ8K>,
     rows_q4_0: RowsFn<BlockQ4_0, BlockQ8_1>,
     rows_q4_1: RowsFn<BlockQ4_1, BlockQ8_1>,
     rows_q5_0: RowsFn<BlockQ5_0, BlockQ8_1>,
+    rows_q5_1: RowsFn<BlockQ5_1, BlockQ8_1>,
+    rows_iq4_nl: RowsFn<BlockIq4Nl, BlockQ8_1>,
     rows_q8_0: RowsFn<BlockQ8_0, BlockQ8_1>,
     gemm_q4_0x8: GemmFn<BlockQ4_0x8, BlockQ8_1>,
     gemm_q4_1x8: GemmFn<BlockQ4_1x8, BlockQ8_1>,
@@ -138,17 +157,26 @@ static SCALAR: Kernels = Kernels {
     axpy_f32: f32::axpy_scalar,
     exp_f32: exp::exp_scalar,
     dot_f16: f16::dot_scalar,
+    dot_bf16: bf16::dot_scalar,
     quantize_q8_1: q8_1::quantize_scalar,
     quantize_q8_k: q8_k::quantize_scalar,
     dot_q4_0: q4_0::dot_multi_scalar,
     dot_q4_1: q4_1::dot_multi_scalar,
     dot_q5_0: q5_0::dot_multi_scalar,
+    dot_q5_1: q5_1::dot_multi_scalar,
+    dot_iq4_nl: iq4_nl::dot_multi_scalar,
     dot_q8_0: q8_0::dot_multi_scalar,
     dot_q4_k: q4_k::dot_multi_scalar,
+    dot_q5_k: q5_k::dot_multi_scalar,
     dot_q6_k: q6_k::dot_multi_scalar,
+    dot_iq4_xs: iq4_xs::dot_multi_scalar,
+    dot_q2_k: q2_k::dot_multi_scalar,
+    dot_q3_k: q3_k::dot_multi_scalar,
     rows_q4_0: q4_0::dot_rows_scalar,
     rows_q4_1: q4_1::dot_rows_scalar,
     rows_q5_0: q5_0::dot_rows_scalar,
+    rows_q5_1: q5_1::dot_rows_scalar,
+    rows_iq4_nl: iq4_nl::dot_rows_scalar,
     rows_q8_0: q8_0::dot_rows_scalar,
     gemm_q4_0x8: q4x8::gemm_scalar,
     gemm_q4_1x8: q4x8::gemm_scalar,
@@ -165,17 +193,26 @@ static AVX2: Kernels = Kernels {
     axpy_f32: f32::avx2::axpy,
     exp_f32: exp::avx2::exp,
     dot_f16: f16::avx2::dot,
+    dot_bf16: bf16::avx2::dot,
     quantize_q8_1: q8_1::avx2::quantize,
     quantize_q8_k: q8_k::avx2::quantize,
     dot_q4_0: q4_0::avx2::dot_multi,
     dot_q4_1: q4_1::avx2::dot_multi,
     dot_q5_0: q5_0::avx2::dot_multi,
+    dot_q5_1: q5_1::avx2::dot_multi,
+    dot_iq4_nl: iq4_nl::avx2::dot_multi,
     dot_q8_0: q8_0::avx2::dot_multi,
     dot_q4_k: q4_k::avx2::dot_multi,
+    dot_q5_k: q5_k::avx2::dot_multi,
     dot_q6_k: q6_k::avx2::dot_multi,
+    dot_iq4_xs: iq4_xs::avx2::dot_multi,
+    dot_q2_k: q2_k::avx2::dot_multi,
+    dot_q3_k: q3_k::avx2::dot_multi,
     rows_q4_0: q4_0::avx2::dot_rows,
     rows_q4_1: q4_1::avx2::dot_rows,
     rows_q5_0: q5_0::avx2::dot_rows,
+    rows_q5_1: q5_1::avx2::dot_rows,
+    rows_iq4_nl: iq4_nl::avx2::dot_rows,
     rows_q8_0: q8_0::avx2::dot_rows,
     gemm_q4_0x8: q4x8::avx2::gemm,
     gemm_q4_1x8: q4x8::avx2::gemm,
@@ -204,17 +241,26 @@ static NEON: Kernels = Kernels {
     axpy_f32: f32::neon::axpy,
     exp_f32: exp::exp_scalar,
     dot_f16: f16::dot_scalar,
+    dot_bf16: bf16::neon::dot,
     quantize_q8_1: q8_1::neon::quantize,
     quantize_q8_k: q8_k::neon::quantize,
     dot_q4_0: q4_0::neon::dot_multi,
     dot_q4_1: q4_1::neon::dot_multi,
     dot_q5_0: q5_0::neon::dot_multi,
+    dot_q5_1: q5_1::neon::dot_multi,
+    dot_iq4_nl: iq4_nl::neon::dot_multi,
     dot_q8_0: q8_0::neon::dot_multi,
     dot_q4_k: q4_k::neon::dot_multi,
+    dot_q5_k: q5_k::neon::dot_multi,
     dot_q6_k: q6_k::neon::dot_multi,
+    dot_iq4_xs: iq4_xs::neon::dot_multi,
+    dot_q2_k: q2_k::neon::dot_multi,
+    dot_q3_k: q3_k::neon::dot_multi,
     rows_q4_0: q4_0::neon::dot_rows,
     rows_q4_1: q4_1::neon::dot_rows,
     rows_q5_0: q5_0::neon::dot_rows,
+    rows_q5_1: q5_1::neon::dot_rows,
+    rows_iq4_nl: iq4_nl::neon::dot_rows,
     rows_q8_0: q8_0::neon::dot_rows,
     // Only Q4_0 is repacked on NEON; the other entries serve a forced repack.
     gemm_q4_0x8: q4x8::neon::gemm,
@@ -233,12 +279,20 @@ static NEON_DOTPROD: Kernels = Kernels {
     dot_q4_0: q4_0::neon::dotprod::dot_multi,
     dot_q4_1: q4_1::neon::dotprod::dot_multi,
     dot_q5_0: q5_0::neon::dotprod::dot_multi,
+    dot_q5_1: q5_1::neon::dotprod::dot_multi,
+    dot_iq4_nl: iq4_nl::neon::dotprod::dot_multi,
     dot_q8_0: q8_0::neon::dotprod::dot_multi,
     dot_q4_k: q4_k::neon::dotprod::dot_multi,
+    dot_q5_k: q5_k::neon::dotprod::dot_multi,
     dot_q6_k: q6_k::neon::dotprod::dot_multi,
+    dot_iq4_xs: iq4_xs::neon::dotprod::dot_multi,
+    dot_q2_k: q2_k::neon::dotprod::dot_multi,
+    dot_q3_k: q3_k::neon::dotprod::dot_multi,
     rows_q4_0: q4_0::neon::dotprod::dot_rows,
     rows_q4_1: q4_1::neon::dotprod::dot_rows,
     rows_q5_0: q5_0::neon::dotprod::dot_rows,
+    rows_q5_1: q5_1::neon::dotprod::dot_rows,
+    rows_iq4_nl: iq4_nl::neon::dotprod::dot_rows,
     rows_q8_0: q8_0::neon::dotprod::dot_rows,
     gemm_q4_0x8: q4x8::neon::dotprod::gemm,
     gemv_q4_0x8: q4x8::neon::dotprod::gemv,
@@ -393,6 +447,13 @@ impl Kernels {
     }
 
     #[inline]
+    pub fn dot_bf16(&self, w: &[BF16], x: &[f32]) -> f32 {
+        assert_eq!(w.len(), x.len(), "dot_bf16: length mismatch");
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_bf16)(w, x) }
+    }
+
+    #[inline]
     pub fn quantize_q8_1(&self, x: &[f32], out: &mut [BlockQ8_1]) {
         assert_eq!(x.len(), 32 * out.len(), "quantize_q8_1: length mismatch");
         // SAFETY: as in `dot_f32`.
@@ -444,6 +505,30 @@ impl Kernels {
 
     /// One weight row against `out.len()` tokens stored one after another in `a`.
     #[inline]
+    pub fn dot_q5_1(&self, w: &[BlockQ5_1], a: &[BlockQ8_1], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_q5_1: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_q5_1)(w, a, out) }
+    }
+
+    /// One weight row against `out.len()` tokens stored one after another in `a`.
+    #[inline]
+    pub fn dot_iq4_nl(&self, w: &[BlockIq4Nl], a: &[BlockQ8_1], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_iq4_nl: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_iq4_nl)(w, a, out) }
+    }
+
+    /// One weight row against `out.len()` tokens stored one after another in `a`.
+    #[inline]
     pub fn dot_q8_0(&self, w: &[BlockQ8_0], a: &[BlockQ8_1], out: &mut [f32]) {
         assert_eq!(
             a.len(),
@@ -468,6 +553,18 @@ impl Kernels {
 
     /// One weight row against `out.len()` tokens stored one after another in `a`.
     #[inline]
+    pub fn dot_q5_k(&self, w: &[BlockQ5K], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_q5_k: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_q5_k)(w, a, out) }
+    }
+
+    /// One weight row against `out.len()` tokens stored one after another in `a`.
+    #[inline]
     pub fn dot_q6_k(&self, w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
         assert_eq!(
             a.len(),
@@ -476,6 +573,42 @@ impl Kernels {
         );
         // SAFETY: as in `dot_f32`.
         unsafe { (self.dot_q6_k)(w, a, out) }
+    }
+
+    /// One weight row against `out.len()` tokens stored one after another in `a`.
+    #[inline]
+    pub fn dot_iq4_xs(&self, w: &[BlockIq4Xs], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_iq4_xs: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_iq4_xs)(w, a, out) }
+    }
+
+    /// One weight row against `out.len()` tokens stored one after another in `a`.
+    #[inline]
+    pub fn dot_q2_k(&self, w: &[BlockQ2K], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_q2_k: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_q2_k)(w, a, out) }
+    }
+
+    /// One weight row against `out.len()` tokens stored one after another in `a`.
+    #[inline]
+    pub fn dot_q3_k(&self, w: &[BlockQ3K], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_q3_k: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_q3_k)(w, a, out) }
     }
 
     /// Several weight rows (`out.len()` rows of `a.len()` blocks) against one token.
@@ -512,6 +645,30 @@ impl Kernels {
         );
         // SAFETY: as in `dot_f32`.
         unsafe { (self.rows_q5_0)(w, a, out) }
+    }
+
+    /// Several weight rows (`out.len()` rows of `a.len()` blocks) against one token.
+    #[inline]
+    pub fn rows_q5_1(&self, w: &[BlockQ5_1], a: &[BlockQ8_1], out: &mut [f32]) {
+        assert_eq!(
+            w.len(),
+            a.len() * out.len(),
+            "rows_q5_1: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.rows_q5_1)(w, a, out) }
+    }
+
+    /// Several weight rows (`out.len()` rows of `a.len()` blocks) against one token.
+    #[inline]
+    pub fn rows_iq4_nl(&self, w: &[BlockIq4Nl], a: &[BlockQ8_1], out: &mut [f32]) {
+        assert_eq!(
+            w.len(),
+            a.len() * out.len(),
+            "rows_iq4_nl: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.rows_iq4_nl)(w, a, out) }
     }
 
     /// Several weight rows (`out.len()` rows of `a.len()` blocks) against one token.

@@ -8,11 +8,14 @@
 //! with a `// SAFETY:` note.
 //!
 //! Numerics: activations are quantized exactly as ggml quantizes them (Q8_1-style blocks with
-//! f16-rounded scales for the 32-element formats, Q8_K for K-quants), and the AVX2 dots add
-//! their lanes in ggml's order, so on x86 every quantized matmul row equals llama.cpp's bit for
-//! bit (checked against libggml for Q4_0, Q4_1, Q8_0, Q4_K and Q6_K; Q5_0's AVX2 dot against a
-//! scalar model of ggml's lane order, `testutil::avx2_lane_order`). The scalar and NEON
-//! kernels compute the same exact block integers and differ from it only in f32 summation order.
+//! f16-rounded scales for the 32-element formats, Q8_K for K-quants and IQ4_XS), and the AVX2
+//! dots add their lanes in ggml's order, so on x86 every quantized matmul row equals
+//! llama.cpp's bit for bit (checked against libggml for Q4_0, Q4_1, Q8_0, Q4_K and Q6_K, and
+//! for Q5_0, Q5_1, Q5_K, Q3_K, Q2_K, IQ4_NL and IQ4_XS against a GCC-built AVX2 libggml-cpu,
+//! whose contracted `a += b * c` statements our kernels fuse with `mul_add`; their unit tests
+//! pin the order with a scalar model of it, `testutil::avx2_lanes_order`). The scalar and NEON kernels compute the
+//! same exact block integers and differ from it only in f32 summation order. BF16 and F16
+//! weights are dotted against f32 activations.
 //!
 //! Repacking: where a format runs faster in another layout, [`PackedWeights`] copies a matrix
 //! into it once at load (today Q4_0, Q4_1 and Q8_0 on AVX2 and Q4_0 on NEON, 8 rows
@@ -61,7 +64,10 @@ pub use threads::{in_pool, init_threads};
 pub use types::{GgmlType, Weights};
 
 use block::{cast_blocks, cast_blocks_mut};
-use formats::{f16, f32 as f32_format, q4_0, q4_1, q4_k, q5_0, q6_k, q8_0};
+use formats::{
+    bf16, f16, f32 as f32_format, iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k,
+    q6_k, q8_0,
+};
 
 /// Dot product of two equal-length f32 slices, SIMD-dispatched.
 ///
@@ -116,12 +122,19 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), K
     match ty {
         GgmlType::F32 => f32_format::dequantize(src, dst),
         GgmlType::F16 => f16::dequantize(cast_blocks(src), dst),
+        GgmlType::BF16 => bf16::dequantize(cast_blocks(src), dst),
         GgmlType::Q4_0 => q4_0::dequantize(cast_blocks(src), dst),
         GgmlType::Q4_1 => q4_1::dequantize(cast_blocks(src), dst),
         GgmlType::Q5_0 => q5_0::dequantize(cast_blocks(src), dst),
+        GgmlType::Q5_1 => q5_1::dequantize(cast_blocks(src), dst),
+        GgmlType::Q5_K => q5_k::dequantize(cast_blocks(src), dst),
         GgmlType::Q8_0 => q8_0::dequantize(cast_blocks(src), dst),
         GgmlType::Q4_K => q4_k::dequantize(cast_blocks(src), dst),
         GgmlType::Q6_K => q6_k::dequantize(cast_blocks(src), dst),
+        GgmlType::IQ4_NL => iq4_nl::dequantize(cast_blocks(src), dst),
+        GgmlType::IQ4_XS => iq4_xs::dequantize(cast_blocks(src), dst),
+        GgmlType::Q3_K => q3_k::dequantize(cast_blocks(src), dst),
+        GgmlType::Q2_K => q2_k::dequantize(cast_blocks(src), dst),
     }
     Ok(())
 }
@@ -138,12 +151,19 @@ pub fn quantize_row(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, KernelError> {
             }
         }
         GgmlType::F16 => f16::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::BF16 => bf16::quantize(src, cast_blocks_mut(&mut out)),
         GgmlType::Q4_0 => q4_0::quantize(src, cast_blocks_mut(&mut out)),
         GgmlType::Q4_1 => q4_1::quantize(src, cast_blocks_mut(&mut out)),
         GgmlType::Q5_0 => q5_0::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::Q5_1 => q5_1::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::Q5_K => q5_k::quantize(src, cast_blocks_mut(&mut out)),
         GgmlType::Q8_0 => q8_0::quantize(src, cast_blocks_mut(&mut out)),
         GgmlType::Q4_K => q4_k::quantize(src, cast_blocks_mut(&mut out)),
         GgmlType::Q6_K => q6_k::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::IQ4_NL => iq4_nl::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::IQ4_XS => iq4_xs::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::Q3_K => q3_k::quantize(src, cast_blocks_mut(&mut out)),
+        GgmlType::Q2_K => q2_k::quantize(src, cast_blocks_mut(&mut out)),
     }
     Ok(out)
 }

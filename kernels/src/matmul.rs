@@ -10,12 +10,19 @@ use rayon::prelude::*;
 
 use crate::block::{cast_blocks, ByteBlock};
 use crate::dispatch::{kernels, GemmEntry, Kernels};
+use crate::formats::bf16::BF16;
 use crate::formats::f16::F16;
+use crate::formats::iq4_nl::BlockIq4Nl;
+use crate::formats::iq4_xs::BlockIq4Xs;
+use crate::formats::q2_k::BlockQ2K;
+use crate::formats::q3_k::BlockQ3K;
 use crate::formats::q4_0::BlockQ4_0;
 use crate::formats::q4_1::BlockQ4_1;
 use crate::formats::q4_k::BlockQ4K;
 use crate::formats::q4x8;
 use crate::formats::q5_0::BlockQ5_0;
+use crate::formats::q5_1::BlockQ5_1;
+use crate::formats::q5_k::BlockQ5K;
 use crate::formats::q6_k::BlockQ6K;
 use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_1::BlockQ8_1;
@@ -167,6 +174,10 @@ pub fn matmul_input(
             let wh = cast_blocks::<F16>(w.data);
             float_matmul(k, wh, cols, x, shape, out, Kernels::dot_f16);
         }
+        GgmlType::BF16 => {
+            let wh = cast_blocks::<BF16>(w.data);
+            float_matmul(k, wh, cols, x, shape, out, Kernels::dot_bf16);
+        }
         GgmlType::Q4_0 => quantized_matmul::<BlockQ4_0, _>(
             k,
             &Q8_1_ACTS,
@@ -197,6 +208,26 @@ pub fn matmul_input(
             Kernels::dot_q5_0,
             Some(Kernels::rows_q5_0),
         ),
+        GgmlType::Q5_1 => quantized_matmul::<BlockQ5_1, _>(
+            k,
+            &Q8_1_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_q5_1,
+            Some(Kernels::rows_q5_1),
+        ),
+        GgmlType::IQ4_NL => quantized_matmul::<BlockIq4Nl, _>(
+            k,
+            &Q8_1_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_iq4_nl,
+            Some(Kernels::rows_iq4_nl),
+        ),
         GgmlType::Q8_0 => quantized_matmul::<BlockQ8_0, _>(
             k,
             &Q8_1_ACTS,
@@ -217,6 +248,16 @@ pub fn matmul_input(
             Kernels::dot_q4_k,
             None,
         ),
+        GgmlType::Q5_K => quantized_matmul::<BlockQ5K, _>(
+            k,
+            &Q8_K_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_q5_k,
+            None,
+        ),
         GgmlType::Q6_K => quantized_matmul::<BlockQ6K, _>(
             k,
             &Q8_K_ACTS,
@@ -225,6 +266,36 @@ pub fn matmul_input(
             shape,
             out,
             Kernels::dot_q6_k,
+            None,
+        ),
+        GgmlType::IQ4_XS => quantized_matmul::<BlockIq4Xs, _>(
+            k,
+            &Q8_K_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_iq4_xs,
+            None,
+        ),
+        GgmlType::Q2_K => quantized_matmul::<BlockQ2K, _>(
+            k,
+            &Q8_K_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_q2_k,
+            None,
+        ),
+        GgmlType::Q3_K => quantized_matmul::<BlockQ3K, _>(
+            k,
+            &Q8_K_ACTS,
+            w,
+            x,
+            shape,
+            out,
+            Kernels::dot_q3_k,
             None,
         ),
     }
@@ -247,14 +318,15 @@ struct Activations<A: 'static> {
     quantize: fn(&Kernels, &[f32], &mut [A]),
 }
 
-/// Q8_1-style 32-element blocks, partner of Q4_0, Q4_1, Q5_0 and Q8_0.
+/// Q8_1-style 32-element blocks, partner of Q4_0, Q4_1, Q5_0, Q5_1,
+/// Q8_0 and IQ4_NL.
 const Q8_1_ACTS: Activations<BlockQ8_1> = Activations {
     block_len: 32,
     buffer: &ACT_Q8_1,
     quantize: Kernels::quantize_q8_1,
 };
 
-/// Q8_K 256-element blocks, partner of the K-quants.
+/// Q8_K 256-element blocks, partner of the K-quants and IQ4_XS.
 const Q8_K_ACTS: Activations<BlockQ8K> = Activations {
     block_len: 256,
     buffer: &ACT_Q8_K,

@@ -171,16 +171,14 @@ pub(crate) fn check_dot_budget_k<W>(
     );
 }
 
-/// ggml's AVX2 accumulation for the 32-element formats, in scalar code, to check the AVX2
-/// kernels bit for bit: each block's 32 exact products (`prods[j]` for element `j`) summed four
-/// by four into 8 i32 lanes, each lane fused-multiply-added with the block's scale into its own
-/// f32 accumulator in block order, then the 8 lanes added as `hsum_ps` adds them.
+/// ggml's AVX2 accumulation, in scalar code, to check the AVX2 kernels bit for bit: each
+/// block's 8 exact i32 lanes fused-multiply-added with the block's scale into 8 f32
+/// accumulators in block order, then the 8 lanes added as `hsum_ps` adds them.
 #[cfg(target_arch = "x86_64")]
-pub(crate) fn avx2_lane_order(blocks: impl IntoIterator<Item = (f32, [i32; 32])>) -> f32 {
+pub(crate) fn avx2_lanes_order(blocks: impl IntoIterator<Item = (f32, [i32; 8])>) -> f32 {
     let mut acc = [0.0f32; 8];
-    for (d, prods) in blocks {
-        for (k, a) in acc.iter_mut().enumerate() {
-            let lane: i32 = prods[4 * k..4 * k + 4].iter().sum();
+    for (d, lanes) in blocks {
+        for (a, &lane) in acc.iter_mut().zip(&lanes) {
             *a = d.mul_add(lane as f32, *a);
         }
     }
@@ -188,17 +186,31 @@ pub(crate) fn avx2_lane_order(blocks: impl IntoIterator<Item = (f32, [i32; 32])>
     (s[0] + s[2]) + (s[1] + s[3])
 }
 
-/// `Σ |d · lane|` over the blocks of [`avx2_lane_order`]: the magnitude that bounds how far its
-/// 8-lane sum can drift from a sequential one (lanes can cancel inside a block).
+/// The 8 lanes of a 32-element block's products (`prods[j]` for element `j`): lane `k` sums
+/// elements `4k..4k+4`, as `maddubs` then `madd` group them.
 #[cfg(target_arch = "x86_64")]
-pub(crate) fn lane_terms(blocks: impl IntoIterator<Item = (f32, [i32; 32])>) -> f32 {
+fn lanes_of(prods: [i32; 32]) -> [i32; 8] {
+    std::array::from_fn(|k| prods[4 * k..4 * k + 4].iter().sum())
+}
+
+/// [`avx2_lanes_order`] for the 32-element formats, from each block's 32 exact products.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx2_lane_order(blocks: impl IntoIterator<Item = (f32, [i32; 32])>) -> f32 {
+    avx2_lanes_order(blocks.into_iter().map(|(d, p)| (d, lanes_of(p))))
+}
+
+/// `Σ |d · lane|` over the blocks of [`avx2_lanes_order`]: the magnitude that bounds how far
+/// its 8-lane sum can drift from a sequential one (lanes can cancel inside a block).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn lanes_terms(blocks: impl IntoIterator<Item = (f32, [i32; 8])>) -> f32 {
     blocks
         .into_iter()
-        .map(|(d, prods)| {
-            prods
-                .chunks_exact(4)
-                .map(|l| (d * l.iter().sum::<i32>() as f32).abs())
-                .sum::<f32>()
-        })
+        .map(|(d, lanes)| lanes.iter().map(|&l| (d * l as f32).abs()).sum::<f32>())
         .sum()
+}
+
+/// [`lanes_terms`] from each block's 32 exact products.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn lane_terms(blocks: impl IntoIterator<Item = (f32, [i32; 32])>) -> f32 {
+    lanes_terms(blocks.into_iter().map(|(d, p)| (d, lanes_of(p))))
 }

@@ -14,22 +14,36 @@ pub enum GgmlType {
     Q4_0,
     Q4_1,
     Q5_0,
+    Q5_1,
     Q8_0,
     Q4_K,
+    Q5_K,
     Q6_K,
+    IQ4_NL,
+    IQ4_XS,
+    Q3_K,
+    Q2_K,
+    BF16,
 }
 
 impl GgmlType {
     /// Every supported type, in ggml id order.
-    pub const ALL: [GgmlType; 8] = [
+    pub const ALL: [GgmlType; 15] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q5_0,
+        GgmlType::Q5_1,
         GgmlType::Q8_0,
         GgmlType::Q4_K,
+        GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
+        GgmlType::Q3_K,
+        GgmlType::Q2_K,
+        GgmlType::BF16,
     ];
 
     /// Maps the `ggml_type` id stored in a GGUF tensor header; `None` for types we do not run.
@@ -44,9 +58,16 @@ impl GgmlType {
             GgmlType::Q4_0 => 2,
             GgmlType::Q4_1 => 3,
             GgmlType::Q5_0 => 6,
+            GgmlType::Q5_1 => 7,
             GgmlType::Q8_0 => 8,
             GgmlType::Q4_K => 12,
+            GgmlType::Q5_K => 13,
             GgmlType::Q6_K => 14,
+            GgmlType::IQ4_NL => 20,
+            GgmlType::IQ4_XS => 23,
+            GgmlType::Q3_K => 11,
+            GgmlType::Q2_K => 10,
+            GgmlType::BF16 => 30,
         }
     }
 
@@ -58,9 +79,16 @@ impl GgmlType {
             GgmlType::Q4_0 => "Q4_0",
             GgmlType::Q4_1 => "Q4_1",
             GgmlType::Q5_0 => "Q5_0",
+            GgmlType::Q5_1 => "Q5_1",
             GgmlType::Q8_0 => "Q8_0",
             GgmlType::Q4_K => "Q4_K",
+            GgmlType::Q5_K => "Q5_K",
             GgmlType::Q6_K => "Q6_K",
+            GgmlType::IQ4_NL => "IQ4_NL",
+            GgmlType::IQ4_XS => "IQ4_XS",
+            GgmlType::Q3_K => "Q3_K",
+            GgmlType::Q2_K => "Q2_K",
+            GgmlType::BF16 => "BF16",
         }
     }
 
@@ -71,12 +99,23 @@ impl GgmlType {
             .find(|t| t.name().eq_ignore_ascii_case(s))
     }
 
-    /// Elements per block: 1 for the float types, 32 for the legacy quants, 256 for K-quants.
+    /// Elements per block: 1 for the float types, 32 for the legacy quants and IQ4_NL, 256 for
+    /// K-quants and IQ4_XS.
     pub fn block_len(self) -> usize {
         match self {
-            GgmlType::F32 | GgmlType::F16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0 => 32,
-            GgmlType::Q4_K | GgmlType::Q6_K => 256,
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
+            GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::IQ4_NL => 32,
+            GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::IQ4_XS
+            | GgmlType::Q3_K
+            | GgmlType::Q2_K => 256,
         }
     }
 
@@ -84,13 +123,19 @@ impl GgmlType {
     pub fn block_bytes(self) -> usize {
         match self {
             GgmlType::F32 => 4,
-            GgmlType::F16 => 2,
+            GgmlType::F16 | GgmlType::BF16 => 2,
             GgmlType::Q4_0 => size_of::<crate::formats::q4_0::BlockQ4_0>(),
             GgmlType::Q4_1 => size_of::<crate::formats::q4_1::BlockQ4_1>(),
             GgmlType::Q5_0 => size_of::<crate::formats::q5_0::BlockQ5_0>(),
+            GgmlType::Q5_1 => size_of::<crate::formats::q5_1::BlockQ5_1>(),
             GgmlType::Q8_0 => size_of::<crate::formats::q8_0::BlockQ8_0>(),
             GgmlType::Q4_K => size_of::<crate::formats::q4_k::BlockQ4K>(),
+            GgmlType::Q5_K => size_of::<crate::formats::q5_k::BlockQ5K>(),
             GgmlType::Q6_K => size_of::<crate::formats::q6_k::BlockQ6K>(),
+            GgmlType::IQ4_NL => size_of::<crate::formats::iq4_nl::BlockIq4Nl>(),
+            GgmlType::IQ4_XS => size_of::<crate::formats::iq4_xs::BlockIq4Xs>(),
+            GgmlType::Q3_K => size_of::<crate::formats::q3_k::BlockQ3K>(),
+            GgmlType::Q2_K => size_of::<crate::formats::q2_k::BlockQ2K>(),
         }
     }
 
@@ -196,9 +241,16 @@ mod tests {
             (GgmlType::Q4_0, 2, "Q4_0", 32, 18),
             (GgmlType::Q4_1, 3, "Q4_1", 32, 20),
             (GgmlType::Q5_0, 6, "Q5_0", 32, 22),
+            (GgmlType::Q5_1, 7, "Q5_1", 32, 24),
             (GgmlType::Q8_0, 8, "Q8_0", 32, 34),
             (GgmlType::Q4_K, 12, "Q4_K", 256, 144),
+            (GgmlType::Q5_K, 13, "Q5_K", 256, 176),
             (GgmlType::Q6_K, 14, "Q6_K", 256, 210),
+            (GgmlType::IQ4_NL, 20, "IQ4_NL", 32, 18),
+            (GgmlType::IQ4_XS, 23, "IQ4_XS", 256, 136),
+            (GgmlType::Q3_K, 11, "Q3_K", 256, 110),
+            (GgmlType::Q2_K, 10, "Q2_K", 256, 84),
+            (GgmlType::BF16, 30, "BF16", 1, 2),
         ];
         for (ty, id, name, len, bytes) in expect {
             assert_eq!(ty.ggml_id(), id);
@@ -209,10 +261,10 @@ mod tests {
             assert_eq!(ty.block_len(), len);
             assert_eq!(ty.block_bytes(), bytes);
         }
-        for id in [4, 5, 7, 9, 10, 11, 13, 15, 30, u32::MAX] {
+        for id in [4, 5, 9, 15, 16, 22, u32::MAX] {
             assert_eq!(GgmlType::from_ggml_id(id), None);
         }
-        assert_eq!(GgmlType::from_name("q5_k"), None);
+        assert_eq!(GgmlType::from_name("iq2_xxs"), None);
         assert_eq!(GgmlType::from_name(""), None);
     }
 

@@ -213,9 +213,13 @@ fn quantize_dequantize_round_trip_every_format() {
         let budget = match ty {
             GgmlType::F32 => 0.0,
             GgmlType::F16 => 1e-3,
+            GgmlType::BF16 => 4e-3,
             GgmlType::Q8_0 => 0.01,
             GgmlType::Q6_K => 0.03,
-            GgmlType::Q5_0 => 0.07,
+            GgmlType::IQ4_NL | GgmlType::IQ4_XS => 0.1,
+            GgmlType::Q3_K => 0.25,
+            GgmlType::Q2_K => 0.4,
+            GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q5_K => 0.07,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K => 0.13,
         };
         assert!(

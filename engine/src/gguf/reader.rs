@@ -196,7 +196,7 @@ impl<'a> Parser<'a> {
 }
 
 /// Names of ggml type ids that exist but that kostant has no kernels for, so the error can say
-/// "Q5_K" rather than only a number.
+/// "IQ2_XXS" rather than only a number.
 fn ggml_type_name(id: u32) -> Option<&'static str> {
     const NAMES: [&str; 40] = [
         "F32",

@@ -54,9 +54,16 @@ pub fn every_tensor() -> Vec<(&'static str, Vec<usize>, GgmlType)> {
         ("q4_0.weight", vec![32, 2], GgmlType::Q4_0),
         ("q4_1.weight", vec![64, 1, 2], GgmlType::Q4_1),
         ("q5_0.weight", vec![32, 2], GgmlType::Q5_0),
+        ("q5_1.weight", vec![64, 1], GgmlType::Q5_1),
         ("q8_0.weight", vec![32, 3], GgmlType::Q8_0),
         ("q4_k.weight", vec![256, 1], GgmlType::Q4_K),
+        ("q5_k.weight", vec![256, 2], GgmlType::Q5_K),
         ("q6_k.weight", vec![256, 2, 1, 1], GgmlType::Q6_K),
+        ("iq4_nl.weight", vec![32, 3], GgmlType::IQ4_NL),
+        ("bf16.matrix", vec![3, 2], GgmlType::BF16),
+        ("iq4_xs.weight", vec![256, 1], GgmlType::IQ4_XS),
+        ("q3_k.weight", vec![256, 2], GgmlType::Q3_K),
+        ("q2_k.weight", vec![256, 2], GgmlType::Q2_K),
     ]
 }
 

@@ -1,13 +1,21 @@
-//! One module per tensor format: weight formats (f32, f16, q4_0, q4_1, q5_0, q8_0, q4_k, q6_k) and
+//! One module per tensor format: weight formats (f32, f16, bf16, q4_0, q4_1, q5_0,
+//! q5_1, q8_0, iq4_nl, q4_k, q5_k, q6_k, iq4_xs, q3_k) and
 //! the activation formats they are dotted against (q8_1, q8_k).
 
+pub(crate) mod bf16;
 pub(crate) mod f16;
 pub(crate) mod f32;
+pub(crate) mod iq4_nl;
+pub(crate) mod iq4_xs;
+pub(crate) mod q2_k;
+pub(crate) mod q3_k;
 pub(crate) mod q4_0;
 pub(crate) mod q4_1;
 pub(crate) mod q4_k;
 pub(crate) mod q4x8;
 pub(crate) mod q5_0;
+pub(crate) mod q5_1;
+pub(crate) mod q5_k;
 pub(crate) mod q6_k;
 pub(crate) mod q8_0;
 pub(crate) mod q8_0x8;

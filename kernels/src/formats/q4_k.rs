@@ -52,7 +52,7 @@ pub(crate) fn unpack_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
 }
 
 /// Inverse of [`unpack_scales`]; every value must be < 64.
-fn pack_scales(sc: &[u8; 8], mn: &[u8; 8]) -> [u8; 12] {
+pub(crate) fn pack_scales(sc: &[u8; 8], mn: &[u8; 8]) -> [u8; 12] {
     let mut s = [0u8; 12];
     for j in 0..4 {
         s[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
@@ -90,10 +90,11 @@ pub(crate) fn dequantize(blocks: &[BlockQ4K], out: &mut [f32]) {
     }
 }
 
-/// Fits `x ≈ s·q - m` with q in 0..=15, s >= 0, m >= 0 for one sub-block: start from the
+/// Fits `x ≈ s·q - m` with q in 0..=nmax, s >= 0, m >= 0 for one sub-block: start from the
 /// min/max fit, then alternate assigning codes and solving least squares for (s, m), keeping
-/// the best. Returns (s, m).
-fn fit_sub_block(x: &[f32]) -> (f32, f32) {
+/// the best. Returns (s, m). (Q4_K uses nmax 15, Q5_K 31.)
+pub(crate) fn fit_sub_block(x: &[f32], nmax: u8) -> (f32, f32) {
+    let top = f32::from(nmax);
     let lo = x.iter().copied().fold(0.0f32, f32::min);
     let hi = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     if hi <= lo {
@@ -102,18 +103,18 @@ fn fit_sub_block(x: &[f32]) -> (f32, f32) {
     let err = |s: f32, m: f32| -> f32 {
         x.iter()
             .map(|&v| {
-                let q = ((v + m) / s).round().clamp(0.0, 15.0);
+                let q = ((v + m) / s).round().clamp(0.0, top);
                 (s * q - m - v).powi(2)
             })
             .sum()
     };
-    let (mut s, mut m) = ((hi - lo) / 15.0, -lo);
+    let (mut s, mut m) = ((hi - lo) / top, -lo);
     let mut best = (s, m, err(s, m));
     for _ in 0..4 {
         let n = x.len() as f32;
         let (mut sq, mut sqq, mut sx, mut sqx) = (0.0f32, 0.0f32, 0.0f32, 0.0f32);
         for &v in x {
-            let q = ((v + m) / s).round().clamp(0.0, 15.0);
+            let q = ((v + m) / s).round().clamp(0.0, top);
             sq += q;
             sqq += q * q;
             sx += v;
@@ -147,7 +148,7 @@ fn fit_sub_block(x: &[f32]) -> (f32, f32) {
 pub(crate) fn quantize(x: &[f32], out: &mut [BlockQ4K]) {
     assert_eq!(x.len(), QK * out.len(), "q4_k quantize: length mismatch");
     for (xb, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
-        let fits: Vec<(f32, f32)> = xb.chunks_exact(32).map(fit_sub_block).collect();
+        let fits: Vec<(f32, f32)> = xb.chunks_exact(32).map(|s| fit_sub_block(s, 15)).collect();
         let max_s = fits.iter().fold(0.0f32, |a, f| a.max(f.0));
         let max_m = fits.iter().fold(0.0f32, |a, f| a.max(f.1));
         let d = round_to_f16(max_s / 63.0);

@@ -54,9 +54,19 @@ pub fn random_matrix(r: &mut SmallRng, ty: GgmlType, rows: usize, cols: usize) -
 /// Activations are quantized to blocks of this many elements for a weight type (1 = kept f32).
 pub fn act_block(ty: GgmlType) -> usize {
     match ty {
-        GgmlType::F32 | GgmlType::F16 => 1,
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0 => 32,
-        GgmlType::Q4_K | GgmlType::Q6_K => 256,
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
+        GgmlType::Q4_0
+        | GgmlType::Q4_1
+        | GgmlType::Q5_0
+        | GgmlType::Q5_1
+        | GgmlType::Q8_0
+        | GgmlType::IQ4_NL => 32,
+        GgmlType::Q2_K
+        | GgmlType::Q3_K
+        | GgmlType::Q4_K
+        | GgmlType::Q5_K
+        | GgmlType::Q6_K
+        | GgmlType::IQ4_XS => 256,
     }
 }
 

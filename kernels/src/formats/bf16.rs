@@ -1,0 +1,241 @@
+//! BF16: bfloat16 (the top half of an f32), little endian. Dotted directly against f32
+//! activations, as F16 is: widening a bfloat16 is a 16-bit shift, so every path runs SIMD.
+
+use crate::block::ByteBlock;
+
+/// One bfloat16, as stored in the file (a type of its own, so F16 bytes cannot be passed
+/// where bfloat16 is expected).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BF16(pub [u8; 2]);
+const _: () = assert!(size_of::<BF16>() == 2);
+// SAFETY: repr(C) around a u8 array: alignment 1, no padding, every bit pattern valid.
+unsafe impl ByteBlock for BF16 {}
+
+/// Exact widening: the 16 bits become the top half of an f32.
+#[inline]
+pub(crate) fn bf16_to_f32(h: BF16) -> f32 {
+    f32::from_bits(u32::from(u16::from_le_bytes(h.0)) << 16)
+}
+
+/// Round to nearest, ties to even (ggml's rule); a NaN stays a (quiet) NaN.
+#[inline]
+pub(crate) fn f32_to_bf16(v: f32) -> BF16 {
+    let u = v.to_bits();
+    let h = if v.is_nan() {
+        (u >> 16) | 0x40
+    } else {
+        (u + (0x7FFF + ((u >> 16) & 1))) >> 16
+    };
+    BF16((h as u16).to_le_bytes())
+}
+
+/// Scalar reference dot: one sequential f32 sum of widened weights times activations.
+pub(crate) fn dot_scalar(w: &[BF16], x: &[f32]) -> f32 {
+    w.iter().zip(x).map(|(&h, &v)| bf16_to_f32(h) * v).sum()
+}
+
+pub(crate) fn dequantize(w: &[BF16], out: &mut [f32]) {
+    assert_eq!(w.len(), out.len(), "bf16 dequantize: length mismatch");
+    for (y, &h) in out.iter_mut().zip(w) {
+        *y = bf16_to_f32(h);
+    }
+}
+
+pub(crate) fn quantize(x: &[f32], out: &mut [BF16]) {
+    assert_eq!(x.len(), out.len(), "bf16 quantize: length mismatch");
+    for (h, &v) in out.iter_mut().zip(x) {
+        *h = f32_to_bf16(v);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{bf16_to_f32, BF16};
+    use crate::x86::hsum_ps;
+
+    /// 8 bfloat16 at `p` widened to 8 floats.
+    ///
+    /// # Safety
+    /// `p` must point to 16 readable bytes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn widen8(p: *const BF16) -> __m256 {
+        // SAFETY: the caller guarantees 16 readable bytes at `p`.
+        let h = unsafe { _mm_loadu_si128(p.cast()) };
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+    }
+
+    /// AVX2 dot: widen 8 bfloat16 at a time, four FMA accumulators, scalar tail (F16's shape).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dot(w: &[BF16], x: &[f32]) -> f32 {
+        let n = w.len().min(x.len());
+        let (pw, px) = (w.as_ptr(), x.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= n {
+            for (k, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: i + 8k + 8 <= n: 8 bfloat16 (16 bytes) and 8 floats inside the slices.
+                let (h, v) = unsafe {
+                    (
+                        widen8(pw.add(i + 8 * k)),
+                        _mm256_loadu_ps(px.add(i + 8 * k)),
+                    )
+                };
+                *acc = _mm256_fmadd_ps(h, v, *acc);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            // SAFETY: i + 8 <= n: 8 bfloat16 and 8 floats inside the slices.
+            let (h, v) = unsafe { (widen8(pw.add(i)), _mm256_loadu_ps(px.add(i))) };
+            acc[0] = _mm256_fmadd_ps(h, v, acc[0]);
+            i += 8;
+        }
+        let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        let mut s = hsum_ps(sum);
+        for j in i..n {
+            s += bf16_to_f32(w[j]) * x[j];
+        }
+        s
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon {
+    use std::arch::aarch64::*;
+
+    use super::{bf16_to_f32, BF16};
+
+    /// NEON dot: widen 4 bfloat16 at a time by a 16-bit shift, four 4-lane FMA accumulators
+    /// (16 elements per step), then a scalar tail (the f32 dot's shape).
+    #[target_feature(enable = "neon")]
+    pub(crate) fn dot(w: &[BF16], x: &[f32]) -> f32 {
+        let n = w.len().min(x.len());
+        let (pw, px) = (w.as_ptr(), x.as_ptr());
+        let mut acc = [vdupq_n_f32(0.0); 4];
+        let mut i = 0;
+        while i + 16 <= n {
+            // SAFETY: i + 16 <= n: 16 bfloat16 (32 bytes) inside `w`.
+            let h = unsafe { (vld1q_u16(pw.add(i).cast()), vld1q_u16(pw.add(i + 8).cast())) };
+            let wide = [
+                vshll_n_u16::<16>(vget_low_u16(h.0)),
+                vshll_high_n_u16::<16>(h.0),
+                vshll_n_u16::<16>(vget_low_u16(h.1)),
+                vshll_high_n_u16::<16>(h.1),
+            ];
+            for (k, (acc, wk)) in acc.iter_mut().zip(wide).enumerate() {
+                // SAFETY: i + 4k + 4 <= i + 16 <= n, within `x`.
+                let v = unsafe { vld1q_f32(px.add(i + 4 * k)) };
+                *acc = vfmaq_f32(*acc, vreinterpretq_f32_u32(wk), v);
+            }
+            i += 16;
+        }
+        let sum = vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]));
+        let mut s = vaddvq_f32(sum);
+        for j in i..n {
+            s += bf16_to_f32(w[j]) * x[j];
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::*;
+
+    #[test]
+    fn conversion_rounds_to_nearest_even() {
+        // 1 + 2^-8 is halfway between two bfloat16 (1 and 1 + 2^-7): ties go to even (1).
+        assert_eq!(bf16_to_f32(f32_to_bf16(1.0 + 2f32.powi(-8))), 1.0);
+        // 1 + 3·2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: to even, the larger.
+        assert_eq!(
+            bf16_to_f32(f32_to_bf16(1.0 + 3.0 * 2f32.powi(-8))),
+            1.0 + 2f32.powi(-6)
+        );
+        assert_eq!(bf16_to_f32(f32_to_bf16(-2.5)), -2.5);
+        assert!(bf16_to_f32(f32_to_bf16(f32::NAN)).is_nan());
+        assert_eq!(bf16_to_f32(f32_to_bf16(f32::INFINITY)), f32::INFINITY);
+    }
+
+    #[test]
+    fn round_trip_within_half_precision() {
+        let mut r = rng(80);
+        let x = random_f32(&mut r, 999, 100.0);
+        let mut h = vec![BF16([0; 2]); x.len()];
+        quantize(&x, &mut h);
+        let mut y = vec![0.0; x.len()];
+        dequantize(&h, &mut y);
+        for (a, b) in x.iter().zip(&y) {
+            // Half an ulp of bfloat16: relative 2^-8.
+            assert!((a - b).abs() <= a.abs() * 2f32.powi(-8), "{a} vs {b}");
+        }
+    }
+
+    /// The error budget against the f64 dot of the same (exact) widened weights: only f32
+    /// accumulation, at most n·ε·Σ|w·x|.
+    #[test]
+    fn dot_within_accumulation_budget() {
+        let mut r = rng(81);
+        for n in [1, 31, 256, 1001] {
+            let mut w = vec![BF16([0; 2]); n];
+            quantize(&random_f32(&mut r, n, 1.0), &mut w);
+            let x = random_f32(&mut r, n, 1.0);
+            let exact: f64 = w
+                .iter()
+                .zip(&x)
+                .map(|(&h, &v)| f64::from(bf16_to_f32(h)) * f64::from(v))
+                .sum();
+            let mag: f64 = w
+                .iter()
+                .zip(&x)
+                .map(|(&h, &v)| (f64::from(bf16_to_f32(h)) * f64::from(v)).abs())
+                .sum();
+            let got = f64::from(dot_scalar(&w, &x));
+            let budget = n as f64 * f64::from(f32::EPSILON) * mag + 1e-30;
+            assert!((got - exact).abs() <= budget, "{n}: {got} vs {exact}");
+        }
+    }
+
+    fn random_weights(r: &mut Rng, n: usize) -> (Vec<BF16>, Vec<f32>, f32) {
+        let mut w = vec![BF16([0; 2]); n];
+        quantize(&random_f32(r, n, 1.0), &mut w);
+        let x = random_f32(r, n, 1.0);
+        let terms = w
+            .iter()
+            .zip(&x)
+            .map(|(&h, v)| (bf16_to_f32(h) * v).abs())
+            .sum();
+        (w, x, terms)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_matches_scalar_on_odd_lengths() {
+        if !crate::required::test_needs("avx2") {
+            return;
+        }
+        let mut r = rng(82);
+        for n in [1, 7, 8, 9, 33, 576, 1001] {
+            let (w, x, terms) = random_weights(&mut r, n);
+            // SAFETY: guarded by the avx2+fma+f16c detection above.
+            let simd = unsafe { avx2::dot(&w, &x) };
+            assert_reordered_sum_close(simd, dot_scalar(&w, &x), terms, n);
+        }
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_matches_scalar_on_odd_lengths() {
+        let mut r = rng(83);
+        for n in [1, 7, 15, 16, 17, 33, 576, 1001] {
+            let (w, x, terms) = random_weights(&mut r, n);
+            // SAFETY: NEON is part of the aarch64 baseline.
+            let simd = unsafe { neon::dot(&w, &x) };
+            assert_reordered_sum_close(simd, dot_scalar(&w, &x), terms, n);
+        }
+    }
+}
