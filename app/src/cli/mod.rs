@@ -5,6 +5,7 @@ mod bench_guard;
 mod bench_snapshot;
 mod bench_speculative;
 pub mod chat;
+pub mod complete;
 pub mod doctor;
 pub mod eval;
 pub mod guard;
@@ -33,6 +34,9 @@ pub struct Cli {
 pub enum Command {
     /// Chat with the model: interactive, or one answer with --prompt.
     Chat(ChatArgs),
+    /// Continue a text as it is, with no chat template and no system prompt (as llama.cpp's
+    /// llama-completion): how to check a model file against another engine.
+    Complete(complete::CompleteArgs),
     /// Measure prefill and decode speed, time to first token and peak memory.
     Bench(BenchArgs),
     /// List, show, search, delete or export the encrypted chat history.

@@ -402,12 +402,20 @@ pub(super) fn attention<'s>(
     }
     rope(q, q_dim, hp, spec.angles);
     rope(k, kv_dim, hp, spec.angles);
+    // Gemma scales its queries before they meet the keys, as llama.cpp does; rounded to f16
+    // after the scaling, they match its bits (an f16 subnormal keeps fewer of them).
+    let scale = match hp.scale_queries {
+        true => {
+            scale_in_place(q, hp.attn_scale);
+            1.0
+        }
+        false => hp.attn_scale,
+    };
     kv.append(l, k, v);
     let q = &*q;
 
     let cached = kv.layer(l); // pos + n positions of keys and values
     let group = hp.n_head / hp.n_head_kv;
-    let scale = hp.attn_scale;
     // (n, n_head * head_dim); every head's slice is written whole below.
     let out = sized(heads, n * q_dim);
 

@@ -77,6 +77,8 @@ pub struct HParams {
     pub rope_freq_scale: f32,
     /// What attention scores are multiplied by: 1/sqrt(head_dim).
     pub attn_scale: f32,
+    /// Whether the scale is applied to the queries (Gemma) rather than to the scores.
+    pub scale_queries: bool,
     /// Sliding-window attention (Gemma 3): how many positions, the token's own included, a
     /// windowed layer sees; 0 when no layer is windowed.
     pub n_swa: usize,
@@ -232,6 +234,7 @@ impl HParams {
             rope_dims,
             rope_freq_scale,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            scale_queries: arch == Arch::Gemma3,
             n_swa,
             sliding,
             rope_theta_swa,

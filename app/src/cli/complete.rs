@@ -1,0 +1,164 @@
+//! `kostant complete`: raw text continuation, with no chat template and no system prompt (as
+//! llama.cpp's `llama-completion -no-cnv`). The prompt is tokenized with special tokens
+//! recognised and BOS added as the GGUF says; the guard screens the prompt and the output as
+//! it does every chat. It is how a user, or a test, checks any model file against llama.cpp.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::json;
+
+use kostant_engine::{CancelHandle, GenerateRequest, SamplingParams, Session, Speculation};
+use kostant_safety::pipeline::{self, ReplyEvent, StreamEvent};
+
+use super::{guard, load_model_kv, peak_rss_mb, KvArgs, ModelArgs};
+
+#[derive(Args, Debug)]
+pub struct CompleteArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
+    /// The text to continue.
+    #[arg(
+        long,
+        conflicts_with = "prompt_file",
+        required_unless_present = "prompt_file"
+    )]
+    pub prompt: Option<String>,
+    /// Read the text to continue from this file (byte for byte; `-` reads stdin).
+    #[arg(long)]
+    pub prompt_file: Option<PathBuf>,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// Sampling temperature; 0 is greedy (llama.cpp's greedy sampler, token for token).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub temperature: f32,
+    /// Random seed for temperatures above 0 (default 0).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// One JSON object per line: a line per token ({"event":"token","id","text"}), then
+    /// {"event":"done","text","ids","stats"}.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub guard: guard::GuardArgs,
+}
+
+pub fn run(args: CompleteArgs) -> Result<()> {
+    let text = match (&args.prompt, &args.prompt_file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) if f.as_os_str() == "-" => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("cannot read the prompt from stdin (is it UTF-8 text?)")?;
+            s
+        }
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("cannot read the prompt file {}", f.display()))?,
+        (None, None) => bail!("give --prompt TEXT or --prompt-file FILE"),
+    };
+    if text.is_empty() {
+        bail!("the prompt is empty");
+    }
+    if args.max_tokens == 0 {
+        bail!("--max-tokens must be at least 1");
+    }
+    let sampling = SamplingParams {
+        temperature: args.temperature,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        repeat_penalty: 1.0,
+        repeat_last_n: 0,
+        seed: args.seed,
+    };
+    sampling.validate()?;
+    let model = load_model_kv(&args.model, args.kv.kv_type)?;
+    let path = crate::model_path::resolve(args.model.model.as_deref())?;
+    let (guard, _) = guard::load_guard_named(&args.guard, &model, &path)?;
+    let session = Session::with_kv_type(model.clone(), args.model.ctx, args.kv.kv_type)?;
+
+    let tok = &model.tokenizer;
+    let mut prompt = tok.encode(&text, true)?;
+    if let (true, Some(bos)) = (tok.add_bos(), tok.bos_id()) {
+        if prompt.first() != Some(&bos) {
+            prompt.insert(0, bos);
+        }
+    }
+    if prompt.len() >= session.n_ctx() {
+        bail!(
+            "the prompt is {} tokens, and the context holds {} (raise --ctx or shorten it)",
+            prompt.len(),
+            session.n_ctx()
+        );
+    }
+    let req = GenerateRequest {
+        max_tokens: args.max_tokens.min(session.n_ctx() - prompt.len()),
+        prompt,
+        sampling,
+        speculation: Speculation::Off,
+    };
+    let cancel = CancelHandle::new();
+    let mut running = pipeline::spawn(session, guard, req, text, cancel);
+    let stdout = std::io::stdout();
+    let mut outcome = None;
+    while let Some(ev) = running.events.blocking_recv() {
+        let mut out = stdout.lock();
+        match ev {
+            StreamEvent::Reply(ReplyEvent::Token(t)) if args.json => {
+                let _ = writeln!(out, "{}", json!({"event": "token", "text": t}));
+            }
+            StreamEvent::Reply(ReplyEvent::Withdraw { from, to, notice }) if args.json => {
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    json!({"event": "withdraw", "from": from, "to": to, "notice": notice})
+                );
+            }
+            StreamEvent::Reply(_) => {}
+            StreamEvent::Done(r) => outcome = Some(Ok(*r)),
+            StreamEvent::Error(e) => outcome = Some(Err(anyhow::anyhow!(e))),
+        }
+    }
+    running
+        .join
+        .join()
+        .map_err(|_| anyhow::anyhow!("the generation thread panicked"))?;
+    let r = outcome.context("generation ended without a result")??;
+    let mut out = stdout.lock();
+    let ids = r
+        .generation
+        .as_ref()
+        .map(|g| g.tokens.clone())
+        .unwrap_or_default();
+    if args.json {
+        let stats = r.generation.as_ref().map(|g| {
+            json!({
+                "prompt_tokens": g.stats.prompt_tokens,
+                "generated_tokens": g.stats.generated_tokens,
+                "ttft_ms": g.stats.ttft_ms,
+                "prefill_tok_s": g.stats.prefill_tok_s,
+                "decode_tok_s": g.stats.decode_tok_s,
+                "stop_reason": g.stop,
+                "peak_rss_mb": peak_rss_mb(),
+            })
+        });
+        let done = json!({
+            "event": "done",
+            "text": r.text,
+            "ids": ids,
+            "verdict": r.verdict,
+            "model": model.name(),
+            "stats": stats,
+        });
+        writeln!(out, "{done}")?;
+    } else {
+        writeln!(out, "{}", r.text)?;
+    }
+    Ok(())
+}
