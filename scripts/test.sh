@@ -4,5 +4,5 @@
 # not hide the ones after it (cargo test otherwise stops at the first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --test-models
 cargo test --workspace --no-fail-fast "$@"

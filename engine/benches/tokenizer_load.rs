@@ -70,7 +70,7 @@ fn bench(name: &str, path: &Path) {
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models");
     for (name, file) in [
-        ("gemma3", "gemma-3-270m-it-Q4_K_M.gguf"),
+        ("gemma3", "gemma-3-270m-Q4_K_M.gguf"),
         ("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
     ] {
         let path = root.join(file);

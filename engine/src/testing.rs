@@ -268,13 +268,13 @@ pub fn real_model_path() -> std::path::PathBuf {
     }
 }
 
-/// Gemma 3 270M-it (Q4_K_M), the real SentencePiece vocabulary the tokenizer golden test runs
-/// on, at `models/gemma-3-270m-it-Q4_K_M.gguf` under the workspace root. Panics if missing.
+/// Gemma 3 270M (Q4_K_M), the real SentencePiece vocabulary the tokenizer golden test runs
+/// on, at `models/gemma-3-270m-Q4_K_M.gguf` under the workspace root. Panics if missing.
 pub fn gemma3_model_path() -> std::path::PathBuf {
     workspace_model(
-        "gemma-3-270m-it-Q4_K_M.gguf",
-        "put Gemma 3 270M-it (Q4_K_M GGUF, 262144 tokens) there first; \
-         the SentencePiece tokenizer golden test needs it",
+        "gemma-3-270m-Q4_K_M.gguf",
+        "run scripts/setup.sh --test-models (it fetches Gemma 3 270M Q4_K_M and checks its \
+         sha256); the Gemma 3 tests need it",
     )
 }
 
