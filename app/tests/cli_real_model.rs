@@ -645,3 +645,76 @@ fn the_guard_head_in_use_is_named() {
     assert_eq!(swapped["sha256"], prefix, "{swapped}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `kostant complete` continues the text it is given and nothing else: on the default model,
+/// the ChatML prompt of the engine's llama.cpp golden (written out by hand, no template or
+/// system prompt added) gives llama.cpp's greedy ids.
+#[test]
+fn complete_continues_raw_text_as_llama_cpp_does() {
+    let golden: serde_json::Value = serde_json::from_str(include_str!(
+        "../../engine/tests/fixtures/generation_golden.json"
+    ))
+    .unwrap();
+    let case = &golden["cases"][0];
+    let want: Vec<u64> = case["generated_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let max = want.len().to_string();
+    let prompt = case["prompt"].as_str().unwrap();
+    let out = kostant(
+        &[
+            "complete",
+            "--prompt",
+            prompt,
+            "--max-tokens",
+            &max,
+            "--json",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines = json_lines(&out);
+    let done = lines.last().unwrap();
+    assert_eq!(done["event"], "done");
+    assert_eq!(done["verdict"], "answered");
+    let got: Vec<u64> = done["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(
+        done["stats"]["prompt_tokens"].as_u64().unwrap() as usize,
+        case["prompt_ids"].as_array().unwrap().len()
+    );
+    // The streamed text is what the done line reports.
+    let streamed: String = lines
+        .iter()
+        .filter(|l| l["event"] == "token")
+        .map(|l| l["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(streamed, done["text"].as_str().unwrap());
+}
+
+#[test]
+fn complete_refuses_bad_input_clearly() {
+    let out = kostant(&["complete", "--prompt", ""], None);
+    assert_clean_failure(&out, "the prompt is empty");
+    let out = kostant(
+        &["complete", "--prompt-file", "/nonexistent/prompt.txt"],
+        None,
+    );
+    assert_clean_failure(&out, "cannot read the prompt file");
+    let out = kostant(
+        &["complete", "--prompt-file", "-"],
+        Some(&[0xff, 0xfe, b'a']),
+    );
+    assert_clean_failure(&out, "UTF-8");
+    let long = "word ".repeat(400);
+    let out = kostant(&["complete", "--prompt", &long, "--ctx", "64"], None);
+    assert_clean_failure(&out, "the context holds 64");
+}

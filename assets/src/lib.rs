@@ -75,7 +75,10 @@ impl ModelManifest {
             serde_json::from_str(MODELS_JSON).map_err(|e| AssetError::Manifest(e.to_string()))?;
         m.default_model()?;
         if let Some(e) = m.models.iter().find(|e| e.parts.is_empty()) {
-            return Err(AssetError::Manifest(format!("model {:?} has no parts", e.id)));
+            return Err(AssetError::Manifest(format!(
+                "model {:?} has no parts",
+                e.id
+            )));
         }
         Ok(m)
     }
