@@ -84,6 +84,7 @@ fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Chat(args) => cli::chat::run(args),
         Command::Complete(args) => cli::complete::run(args),
+        Command::Models(args) => cli::models::run(args),
         Command::Bench(args) => cli::bench::run(args),
         Command::History(args) => cli::history::run(args),
         Command::Doctor(args) => cli::doctor::run(args),

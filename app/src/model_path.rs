@@ -8,7 +8,7 @@ use kostant_assets::ModelManifest;
 
 /// Directories searched for the default model, in order: `KOSTANT_MODELS_DIR`, ./models, and
 /// the repository's models/ next to a `cargo build` binary (target/<profile>/kostant).
-fn search_dirs() -> Vec<PathBuf> {
+pub fn search_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     if let Some(d) = std::env::var_os("KOSTANT_MODELS_DIR") {
         dirs.push(PathBuf::from(d));

@@ -718,3 +718,45 @@ fn complete_refuses_bad_input_clearly() {
     let out = kostant(&["complete", "--prompt", &long, "--ctx", "64"], None);
     assert_clean_failure(&out, "the context holds 64");
 }
+
+/// `kostant models` lists what a models directory holds: both real models run (with their
+/// architecture, quantization and licence from the manifest), a damaged file does not, and it
+/// says why.
+#[test]
+fn models_lists_what_runs_and_why_the_rest_does_not() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("models-listing");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let gemma = kostant_engine::testing::gemma3_model_path();
+    std::os::unix::fs::symlink(model(), dir.join("default.gguf")).unwrap();
+    std::os::unix::fs::symlink(&gemma, dir.join("gemma.gguf")).unwrap();
+    let head = std::fs::read(model()).unwrap()[..1 << 20].to_vec();
+    std::fs::write(dir.join("cut.gguf"), head).unwrap();
+    std::fs::write(dir.join("notes.txt"), "not a model").unwrap();
+
+    let out = kostant(&["models", "--dir", dir.to_str().unwrap(), "--json"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rows = json_lines(&out);
+    let row = |f: &str| rows.iter().find(|r| r["file"] == f).unwrap().clone();
+    assert_eq!(rows.len(), 3, "only .gguf files: {rows:?}");
+    let d = row("default.gguf");
+    assert_eq!(
+        (d["supported"].as_bool(), d["architecture"].as_str()),
+        (Some(true), Some("llama"))
+    );
+    assert_eq!(d["quantization"], "Q4_1");
+    assert_eq!(d["license"], "Apache-2.0");
+    let g = row("gemma.gguf");
+    assert_eq!(
+        (g["supported"].as_bool(), g["architecture"].as_str()),
+        (Some(true), Some("gemma3"))
+    );
+    assert!(g["license"]
+        .as_str()
+        .unwrap()
+        .contains("Gemma Terms of Use"));
+    assert_eq!(g["context_length"], 32768);
+    let c = row("cut.gguf");
+    assert_eq!(c["supported"], false);
+    assert!(c["why_not"].as_str().unwrap().contains("cannot fit"), "{c}");
+}

@@ -11,6 +11,7 @@ pub mod eval;
 pub mod guard;
 mod guard_calibrate;
 pub mod history;
+pub mod models;
 pub mod quantize;
 pub mod synth;
 
@@ -37,6 +38,9 @@ pub enum Command {
     /// Continue a text as it is, with no chat template and no system prompt (as llama.cpp's
     /// llama-completion): how to check a model file against another engine.
     Complete(complete::CompleteArgs),
+    /// List the model files in the models directory: architecture, size, quantization,
+    /// licence, and whether they run here (and why not).
+    Models(models::ModelsArgs),
     /// Measure prefill and decode speed, time to first token and peak memory.
     Bench(BenchArgs),
     /// List, show, search, delete or export the encrypted chat history.
