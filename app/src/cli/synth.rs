@@ -1,5 +1,5 @@
-//! `kostant synth`: writes a GGUF with random weights and a real model's shape (Llama-3.2-3B),
-//! to measure speed and memory at the target size without downloading that model. The file
+//! `kostant synth`: writes a GGUF with random weights and a real model's shape (Llama-3.2-3B,
+//! Gemma-3-1B, Qwen3-1.7B), to measure speed and memory at the target size without downloading that model. The file
 //! answers nothing: its weights are noise and its vocabulary is synthetic.
 //!
 //! The file is streamed: each matrix is quantized row by row straight into the output, so
@@ -41,6 +41,13 @@ pub enum Shape {
     /// Llama-3.2-3B: 28 layers, 3072 wide, 24 heads over 8 kv heads, ff 8192, vocab 128256.
     #[value(name = "llama-3.2-3b")]
     Llama32_3b,
+    /// Gemma 3 1B: 26 layers, 1152 wide, 4 heads of 256 over 1 kv head, ff 6912, vocab
+    /// 262144, five sliding-window layers (512) in six.
+    #[value(name = "gemma-3-1b")]
+    Gemma3_1b,
+    /// Qwen3 1.7B: 28 layers, 2048 wide, 16 heads of 128 over 8 kv heads, ff 6144, vocab 151936.
+    #[value(name = "qwen3-1.7b")]
+    Qwen3_1_7b,
     /// The same layout at toy size (2 layers, 256 wide, vocab 1024), for tests.
     #[value(name = "tiny")]
     Tiny,
@@ -76,6 +83,12 @@ impl Quant {
 /// The hyper-parameters of a shape.
 struct Dims {
     name: &'static str,
+    /// `general.architecture`: llama, gemma3 or qwen3.
+    arch: &'static str,
+    /// Width of a head (the attention is n_head * head_dim wide, not always n_embd).
+    head_dim: usize,
+    /// Gemma 3's sliding window (0: none).
+    sliding_window: usize,
     n_layer: usize,
     n_embd: usize,
     n_head: usize,
@@ -84,7 +97,8 @@ struct Dims {
     n_vocab: usize,
     n_ctx_train: usize,
     rope_theta: f32,
-    /// Llama 3's rope scaling: factor, low and high frequency factors, original context.
+    /// Llama 3's rope scaling: factor, low and high frequency factors, original context
+    /// (llama only).
     rope_scaling: (f32, f32, f32, f32),
 }
 
@@ -93,6 +107,9 @@ impl Shape {
         match self {
             Shape::Llama32_3b => Dims {
                 name: "synthetic Llama-3.2-3B shape (random weights)",
+                arch: "llama",
+                head_dim: 128,
+                sliding_window: 0,
                 n_layer: 28,
                 n_embd: 3072,
                 n_head: 24,
@@ -103,8 +120,41 @@ impl Shape {
                 rope_theta: 500000.0,
                 rope_scaling: (32.0, 1.0, 4.0, 8192.0),
             },
+            Shape::Gemma3_1b => Dims {
+                name: "synthetic Gemma-3-1B shape (random weights)",
+                arch: "gemma3",
+                head_dim: 256,
+                sliding_window: 512,
+                n_layer: 26,
+                n_embd: 1152,
+                n_head: 4,
+                n_head_kv: 1,
+                n_ff: 6912,
+                n_vocab: 262144,
+                n_ctx_train: 32768,
+                rope_theta: 1_000_000.0,
+                rope_scaling: (1.0, 1.0, 1.0, 0.0),
+            },
+            Shape::Qwen3_1_7b => Dims {
+                name: "synthetic Qwen3-1.7B shape (random weights)",
+                arch: "qwen3",
+                head_dim: 128,
+                sliding_window: 0,
+                n_layer: 28,
+                n_embd: 2048,
+                n_head: 16,
+                n_head_kv: 8,
+                n_ff: 6144,
+                n_vocab: 151936,
+                n_ctx_train: 40960,
+                rope_theta: 1_000_000.0,
+                rope_scaling: (1.0, 1.0, 1.0, 0.0),
+            },
             Shape::Tiny => Dims {
                 name: "synthetic tiny shape (random weights)",
+                arch: "llama",
+                head_dim: 64,
+                sliding_window: 0,
                 n_layer: 2,
                 n_embd: 256,
                 n_head: 4,
@@ -212,31 +262,39 @@ pub fn run(args: SynthArgs) -> Result<()> {
     let start = Instant::now();
     let d = args.shape.dims();
     let (mt, et) = (args.quant.ggml(), args.embd_quant.ggml());
-    let hd = d.n_embd / d.n_head;
+    let hd = d.head_dim;
+    let a = d.arch;
+    let key = |k: &str| format!("{a}.{k}");
     let (q_dim, kv_dim) = (d.n_head * hd, d.n_head_kv * hd);
     let (tokens, types, merges) = vocabulary(d.n_vocab)?;
     let n_bpe = tokens.len() - types.iter().filter(|&&t| t == 3).count();
     let u32v = |v: usize| Value::U32(v as u32);
     let mut w = GgufWriter::new();
-    w.metadata("general.architecture", Value::String("llama".into()))
+    w.metadata("general.architecture", Value::String(a.into()))
         .metadata("general.name", Value::String(d.name.into()))
         .metadata(
             "general.description",
             Value::String("written by kostant synth for benchmarks; random weights".into()),
         )
-        .metadata("llama.context_length", u32v(d.n_ctx_train))
-        .metadata("llama.embedding_length", u32v(d.n_embd))
-        .metadata("llama.block_count", u32v(d.n_layer))
-        .metadata("llama.feed_forward_length", u32v(d.n_ff))
-        .metadata("llama.attention.head_count", u32v(d.n_head))
-        .metadata("llama.attention.head_count_kv", u32v(d.n_head_kv))
-        .metadata("llama.attention.key_length", u32v(hd))
-        .metadata("llama.attention.value_length", u32v(hd))
-        .metadata("llama.rope.dimension_count", u32v(hd))
-        .metadata("llama.rope.freq_base", Value::F32(d.rope_theta))
-        .metadata("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5))
-        .metadata("llama.vocab_size", u32v(d.n_vocab))
-        .metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
+        .metadata(&key("context_length"), u32v(d.n_ctx_train))
+        .metadata(&key("embedding_length"), u32v(d.n_embd))
+        .metadata(&key("block_count"), u32v(d.n_layer))
+        .metadata(&key("feed_forward_length"), u32v(d.n_ff))
+        .metadata(&key("attention.head_count"), u32v(d.n_head))
+        .metadata(&key("attention.head_count_kv"), u32v(d.n_head_kv))
+        .metadata(&key("attention.key_length"), u32v(hd))
+        .metadata(&key("attention.value_length"), u32v(hd))
+        .metadata(&key("rope.dimension_count"), u32v(hd))
+        .metadata(&key("rope.freq_base"), Value::F32(d.rope_theta))
+        .metadata(
+            &key("attention.layer_norm_rms_epsilon"),
+            Value::F32(if a == "llama" { 1e-5 } else { 1e-6 }),
+        )
+        .metadata(&key("vocab_size"), u32v(d.n_vocab));
+    if d.sliding_window > 0 {
+        w.metadata(&key("attention.sliding_window"), u32v(d.sliding_window));
+    }
+    w.metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
         .metadata("tokenizer.ggml.pre", Value::String("llama-bpe".into()))
         .metadata(
             "tokenizer.ggml.tokens",
@@ -272,12 +330,17 @@ pub fn run(args: SynthArgs) -> Result<()> {
         )
     };
     defer(&mut w, "token_embd.weight".into(), et, d.n_vocab, d.n_embd);
-    w.tensor(
-        "rope_freqs.weight",
-        &[hd / 2],
-        GgmlType::F32,
-        f32_bytes(&llama3_rope_factors(hd, d.rope_theta, d.rope_scaling)),
-    );
+    if a == "llama" {
+        w.tensor(
+            "rope_freqs.weight",
+            &[hd / 2],
+            GgmlType::F32,
+            f32_bytes(&llama3_rope_factors(hd, d.rope_theta, d.rope_scaling)),
+        );
+    }
+    let head_norm = |rng: &mut SmallRng| {
+        f32_bytes(&(0..hd).map(|_| rng.gen_range(0.8..1.2)).collect::<Vec<_>>())
+    };
     for i in 0..d.n_layer {
         let n = |x: &str| format!("blk.{i}.{x}");
         w.tensor(
@@ -289,7 +352,20 @@ pub fn run(args: SynthArgs) -> Result<()> {
         defer(&mut w, n("attn_q.weight"), mt, q_dim, d.n_embd);
         defer(&mut w, n("attn_k.weight"), mt, kv_dim, d.n_embd);
         defer(&mut w, n("attn_v.weight"), mt, kv_dim, d.n_embd);
+        if a != "llama" {
+            for name in ["attn_q_norm.weight", "attn_k_norm.weight"] {
+                w.tensor(&n(name), &[hd], GgmlType::F32, head_norm(&mut rng));
+            }
+        }
         defer(&mut w, n("attn_output.weight"), mt, d.n_embd, q_dim);
+        if a == "gemma3" {
+            w.tensor(
+                &n("post_attention_norm.weight"),
+                &[d.n_embd],
+                GgmlType::F32,
+                norm(&mut rng),
+            );
+        }
         w.tensor(
             &n("ffn_norm.weight"),
             &[d.n_embd],
@@ -299,6 +375,14 @@ pub fn run(args: SynthArgs) -> Result<()> {
         defer(&mut w, n("ffn_gate.weight"), mt, d.n_ff, d.n_embd);
         defer(&mut w, n("ffn_up.weight"), mt, d.n_ff, d.n_embd);
         defer(&mut w, n("ffn_down.weight"), mt, d.n_embd, d.n_ff);
+        if a == "gemma3" {
+            w.tensor(
+                &n("post_ffw_norm.weight"),
+                &[d.n_embd],
+                GgmlType::F32,
+                norm(&mut rng),
+            );
+        }
     }
     w.tensor(
         "output_norm.weight",
