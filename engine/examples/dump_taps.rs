@@ -6,13 +6,15 @@
 //! writes `OUT_DIR/prefill-<l>.f32` (every prompt token's row) and, for each id of the
 //! optional comma-separated `STEP_IDS` fed one at a time, `OUT_DIR/step<s>-<l>.f32`.
 
-
 use kostant_engine::gguf::Gguf;
 use kostant_engine::testing::{prefill_tapped, step_tapped};
 use kostant_engine::{Model, Session};
 
 fn ids(s: &str) -> Vec<u32> {
-    s.split(',').filter(|t| !t.is_empty()).map(|t| t.parse().expect("a token id")).collect()
+    s.split(',')
+        .filter(|t| !t.is_empty())
+        .map(|t| t.parse().expect("a token id"))
+        .collect()
 }
 
 fn write(dir: &str, name: &str, v: &[f32]) {
@@ -35,7 +37,13 @@ fn main() {
     for (l, v) in states.iter().enumerate() {
         write(dir, &format!("prefill-{l}"), v);
     }
-    for (i, t) in rest.first().map(|s| ids(s)).unwrap_or_default().into_iter().enumerate() {
+    for (i, t) in rest
+        .first()
+        .map(|s| ids(s))
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
         let (_, states) = step_tapped(&mut s, t, &taps).expect("step");
         for (l, v) in states.iter().enumerate() {
             write(dir, &format!("step{i}-{l}"), v);

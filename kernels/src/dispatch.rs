@@ -135,6 +135,9 @@ pub(crate) struct Kernels {
     dot_q4_k: MultiFn<BlockQ4K, BlockQ8K>,
     dot_q5_k: MultiFn<BlockQ5K, BlockQ8K>,
     dot_q6_k: MultiFn<BlockQ6K, BlockQ8K>,
+    /// Q6_K against [`crate::matmul::TILED_MIN_TOKENS`] or more tokens: on x86 in the order of
+    /// ggml's tiled K-quant matmul, which llama.cpp runs for such batches.
+    dot_q6_k_batch: MultiFn<BlockQ6K, BlockQ8K>,
     dot_iq4_xs: MultiFn<BlockIq4Xs, BlockQ8K>,
     dot_q2_k: MultiFn<BlockQ2K, BlockQ8K>,
     dot_q3_k: MultiFn<BlockQ3K, BlockQ8K>,
@@ -174,6 +177,7 @@ static SCALAR: Kernels = Kernels {
     dot_q4_k: q4_k::dot_multi_scalar,
     dot_q5_k: q5_k::dot_multi_scalar,
     dot_q6_k: q6_k::dot_multi_scalar,
+    dot_q6_k_batch: q6_k::dot_tiled_multi_scalar,
     dot_iq4_xs: iq4_xs::dot_multi_scalar,
     dot_q2_k: q2_k::dot_multi_scalar,
     dot_q3_k: q3_k::dot_multi_scalar,
@@ -213,6 +217,7 @@ static AVX2: Kernels = Kernels {
     dot_q4_k: q4_k::avx2::dot_multi,
     dot_q5_k: q5_k::avx2::dot_multi,
     dot_q6_k: q6_k::avx2::dot_multi,
+    dot_q6_k_batch: q6_k::avx2::dot_tiled_multi,
     dot_iq4_xs: iq4_xs::avx2::dot_multi,
     dot_q2_k: q2_k::avx2::dot_multi,
     dot_q3_k: q3_k::avx2::dot_multi,
@@ -264,6 +269,8 @@ static NEON: Kernels = Kernels {
     dot_q4_k: q4_k::neon::dot_multi,
     dot_q5_k: q5_k::neon::dot_multi,
     dot_q6_k: q6_k::neon::dot_multi,
+    // ggml's tiled matmul is x86-only: batches keep the row dot's order.
+    dot_q6_k_batch: q6_k::neon::dot_multi,
     dot_iq4_xs: iq4_xs::neon::dot_multi,
     dot_q2_k: q2_k::neon::dot_multi,
     dot_q3_k: q3_k::neon::dot_multi,
@@ -301,6 +308,7 @@ static NEON_DOTPROD: Kernels = Kernels {
     dot_q4_k: q4_k::neon::dotprod::dot_multi,
     dot_q5_k: q5_k::neon::dotprod::dot_multi,
     dot_q6_k: q6_k::neon::dotprod::dot_multi,
+    dot_q6_k_batch: q6_k::neon::dotprod::dot_multi,
     dot_iq4_xs: iq4_xs::neon::dotprod::dot_multi,
     dot_q2_k: q2_k::neon::dotprod::dot_multi,
     dot_q3_k: q3_k::neon::dotprod::dot_multi,
@@ -591,6 +599,19 @@ impl Kernels {
         unsafe { (self.dot_q6_k)(w, a, out) }
     }
 
+    /// [`Kernels::dot_q6_k`] for a matmul of a batch of at least
+    /// [`crate::matmul::TILED_MIN_TOKENS`] tokens.
+    #[inline]
+    pub fn dot_q6_k_batch(&self, w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_q6_k_batch: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_q6_k_batch)(w, a, out) }
+    }
+
     /// One weight row against `out.len()` tokens stored one after another in `a`.
     #[inline]
     pub fn dot_iq4_xs(&self, w: &[BlockIq4Xs], a: &[BlockQ8K], out: &mut [f32]) {
@@ -740,7 +761,11 @@ impl Kernels {
     /// [`Kernels::quantize_q8_k`] with the sign rule of ggml's 4-row gemm quantizer.
     #[inline]
     pub fn quantize_q8_k_4x8(&self, x: &[f32], out: &mut [BlockQ8K]) {
-        assert_eq!(x.len(), 256 * out.len(), "quantize_q8_k_4x8: length mismatch");
+        assert_eq!(
+            x.len(),
+            256 * out.len(),
+            "quantize_q8_k_4x8: length mismatch"
+        );
         // SAFETY: as in `dot_f32`.
         unsafe { (self.quantize_q8_k_4x8)(x, out) }
     }

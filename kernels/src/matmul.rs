@@ -35,6 +35,11 @@ use crate::{GgmlType, KernelError, PackedWeights, Weights};
 /// the pool costs a few microseconds, as much as streaming this many bytes.
 const PAR_MIN_WORK: usize = 24 * 1024;
 
+/// The smallest batch llama.cpp's x86 builds multiply K-quant weights with its tiled matmul
+/// (`ggml_tiled_min_batch`), whose float order differs from the row dot's; our batch kernels for
+/// those formats follow it from this many tokens on.
+pub(crate) const TILED_MIN_TOKENS: usize = 8;
+
 /// Activation bytes per token tile in the multi-token path: small enough to share L2 with a
 /// chunk of weight rows.
 const TOKEN_TILE_BYTES: usize = 16 * 1024;
@@ -265,7 +270,11 @@ pub fn matmul_input(
             x,
             shape,
             out,
-            Kernels::dot_q6_k,
+            if shape.n_tok >= TILED_MIN_TOKENS {
+                Kernels::dot_q6_k_batch
+            } else {
+                Kernels::dot_q6_k
+            },
             None,
         ),
         GgmlType::IQ4_XS => quantized_matmul::<BlockIq4Xs, _>(

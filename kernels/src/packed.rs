@@ -59,10 +59,9 @@ impl PackedWeights {
             GgmlType::Q4_0 => Blocks::Q4_0(interleave(w)),
             GgmlType::Q4_1 => Blocks::Q4_1(interleave(w)),
             GgmlType::Q8_0 => Blocks::Q8_0(interleave_q8_0(w)),
-            GgmlType::Q4_K => Blocks::Q4K(q4_kx8::pack(
-                cast_blocks::<BlockQ4K>(w.data),
-                w.cols / 256,
-            )),
+            GgmlType::Q4_K => {
+                Blocks::Q4K(q4_kx8::pack(cast_blocks::<BlockQ4K>(w.data), w.cols / 256))
+            }
             _ => return Ok(None),
         };
         Ok(Some(PackedWeights {

@@ -116,9 +116,7 @@ fn pair_sums(wb: &BlockQ4Kx8, r: usize, ab: &BlockQ8K, c: usize) -> (i32, i32) {
     let mut sumi = 0;
     let mut summ = 0;
     for j in [2 * c, 2 * c + 1] {
-        let dot: i32 = (32 * j..32 * j + 32)
-            .map(|e| wb.code(r, e) * ab.q(e))
-            .sum();
+        let dot: i32 = (32 * j..32 * j + 32).map(|e| wb.code(r, e) * ab.q(e)).sum();
         sumi += i32::from(wb.scales[j][r]) * dot;
         let bsum = i32::from(ab.bsums[2 * j]) + i32::from(ab.bsums[2 * j + 1]);
         summ += i32::from(wb.mins[j][r]) * bsum;
@@ -221,8 +219,7 @@ pub(crate) mod avx2 {
         let d = f16x8(&wb.d);
         let dmin = f16x8(&wb.dmin);
         let dd: [__m256; T] = std::array::from_fn(|t| _mm256_mul_ps(d, _mm256_set1_ps(a[t].d)));
-        let dm: [__m256; T] =
-            std::array::from_fn(|t| _mm256_mul_ps(dmin, _mm256_set1_ps(a[t].d)));
+        let dm: [__m256; T] = std::array::from_fn(|t| _mm256_mul_ps(dmin, _mm256_set1_ps(a[t].d)));
         let mut sumi = [_mm256_setzero_si256(); T];
         let mut summ = [_mm256_setzero_si256(); T];
         for c in 0..4 {
@@ -252,7 +249,8 @@ pub(crate) mod avx2 {
                 )
             });
             for t in 0..T {
-                let s = _mm256_add_epi32(_mm256_madd_epi16(lo[t], s0), _mm256_madd_epi16(hi[t], s1));
+                let s =
+                    _mm256_add_epi32(_mm256_madd_epi16(lo[t], s0), _mm256_madd_epi16(hi[t], s1));
                 let bs = |j: usize| a[t].bsums[2 * j].wrapping_add(a[t].bsums[2 * j + 1]);
                 let b01 = _mm256_set1_epi32(
                     i32::from(bs(2 * c) as u16) | (i32::from(bs(2 * c + 1) as u16) << 16),
@@ -288,7 +286,12 @@ pub(crate) mod avx2 {
         let mut acc = [_mm256_setzero_ps(); T];
         let mut acc_m = [_mm256_setzero_ps(); T];
         for (b, wb) in w.iter().enumerate() {
-            block::<T, PER_PAIR>(wb, std::array::from_fn(|t| &a[t * nb + b]), &mut acc, &mut acc_m);
+            block::<T, PER_PAIR>(
+                wb,
+                std::array::from_fn(|t| &a[t * nb + b]),
+                &mut acc,
+                &mut acc_m,
+            );
         }
         for t in 0..T {
             // SAFETY: 8t + 8 <= out.len() (asserted above).
@@ -371,7 +374,10 @@ mod tests {
             gemv_scalar(&p, &a, &mut got);
             for (r, g) in got.iter().enumerate() {
                 let want = q4_k::dot_scalar(&rows[r * nb..(r + 1) * nb], &a);
-                assert!((g - want).abs() <= 1e-5 * (1.0 + want.abs()), "{g} vs {want}");
+                assert!(
+                    (g - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                    "{g} vs {want}"
+                );
             }
         }
     }
@@ -384,7 +390,14 @@ mod tests {
         if !crate::required::test_needs("avx2") {
             return;
         }
-        for (groups, nb, t) in [(1, 1, 1), (2, 2, 2), (3, 3, 3), (1, 5, 4), (5, 4, 4), (2, 1, 4)] {
+        for (groups, nb, t) in [
+            (1, 1, 1),
+            (2, 2, 2),
+            (3, 3, 3),
+            (1, 5, 4),
+            (5, 4, 4),
+            (2, 1, 4),
+        ] {
             let (_, p, a) = setup(groups, nb, t, 11 + (nb * t) as u64);
             for g in 0..groups {
                 let w = &p[g * nb..(g + 1) * nb];
