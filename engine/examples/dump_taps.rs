@@ -3,8 +3,11 @@
 //! `l_out-<l>` tensors.
 //!
 //! `cargo run -p kostant-engine --release --example dump_taps -- MODEL 2,107 OUT_DIR [STEP_IDS]`
-//! writes `OUT_DIR/prefill-<l>.f32` (every prompt token's row) and, for each id of the
-//! optional comma-separated `STEP_IDS` fed one at a time, `OUT_DIR/step<s>-<l>.f32`.
+//! writes `OUT_DIR/prefill-<l>.f32` (every prompt token's row), `OUT_DIR/logits.f32` (the last
+//! token's, from a pass without taps: with them the last layer runs on every row, without them
+//! on the last row only, as in llama.cpp) and, for each id of the optional comma-separated
+//! `STEP_IDS` fed one at a time after the prompt, `OUT_DIR/step<s>-<l>.f32` and
+//! `OUT_DIR/step<s>-logits.f32`.
 
 use kostant_engine::gguf::Gguf;
 use kostant_engine::testing::{prefill_tapped, step_tapped};
@@ -37,6 +40,9 @@ fn main() {
     for (l, v) in states.iter().enumerate() {
         write(dir, &format!("prefill-{l}"), v);
     }
+    let mut s = Session::new(model.clone(), 1024).expect("session");
+    let (logits, _, _) = prefill_tapped(&mut s, &ids(prompt), &[]).expect("prefill");
+    write(dir, "logits", &logits);
     for (i, t) in rest
         .first()
         .map(|s| ids(s))
@@ -44,9 +50,10 @@ fn main() {
         .into_iter()
         .enumerate()
     {
-        let (_, states) = step_tapped(&mut s, t, &taps).expect("step");
+        let (logits, states) = step_tapped(&mut s, t, &taps).expect("step");
         for (l, v) in states.iter().enumerate() {
             write(dir, &format!("step{i}-{l}"), v);
         }
+        write(dir, &format!("step{i}-logits"), &logits);
     }
 }
