@@ -245,6 +245,58 @@ mod tests {
         }
     }
 
+    /// Repacked Q4_K through the dispatched kernels equals the scalar reference of ggml's
+    /// orders bit for bit: batches of 1 to 9 tokens (the first `4·⌊n/4⌋` through the gemm with
+    /// the 4-row quantizer's rule, the rest through the gemv), an odd number of row groups, on
+    /// one thread and split over two.
+    #[test]
+    fn q4_k_matmul_follows_ggml_split_and_orders_bit_for_bit() {
+        use crate::formats::q4_kx8;
+        use crate::formats::q8_k::{self, BlockQ8K};
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let (rows, cols) = (24, 512);
+        let (_, p) = packed(GgmlType::Q4_K, rows, cols, 21);
+        let Blocks::Q4K(blocks) = &p.blocks else {
+            panic!("Q4_K packs as Q4K")
+        };
+        let nb = cols / 256;
+        for n in 1..=9 {
+            let mut x = random_f32(&mut rng(100 + n as u64), n * cols, 1.0);
+            // A tie of magnitude, negative first: the two quantizers' signs differ.
+            x[3] = -2.5;
+            x[7] = 2.5;
+            let n_gemm = n - n % 4;
+            let mut a = vec![BlockQ8K::default(); n * nb];
+            q8_k::quantize_4x8_scalar(&x[..n_gemm * cols], &mut a[..n_gemm * nb]);
+            q8_k::quantize_scalar(&x[n_gemm * cols..], &mut a[n_gemm * nb..]);
+            let mut want = vec![0.0; n * rows];
+            for g in 0..rows / 8 {
+                let w = &blocks[g * nb..(g + 1) * nb];
+                let mut o = vec![0.0; 8];
+                for t in 0..n {
+                    if t < n_gemm {
+                        let t0 = t - t % 4;
+                        let mut o4 = vec![0.0; 32];
+                        q4_kx8::gemm_scalar(w, &a[t0 * nb..(t0 + 4) * nb], &mut o4);
+                        o.copy_from_slice(&o4[8 * (t % 4)..8 * (t % 4) + 8]);
+                    } else {
+                        q4_kx8::gemv_scalar(w, &a[t * nb..(t + 1) * nb], &mut o);
+                    }
+                    want[t * rows + 8 * g..t * rows + 8 * g + 8].copy_from_slice(&o);
+                }
+            }
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let mut got = vec![0.0; n * rows];
+                pool.install(|| p.matmul(&x, n, &mut got).unwrap());
+                assert_eq!(bits(&got), bits(&want), "{n} tokens, {threads} threads");
+            }
+        }
+    }
+
     /// Rows of no columns (a degenerate but valid shape) give zeros, not a panic.
     #[test]
     fn packed_rows_of_no_columns_are_zero() {

@@ -268,6 +268,38 @@ mod tests {
         }
     }
 
+    /// The 4-row gemm quantizer's rule: a magnitude that occurs with both signs scales as the
+    /// positive one, wherever it is; without such a tie (block 1 here) the two rules agree. Every SIMD twin equals the
+    /// scalar one.
+    #[test]
+    fn the_4x8_rule_prefers_a_positive_maximum() {
+        let mut x = random_f32(&mut rng(8), 256 * 3, 1.0);
+        x[5] = -30.0;
+        x[200] = 30.0;
+        let mut first = vec![BlockQ8K::default(); 3];
+        let mut pos = vec![BlockQ8K::default(); 3];
+        quantize_scalar(&x, &mut first);
+        quantize_4x8_scalar(&x, &mut pos);
+        assert_eq!(first[0].q(5), -127);
+        assert_eq!(pos[0].q(200), -127);
+        assert_eq!(pos[0].q(5), 127);
+        assert_eq!(format!("{:?}", &first[1]), format!("{:?}", &pos[1]));
+        let mut simd = vec![BlockQ8K::default(); 3];
+        #[cfg(target_arch = "x86_64")]
+        if crate::required::test_needs("avx2") {
+            // SAFETY: AVX2, FMA and F16C were just detected.
+            unsafe { avx2::quantize_4x8(&x, &mut simd) };
+            assert_eq!(format!("{simd:?}"), format!("{pos:?}"));
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            // SAFETY: NEON is part of the aarch64 baseline.
+            unsafe { neon::quantize_4x8(&x, &mut simd) };
+            assert_eq!(format!("{simd:?}"), format!("{pos:?}"));
+        }
+        let _ = &mut simd;
+    }
+
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn neon_is_bit_identical_to_scalar() {
