@@ -333,10 +333,6 @@ mod tests {
     use crate::formats::q8_k::quantize_scalar;
     use crate::testutil::{random_f32, rng};
 
-    fn bits(v: &[f32]) -> Vec<u32> {
-        v.iter().map(|x| x.to_bits()).collect()
-    }
-
     /// `groups` groups of 8 random Q4_K rows of `nb` super-blocks (GGUF and interleaved) and
     /// `t` random tokens quantized to Q8_K.
     fn setup(
@@ -390,6 +386,7 @@ mod tests {
         if !crate::required::test_needs("avx2") {
             return;
         }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for (groups, nb, t) in [
             (1, 1, 1),
             (2, 2, 2),
