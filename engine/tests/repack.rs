@@ -1,5 +1,5 @@
-//! Q4_0, Q4_1 and Q8_0 matrices are repacked at load where the AVX2 kernels run, Q4_0 where the
-//! NEON ones do (8 rows interleaved per block); the model must answer as it does from the GGUF
+//! Q4_0, Q4_1, Q8_0 and Q4_K matrices are repacked at load where the AVX2 kernels run, Q4_0 where
+//! the NEON ones do (8 rows interleaved per block); the model must answer as it does from the GGUF
 //! layout. Own test binary: it switches the process-wide kernel path.
 
 use std::sync::Arc;
@@ -66,9 +66,22 @@ fn check_repacked(spec: TinySpec) {
     assert_eq!(argmax(&got), argmax(&want));
 }
 
+/// Q4_K is repacked where llama.cpp repacks it (AVX2), and then sums as llama.cpp's repacked
+/// kernels do; against the forced-scalar GGUF layout it differs by summation order only.
+#[test]
+fn repacked_q4_k_answers_as_the_gguf_layout_does() {
+    check_repacked(TinySpec {
+        matrix_type: GgmlType::Q4_K,
+        embd_type: GgmlType::F16,
+        n_embd: 256,
+        n_ff: 256,
+        ..Default::default()
+    });
+}
+
 #[test]
 fn other_formats_are_read_in_place() {
-    for matrix_type in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16] {
+    for matrix_type in [GgmlType::Q6_K, GgmlType::F16] {
         let spec = TinySpec {
             matrix_type,
             n_embd: 256,

@@ -193,11 +193,22 @@ fn decode_token(c: &mut Criterion) {
     group.finish();
 }
 
-/// Q4_0, Q4_1 and Q8_0 in the GGUF layout against the same matrix repacked 8 rows to a block (what the engine
-/// runs on AVX2), for decode and a 64-token prefill: `cargo bench -p kostant-kernels -- q4x8`.
+/// Q4_0, Q4_1, Q8_0 and Q4_K in the GGUF layout against the same matrix repacked 8 rows to a
+/// block (what the engine runs on AVX2), for decode and a 64-token prefill:
+/// `cargo bench -p kostant-kernels --bench matvec -- q4x8`. Q4_K at Gemma 3 270M's ffn_down
+/// shape (its rows are 256-element super-blocks).
 fn packed(c: &mut Criterion) {
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        let (rows, cols) = (1536, 576);
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+    ] {
+        let (rows, cols) = if ty == GgmlType::Q4_K {
+            (640, 2048)
+        } else {
+            (1536, 576)
+        };
         let bytes = matrix(ty, rows, cols, 1);
         let w = Weights::new(ty, &bytes, rows, cols).unwrap();
         let p = PackedWeights::pack_any_cpu(&w).unwrap().unwrap();

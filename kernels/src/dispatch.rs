@@ -16,6 +16,7 @@ use crate::formats::q3_k::BlockQ3K;
 use crate::formats::q4_0::BlockQ4_0;
 use crate::formats::q4_1::BlockQ4_1;
 use crate::formats::q4_k::BlockQ4K;
+use crate::formats::q4_kx8::{self, BlockQ4Kx8};
 use crate::formats::q4x8::{self, BlockQ4_0x8, BlockQ4_1x8};
 use crate::formats::q5_0::BlockQ5_0;
 use crate::formats::q5_1::BlockQ5_1;
@@ -134,6 +135,9 @@ pub(crate) struct Kernels {
     dot_q4_k: MultiFn<BlockQ4K, BlockQ8K>,
     dot_q5_k: MultiFn<BlockQ5K, BlockQ8K>,
     dot_q6_k: MultiFn<BlockQ6K, BlockQ8K>,
+    /// Q6_K against [`crate::matmul::TILED_MIN_TOKENS`] or more tokens: on x86 in the order of
+    /// ggml's tiled K-quant matmul, which llama.cpp runs for such batches.
+    dot_q6_k_batch: MultiFn<BlockQ6K, BlockQ8K>,
     dot_iq4_xs: MultiFn<BlockIq4Xs, BlockQ8K>,
     dot_q2_k: MultiFn<BlockQ2K, BlockQ8K>,
     dot_q3_k: MultiFn<BlockQ3K, BlockQ8K>,
@@ -149,6 +153,10 @@ pub(crate) struct Kernels {
     gemv_q4_0x8: GemmFn<BlockQ4_0x8, BlockQ8_1>,
     gemv_q4_1x8: GemmFn<BlockQ4_1x8, BlockQ8_1>,
     gemv_q8_0x8: GemmFn<BlockQ8_0x8, BlockQ8_1>,
+    /// Q8_K with the sign rule of ggml's 4-row gemm quantizer ([`q8_k::Ties::Positive`]).
+    quantize_q8_k_4x8: unsafe fn(&[f32], &mut [BlockQ8K]),
+    gemm_q4_kx8: MultiFn<BlockQ4Kx8, BlockQ8K>,
+    gemv_q4_kx8: RowsFn<BlockQ4Kx8, BlockQ8K>,
 }
 
 static SCALAR: Kernels = Kernels {
@@ -169,6 +177,7 @@ static SCALAR: Kernels = Kernels {
     dot_q4_k: q4_k::dot_multi_scalar,
     dot_q5_k: q5_k::dot_multi_scalar,
     dot_q6_k: q6_k::dot_multi_scalar,
+    dot_q6_k_batch: q6_k::dot_tiled_multi_scalar,
     dot_iq4_xs: iq4_xs::dot_multi_scalar,
     dot_q2_k: q2_k::dot_multi_scalar,
     dot_q3_k: q3_k::dot_multi_scalar,
@@ -184,6 +193,9 @@ static SCALAR: Kernels = Kernels {
     gemv_q4_0x8: q4x8::gemv_scalar,
     gemv_q4_1x8: q4x8::gemv_scalar,
     gemv_q8_0x8: q8_0x8::gemv_scalar,
+    quantize_q8_k_4x8: q8_k::quantize_4x8_scalar,
+    gemm_q4_kx8: q4_kx8::gemm_scalar,
+    gemv_q4_kx8: q4_kx8::gemv_scalar,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -205,6 +217,7 @@ static AVX2: Kernels = Kernels {
     dot_q4_k: q4_k::avx2::dot_multi,
     dot_q5_k: q5_k::avx2::dot_multi,
     dot_q6_k: q6_k::avx2::dot_multi,
+    dot_q6_k_batch: q6_k::avx2::dot_tiled_multi,
     dot_iq4_xs: iq4_xs::avx2::dot_multi,
     dot_q2_k: q2_k::avx2::dot_multi,
     dot_q3_k: q3_k::avx2::dot_multi,
@@ -220,6 +233,9 @@ static AVX2: Kernels = Kernels {
     gemv_q4_0x8: q4x8::avx2::gemv,
     gemv_q4_1x8: q4x8::avx2::gemv,
     gemv_q8_0x8: q8_0x8::avx2::gemv,
+    quantize_q8_k_4x8: q8_k::avx2::quantize_4x8,
+    gemm_q4_kx8: q4_kx8::avx2::gemm,
+    gemv_q4_kx8: q4_kx8::avx2::gemv,
 };
 
 /// [`AVX2`] with the repacked Q4_0 and Q4_1 on `vpdpbusd`: the same exact integers, so the
@@ -253,6 +269,8 @@ static NEON: Kernels = Kernels {
     dot_q4_k: q4_k::neon::dot_multi,
     dot_q5_k: q5_k::neon::dot_multi,
     dot_q6_k: q6_k::neon::dot_multi,
+    // ggml's tiled matmul is x86-only: batches keep the row dot's order.
+    dot_q6_k_batch: q6_k::neon::dot_multi,
     dot_iq4_xs: iq4_xs::neon::dot_multi,
     dot_q2_k: q2_k::neon::dot_multi,
     dot_q3_k: q3_k::neon::dot_multi,
@@ -269,6 +287,11 @@ static NEON: Kernels = Kernels {
     gemv_q4_0x8: q4x8::neon::gemv,
     gemv_q4_1x8: q4x8::gemv_scalar,
     gemv_q8_0x8: q8_0x8::gemv_scalar,
+    // Q4_K is not repacked on NEON (ggml's NEON kernels sum in another order); the scalar
+    // reference serves a forced repack.
+    quantize_q8_k_4x8: q8_k::neon::quantize_4x8,
+    gemm_q4_kx8: q4_kx8::gemm_scalar,
+    gemv_q4_kx8: q4_kx8::gemv_scalar,
 };
 
 /// [`NEON`] with the quantized weights' dots on SDOT: the same exact integers, so the same
@@ -285,6 +308,7 @@ static NEON_DOTPROD: Kernels = Kernels {
     dot_q4_k: q4_k::neon::dotprod::dot_multi,
     dot_q5_k: q5_k::neon::dotprod::dot_multi,
     dot_q6_k: q6_k::neon::dotprod::dot_multi,
+    dot_q6_k_batch: q6_k::neon::dotprod::dot_multi,
     dot_iq4_xs: iq4_xs::neon::dotprod::dot_multi,
     dot_q2_k: q2_k::neon::dotprod::dot_multi,
     dot_q3_k: q3_k::neon::dotprod::dot_multi,
@@ -575,6 +599,19 @@ impl Kernels {
         unsafe { (self.dot_q6_k)(w, a, out) }
     }
 
+    /// [`Kernels::dot_q6_k`] for a matmul of a batch of at least
+    /// [`crate::matmul::TILED_MIN_TOKENS`] tokens.
+    #[inline]
+    pub fn dot_q6_k_batch(&self, w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_q6_k_batch: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_q6_k_batch)(w, a, out) }
+    }
+
     /// One weight row against `out.len()` tokens stored one after another in `a`.
     #[inline]
     pub fn dot_iq4_xs(&self, w: &[BlockIq4Xs], a: &[BlockQ8K], out: &mut [f32]) {
@@ -717,6 +754,52 @@ impl Kernels {
         }
         // SAFETY: as in `dot_f32`.
         unsafe { (B::gemv(self))(w, a, sums, out) }
+    }
+}
+
+impl Kernels {
+    /// [`Kernels::quantize_q8_k`] with the sign rule of ggml's 4-row gemm quantizer.
+    #[inline]
+    pub fn quantize_q8_k_4x8(&self, x: &[f32], out: &mut [BlockQ8K]) {
+        assert_eq!(
+            x.len(),
+            256 * out.len(),
+            "quantize_q8_k_4x8: length mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.quantize_q8_k_4x8)(x, out) }
+    }
+
+    /// One group of 8 interleaved Q4_K rows (`w`, one block per super-block) against
+    /// `out.len() / 8` tokens (at most 4) in ggml's gemm order.
+    #[inline]
+    pub fn gemm_q4_kx8(&self, w: &[BlockQ4Kx8], a: &[BlockQ8K], out: &mut [f32]) {
+        let t = out.len() / q4_kx8::ROWS;
+        assert!(
+            out.len().is_multiple_of(q4_kx8::ROWS)
+                && t <= q4_kx8::GEMM_TOKENS
+                && a.len() == w.len() * t,
+            "gemm_q4_kx8: shape mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.gemm_q4_kx8)(w, a, out) }
+    }
+
+    /// Every group of 8 interleaved Q4_K rows in `w` (`out.len() / 8` groups of `a.len()`
+    /// blocks) against one token, in ggml's gemv order.
+    #[inline]
+    pub fn gemv_q4_kx8(&self, w: &[BlockQ4Kx8], a: &[BlockQ8K], out: &mut [f32]) {
+        assert!(
+            out.len().is_multiple_of(q4_kx8::ROWS)
+                && w.len() == a.len() * (out.len() / q4_kx8::ROWS),
+            "gemv_q4_kx8: shape mismatch"
+        );
+        if a.is_empty() {
+            out.fill(0.0);
+            return;
+        }
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.gemv_q4_kx8)(w, a, out) }
     }
 }
 

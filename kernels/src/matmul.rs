@@ -35,6 +35,11 @@ use crate::{GgmlType, KernelError, PackedWeights, Weights};
 /// the pool costs a few microseconds, as much as streaming this many bytes.
 const PAR_MIN_WORK: usize = 24 * 1024;
 
+/// The smallest batch llama.cpp's x86 builds multiply K-quant weights with its tiled matmul
+/// (`ggml_tiled_min_batch`), whose float order differs from the row dot's; our batch kernels for
+/// those formats follow it from this many tokens on.
+pub(crate) const TILED_MIN_TOKENS: usize = 8;
+
 /// Activation bytes per token tile in the multi-token path: small enough to share L2 with a
 /// chunk of weight rows.
 const TOKEN_TILE_BYTES: usize = 16 * 1024;
@@ -265,7 +270,11 @@ pub fn matmul_input(
             x,
             shape,
             out,
-            Kernels::dot_q6_k,
+            if shape.n_tok >= TILED_MIN_TOKENS {
+                Kernels::dot_q6_k_batch
+            } else {
+                Kernels::dot_q6_k
+            },
             None,
         ),
         GgmlType::IQ4_XS => quantized_matmul::<BlockIq4Xs, _>(
@@ -623,6 +632,113 @@ pub(crate) fn matvec_x8_fused<B: GemmEntry>(
                         .zip(o.par_chunks_mut(per_task))
                         .for_each(|(w, o)| k.gemv_x8(w, act, sums, o));
                 });
+        });
+    });
+    Ok(())
+}
+
+/// [`matmul`] over Q4_K interleaved 8 rows to a block (`blocks`: `rows / 8` groups of
+/// `cols / 256`), as ggml's repacked `forward_mul_mat` splits a batch: the first `4·⌊n/4⌋`
+/// tokens, quantized by the 4-row quantizer's rule, through the gemm four at a time, the rest,
+/// quantized as every Q8_K row, through the gemv one at a time. Rows are split over the pool in
+/// whole groups; a row's bits do not depend on the split.
+pub(crate) fn matmul_q4_kx8(
+    blocks: &[crate::formats::q4_kx8::BlockQ4Kx8],
+    p: &PackedWeights,
+    x: Input,
+    n_tokens: usize,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    use crate::formats::q4_kx8::{GEMM_TOKENS, ROWS as G};
+    x.check(n_tokens, p.cols)?;
+    expect_len("out", checked_len("out", n_tokens, p.rows)?, out.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    let k = kernels();
+    let nb = p.cols / 256;
+    let groups = p.rows / G;
+    let shape = Shape {
+        rows: p.rows,
+        n_tok: n_tokens,
+        work: p.bytes().saturating_mul(n_tokens),
+    };
+    let per_task = if use_pool(shape) {
+        rows_per_task(p.rows).div_ceil(G)
+    } else {
+        groups
+    };
+    // Tokens before `n_gemm` go through the gemm.
+    let n_gemm = n_tokens - n_tokens % GEMM_TOKENS;
+    with_buffer(&ACT_Q8_K, nb * n_tokens, |act| {
+        let quantize = |t: usize, a: &mut [BlockQ8K]| {
+            let q = |x: &[f32], a: &mut [BlockQ8K]| {
+                if t < n_gemm {
+                    k.quantize_q8_k_4x8(x, a)
+                } else {
+                    k.quantize_q8_k(x, a)
+                }
+            };
+            x.quantize(t..t + 1, p.cols, a, nb, &q);
+        };
+        if nb > 0 && n_tokens >= 4 && use_pool(shape) {
+            act.par_chunks_mut(nb)
+                .enumerate()
+                .for_each(|(t, a)| quantize(t, a));
+        } else if nb > 0 {
+            act.chunks_mut(nb)
+                .enumerate()
+                .for_each(|(t, a)| quantize(t, a));
+        }
+        let act = &*act;
+        if n_tokens == 1 {
+            let body = |(c, o): (usize, &mut [f32])| {
+                let g0 = c * per_task;
+                k.gemv_q4_kx8(&blocks[g0 * nb..(g0 + o.len() / G) * nb], act, o);
+            };
+            if use_pool(shape) {
+                out.par_chunks_mut(per_task * G).enumerate().for_each(body);
+            } else {
+                body((0, out));
+            }
+            return;
+        }
+        // Several tokens: scratch laid out (group, token, row in group), then transposed. A
+        // group's weights (a few KiB) stay in L1 while every token meets them.
+        with_buffer(&SCRATCH, p.rows * n_tokens, |scratch| {
+            let body = |(c, s): (usize, &mut [f32])| {
+                for (i, s) in s.chunks_exact_mut(n_tokens * G).enumerate() {
+                    let g = c * per_task + i;
+                    let w = &blocks[g * nb..(g + 1) * nb];
+                    for t0 in (0..n_gemm).step_by(GEMM_TOKENS) {
+                        let t1 = t0 + GEMM_TOKENS;
+                        k.gemm_q4_kx8(w, &act[t0 * nb..t1 * nb], &mut s[t0 * G..t1 * G]);
+                    }
+                    for t in n_gemm..n_tokens {
+                        let a = &act[t * nb..(t + 1) * nb];
+                        k.gemv_q4_kx8(w, a, &mut s[t * G..(t + 1) * G]);
+                    }
+                }
+            };
+            if use_pool(shape) {
+                scratch
+                    .par_chunks_mut(per_task * n_tokens * G)
+                    .enumerate()
+                    .for_each(body);
+            } else {
+                body((0, &mut *scratch));
+            }
+            let transpose = |(t, row): (usize, &mut [f32])| {
+                for (g, o) in row.chunks_exact_mut(G).enumerate() {
+                    let at = (g * n_tokens + t) * G;
+                    o.copy_from_slice(&scratch[at..at + G]);
+                }
+            };
+            if use_pool(shape) {
+                out.par_chunks_mut(p.rows).enumerate().for_each(transpose);
+            } else {
+                out.chunks_mut(p.rows).enumerate().for_each(transpose);
+            }
         });
     });
     Ok(())

@@ -1,10 +1,14 @@
 //! Weights repacked once at load into a layout this CPU's kernels stream faster than GGUF's
 //! own. Today: Q4_0, Q4_1 and Q8_0 as 8-row interleaved blocks ([`crate::formats::q4x8`],
-//! [`crate::formats::q8_0x8`]) where the AVX2 kernels run, and Q4_0 where the NEON ones do.
+//! [`crate::formats::q8_0x8`]) where the AVX2 kernels run, and Q4_0 where the NEON ones do;
+//! Q4_K ([`crate::formats::q4_kx8`]) where the AVX2 kernels run, because llama.cpp repacks it
+//! there and sums it in its repacked kernels' order, which ours then follow.
 //! Everything else, and every other CPU, keeps reading the GGUF bytes in place.
 
 use crate::block::cast_blocks;
 use crate::dispatch::kernels;
+use crate::formats::q4_k::BlockQ4K;
+use crate::formats::q4_kx8::{self, BlockQ4Kx8};
 use crate::formats::q4x8::{self, BlockQ4_0x8, BlockQ4_1x8, Q4x8};
 use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_0x8::{self, BlockQ8_0x8};
@@ -15,11 +19,13 @@ enum Blocks {
     Q4_0(Vec<BlockQ4_0x8>),
     Q4_1(Vec<BlockQ4_1x8>),
     Q8_0(Vec<BlockQ8_0x8>),
+    Q4K(Vec<BlockQ4Kx8>),
 }
 
 /// A weight matrix in a repacked layout; multiply with [`PackedWeights::matmul`].
 pub struct PackedWeights {
-    /// `rows / 8` groups of `cols / 32` interleaved blocks, group after group.
+    /// `rows / 8` groups of `cols / 32` (Q4_K: `cols / 256`) interleaved blocks, group after
+    /// group.
     blocks: Blocks,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
@@ -28,8 +34,8 @@ pub struct PackedWeights {
 impl PackedWeights {
     /// Repacks `w` when this CPU has a faster kernel for it in another layout; `None` means
     /// "use `w` as it is". Matrices with a multiple of 8 rows are repacked where the AVX2
-    /// kernels run (Q4_0, Q4_1 and Q8_0) and where the NEON ones do (Q4_0, the one format with
-    /// NEON kernels for the interleaved layout); never when the scalar kernels are forced.
+    /// kernels run (Q4_0, Q4_1, Q8_0 and Q4_K) and where the NEON ones do (Q4_0, the one format
+    /// with NEON kernels for the interleaved layout); never when the scalar kernels are forced.
     pub fn pack(w: &Weights) -> Result<Option<PackedWeights>, KernelError> {
         let path = kernels().path;
         let repacked_here = match w.ty {
@@ -43,7 +49,7 @@ impl PackedWeights {
     }
 
     /// [`PackedWeights::pack`] whatever the CPU (for tests of the portable kernel); `None` if
-    /// `w` is not Q4_0, Q4_1 or Q8_0, or its rows are not a multiple of 8.
+    /// `w` is not Q4_0, Q4_1, Q8_0 or Q4_K, or its rows are not a multiple of 8.
     pub fn pack_any_cpu(w: &Weights) -> Result<Option<PackedWeights>, KernelError> {
         w.check()?;
         if w.rows == 0 || !w.rows.is_multiple_of(q4x8::ROWS) {
@@ -53,6 +59,9 @@ impl PackedWeights {
             GgmlType::Q4_0 => Blocks::Q4_0(interleave(w)),
             GgmlType::Q4_1 => Blocks::Q4_1(interleave(w)),
             GgmlType::Q8_0 => Blocks::Q8_0(interleave_q8_0(w)),
+            GgmlType::Q4_K => {
+                Blocks::Q4K(q4_kx8::pack(cast_blocks::<BlockQ4K>(w.data), w.cols / 256))
+            }
             _ => return Ok(None),
         };
         Ok(Some(PackedWeights {
@@ -70,12 +79,14 @@ impl PackedWeights {
         self.cols
     }
 
-    /// Bytes held (the same as the GGUF tensor's).
+    /// Bytes held (the GGUF tensor's; Q4_K's 32 more per 8 rows and super-block, its scales
+    /// unpacked).
     pub fn bytes(&self) -> usize {
         match &self.blocks {
             Blocks::Q4_0(b) => size_of_val(&b[..]),
             Blocks::Q4_1(b) => size_of_val(&b[..]),
             Blocks::Q8_0(b) => size_of_val(&b[..]),
+            Blocks::Q4K(b) => size_of_val(&b[..]),
         }
     }
 
@@ -95,6 +106,7 @@ impl PackedWeights {
             Blocks::Q4_0(b) => crate::matmul::matmul_x8(b, self, x, n_tokens, out),
             Blocks::Q4_1(b) => crate::matmul::matmul_x8(b, self, x, n_tokens, out),
             Blocks::Q8_0(b) => crate::matmul::matmul_x8(b, self, x, n_tokens, out),
+            Blocks::Q4K(b) => crate::matmul::matmul_q4_kx8(b, self, x, n_tokens, out),
         }
     }
 }
@@ -141,7 +153,9 @@ pub fn matvec_fused(
         Some(Blocks::Q4_0(_)) => fused!(Q4_0),
         Some(Blocks::Q4_1(_)) => fused!(Q4_1),
         Some(Blocks::Q8_0(_)) => fused!(Q8_0),
-        None => {}
+        // Q4_K runs one by one (the engine's fused sets, q/k/v and gate/up, are not Q4_K in
+        // the models we ship).
+        Some(Blocks::Q4K(_)) | None => {}
     }
     for (w, out) in ws.iter().zip(outs.iter_mut()) {
         w.matmul_input(x, 1, out)?;
@@ -227,6 +241,58 @@ mod tests {
                 for (g, w) in got.iter().zip(&want) {
                     assert_eq!(bits(g), bits(w), "set {i}, {threads} threads");
                 }
+            }
+        }
+    }
+
+    /// Repacked Q4_K through the dispatched kernels equals the scalar reference of ggml's
+    /// orders bit for bit: batches of 1 to 9 tokens (the first `4·⌊n/4⌋` through the gemm with
+    /// the 4-row quantizer's rule, the rest through the gemv), an odd number of row groups, on
+    /// one thread and split over two.
+    #[test]
+    fn q4_k_matmul_follows_ggml_split_and_orders_bit_for_bit() {
+        use crate::formats::q4_kx8;
+        use crate::formats::q8_k::{self, BlockQ8K};
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let (rows, cols) = (24, 512);
+        let (_, p) = packed(GgmlType::Q4_K, rows, cols, 21);
+        let Blocks::Q4K(blocks) = &p.blocks else {
+            panic!("Q4_K packs as Q4K")
+        };
+        let nb = cols / 256;
+        for n in 1..=9 {
+            let mut x = random_f32(&mut rng(100 + n as u64), n * cols, 1.0);
+            // A tie of magnitude, negative first: the two quantizers' signs differ.
+            x[3] = -2.5;
+            x[7] = 2.5;
+            let n_gemm = n - n % 4;
+            let mut a = vec![BlockQ8K::default(); n * nb];
+            q8_k::quantize_4x8_scalar(&x[..n_gemm * cols], &mut a[..n_gemm * nb]);
+            q8_k::quantize_scalar(&x[n_gemm * cols..], &mut a[n_gemm * nb..]);
+            let mut want = vec![0.0; n * rows];
+            for g in 0..rows / 8 {
+                let w = &blocks[g * nb..(g + 1) * nb];
+                let mut o = vec![0.0; 8];
+                for t in 0..n {
+                    if t < n_gemm {
+                        let t0 = t - t % 4;
+                        let mut o4 = vec![0.0; 32];
+                        q4_kx8::gemm_scalar(w, &a[t0 * nb..(t0 + 4) * nb], &mut o4);
+                        o.copy_from_slice(&o4[8 * (t % 4)..8 * (t % 4) + 8]);
+                    } else {
+                        q4_kx8::gemv_scalar(w, &a[t * nb..(t + 1) * nb], &mut o);
+                    }
+                    want[t * rows + 8 * g..t * rows + 8 * g + 8].copy_from_slice(&o);
+                }
+            }
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let mut got = vec![0.0; n * rows];
+                pool.install(|| p.matmul(&x, n, &mut got).unwrap());
+                assert_eq!(bits(&got), bits(&want), "{n} tokens, {threads} threads");
             }
         }
     }

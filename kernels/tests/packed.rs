@@ -76,11 +76,12 @@ fn packed_equals_the_gguf_matmul_bit_for_bit() {
 }
 
 #[test]
-fn only_legacy_formats_with_whole_row_groups_are_packed() {
+fn only_packable_formats_with_whole_row_groups_are_packed() {
     let mut r = rng(302);
     for (ty, rows) in [
         (GgmlType::Q8_0, 12),
-        (GgmlType::Q4_K, 8),
+        (GgmlType::Q4_K, 12),
+        (GgmlType::Q6_K, 8),
         (GgmlType::Q4_0, 12),
         (GgmlType::Q4_1, 20),
     ] {

@@ -3,7 +3,7 @@
 
 use kostant_kernels::attention::F16SumOrder;
 
-use super::arch::transformer;
+use super::arch::{transformer, Extent};
 use super::blocks::{linear_into, rms_norm, rms_norm_into, Workspace};
 use super::hparams::HParams;
 use super::Model;
@@ -40,7 +40,17 @@ pub fn forward(
     let n = batch.tokens.len();
     let order = F16SumOrder::for_batch(if batch.as_steps { 1 } else { n });
     let states = &mut out.states;
-    transformer(model, kv, batch.tokens, n_layers, order, ws, |l, x| {
+    // Only the last row's logits and no tap at the last layer (or the final norm): the last
+    // layer's feed-forward runs on that row alone, as llama.cpp's does.
+    let last_rows = match batch.logits {
+        LogitRows::Last if n_layers == hp.n_layer && taps.iter().all(|&t| t + 1 < hp.n_layer) => 1,
+        _ => n,
+    };
+    let extent = Extent {
+        layers: n_layers,
+        last_rows,
+    };
+    transformer(model, kv, batch.tokens, extent, order, ws, |l, x| {
         for (o, _) in states.iter_mut().zip(taps).filter(|(_, &t)| t == l) {
             o.extend_from_slice(x);
         }

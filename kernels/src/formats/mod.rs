@@ -1,5 +1,5 @@
 //! One module per tensor format: weight formats (f32, f16, bf16, q4_0, q4_1, q5_0,
-//! q5_1, q8_0, iq4_nl, q4_k, q5_k, q6_k, iq4_xs, q3_k) and
+//! q5_1, q8_0, iq4_nl, q4_k (and its 8-row repack q4_kx8), q5_k, q6_k, iq4_xs, q3_k) and
 //! the activation formats they are dotted against (q8_1, q8_k).
 
 pub(crate) mod bf16;
@@ -12,6 +12,7 @@ pub(crate) mod q3_k;
 pub(crate) mod q4_0;
 pub(crate) mod q4_1;
 pub(crate) mod q4_k;
+pub(crate) mod q4_kx8;
 pub(crate) mod q4x8;
 pub(crate) mod q5_0;
 pub(crate) mod q5_1;

@@ -132,17 +132,38 @@ fn offset_term(scales: &[i8; 16], a: &BlockQ8K) -> i32 {
 pub(crate) fn dot_scalar(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     let mut acc = 0.0f32;
     for (wb, ab) in w.iter().zip(a) {
-        let mut sumi = 0i32;
-        for (i, &s) in wb.scales.iter().enumerate() {
-            let sub: i32 = (16 * i..16 * i + 16)
-                .map(|e| i32::from(code(wb, e)) * ab.q(e))
-                .sum();
-            sumi += i32::from(s) * sub;
-        }
-        sumi -= offset_term(&wb.scales, ab);
-        acc += f16_to_f32(wb.d) * ab.d * sumi as f32;
+        acc += f16_to_f32(wb.d) * ab.d * block_sumi(wb, ab) as f32;
     }
     acc
+}
+
+/// One super-block's exact integer `Σ scale·Σ (q - 32)·a`.
+fn block_sumi(wb: &BlockQ6K, ab: &BlockQ8K) -> i32 {
+    let mut sumi = 0i32;
+    for (i, &s) in wb.scales.iter().enumerate() {
+        let sub: i32 = (16 * i..16 * i + 16)
+            .map(|e| i32::from(code(wb, e)) * ab.q(e))
+            .sum();
+        sumi += i32::from(s) * sub;
+    }
+    sumi - offset_term(&wb.scales, ab)
+}
+
+/// Scalar reference in the order of ggml's tiled K-quant matmul (`ggml-cpu/tiled`, which
+/// llama.cpp's x86 builds run for Q6_K weights against 8 or more tokens): per super-block the
+/// exact integer, `res = d·sumi`, then `acc = fma(res, d_a, acc)`.
+pub(crate) fn dot_tiled_scalar(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
+    let mut acc = 0.0f32;
+    for (wb, ab) in w.iter().zip(a) {
+        let res = f16_to_f32(wb.d) * block_sumi(wb, ab) as f32;
+        acc = res.mul_add(ab.d, acc);
+    }
+    acc
+}
+
+/// [`dot_tiled_scalar`] for several tokens.
+pub(crate) fn dot_tiled_multi_scalar(w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
+    super::each_token(dot_tiled_scalar, w, a, out);
 }
 
 /// Scalar reference for several tokens: one [`dot_scalar`] per token.
@@ -171,6 +192,42 @@ pub(crate) mod avx2 {
     /// super-block), so on x86 a row's result equals llama.cpp's bit for bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        for (wb, ab) in w.iter().zip(a) {
+            // Decode streams the (tied) output matrix from memory: ask for it ahead.
+            crate::x86::prefetch_ahead_by::<{ crate::x86::K_QUANT_PREFETCH_BYTES }, _>(wb);
+            let sumi = block_sumi(wb, ab);
+            let d = ab.d * f16_to_f32(wb.d);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        }
+        hsum_ps(acc)
+    }
+
+    /// One row against `out.len()` tokens in the tiled matmul's order, one
+    /// [`super::dot_tiled_scalar`] each: the same exact integers, so the same bits.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dot_tiled_multi(w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
+        let n = w.len();
+        for (t, o) in out.iter_mut().enumerate() {
+            let mut acc = 0.0f32;
+            for (wb, ab) in w.iter().zip(&a[t * n..(t + 1) * n]) {
+                let s = block_sumi(wb, ab);
+                // The exact integer out of the lanes (wrapping adds: the sum is exact).
+                // SAFETY: `l` is 8 i32s, 32 writable bytes, the width of the store.
+                let mut l = [0i32; 8];
+                unsafe { _mm256_storeu_si256(l.as_mut_ptr().cast(), s) };
+                let sumi = l.iter().fold(0i32, |x, &y| x.wrapping_add(y));
+                let res = f16_to_f32(wb.d) * sumi as f32;
+                acc = res.mul_add(ab.d, acc);
+            }
+            *o = acc;
+        }
+    }
+
+    /// One super-block's exact integer, spread over 8 i32 lanes in ggml's lane order.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn block_sumi(wb: &BlockQ6K, ab: &BlockQ8K) -> __m256i {
         let low4 = _mm256_set1_epi8(0x0F);
         let high2 = _mm256_set1_epi8(0x30);
         // Byte shuffles that broadcast i16 scale 2k to the low 128-bit lane and 2k+1 to the
@@ -213,10 +270,7 @@ pub(crate) mod avx2 {
             )
         };
         let pairs = [pair(0), pair(1), pair(2), pair(3)];
-        let mut acc = _mm256_setzero_ps();
-        for (wb, ab) in w.iter().zip(a) {
-            // Decode streams the (tied) output matrix from memory: ask for it ahead.
-            crate::x86::prefetch_ahead_by::<{ crate::x86::K_QUANT_PREFETCH_BYTES }, _>(wb);
+        {
             let mut sumi = _mm256_setzero_si256();
             for n in 0..2 {
                 // SAFETY: scales[8n..8n+8] is 8 readable bytes, the width of a 64-bit load.
@@ -256,11 +310,8 @@ pub(crate) mod avx2 {
             // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of a 256-bit load.
             let bs = unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) };
             let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, _mm256_cvtepi8_epi16(s8)));
-            let sumi = _mm256_sub_epi32(sumi, off);
-            let d = ab.d * f16_to_f32(wb.d);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+            _mm256_sub_epi32(sumi, off)
         }
-        hsum_ps(acc)
     }
 }
 
@@ -445,6 +496,31 @@ mod tests {
                 assert_eq!(sdot.to_bits(), simd.to_bits(), "sdot against NEON");
             }
             assert_eq!(simd.to_bits(), dot_scalar(&w, &a).to_bits());
+        }
+    }
+
+    /// The tiled matmul's order: AVX2 equals the scalar reference bit for bit, and both stay
+    /// close to the row dot (the same exact integers, summed in another order).
+    #[test]
+    fn tiled_order_avx2_equals_scalar_and_is_close_to_the_dot() {
+        let mut r = rng(57);
+        for (nb, t) in [(1, 1), (3, 2), (8, 9), (5, 16)] {
+            let w = random_blocks(&mut r, nb);
+            let a = random_q8_k(&mut r, nb * t);
+            let mut want = vec![0.0; t];
+            dot_tiled_multi_scalar(&w, &a, &mut want);
+            for (tok, &v) in want.iter().enumerate() {
+                let d = dot_scalar(&w, &a[tok * nb..(tok + 1) * nb]);
+                assert!((v - d).abs() <= 1e-5 * (1.0 + d.abs()), "{v} vs {d}");
+            }
+            #[cfg(target_arch = "x86_64")]
+            if crate::required::test_needs("avx2") {
+                let mut got = vec![0.0; t];
+                // SAFETY: AVX2, FMA and F16C were just detected.
+                unsafe { avx2::dot_tiled_multi(&w, &a, &mut got) };
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "nb {nb}, {t} tokens");
+            }
         }
     }
 

@@ -33,8 +33,8 @@ impl BlockQ8K {
 const MIN_AMAX: f32 = 1e-30;
 
 /// The element of largest magnitude, the first one on ties, as ggml picks it; 0.0 for a block
-/// that quantizes to zero.
-#[inline]
+/// that quantizes to zero. (The quantizers reach it through [`block_max`].)
+#[cfg(test)]
 pub(crate) fn signed_max(x: &[f32]) -> f32 {
     let (mut amax, mut max) = (0.0f32, 0.0f32);
     for &v in x {
@@ -47,6 +47,42 @@ pub(crate) fn signed_max(x: &[f32]) -> f32 {
         max
     } else {
         0.0
+    }
+}
+
+/// The largest magnitude, positive if it occurs positive anywhere in `x`: the rule of ggml's
+/// AVX2 `ggml_quantize_mat_q8_K_4x8` (the activations of its repacked Q4_K gemm), which differs
+/// from [`signed_max`] only when both `+amax` and `-amax` occur and the negative comes first.
+/// `amax` is the block's largest magnitude as the caller found it.
+#[inline]
+pub(crate) fn positive_tie_max(x: &[f32], amax: f32) -> f32 {
+    if !(amax >= MIN_AMAX && amax.is_finite()) {
+        0.0
+    } else if x.contains(&amax) {
+        amax
+    } else {
+        -amax
+    }
+}
+
+/// Which element of largest magnitude sets a block's sign (see [`positive_tie_max`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ties {
+    /// The first one, as `quantize_row_q8_K` (every K-quant dot and ggml's repacked gemv).
+    First,
+    /// A positive one if any, as `ggml_quantize_mat_q8_K_4x8` (ggml's repacked Q4_K gemm).
+    Positive,
+}
+
+/// The block maximum `quantize` scales by, under `ties`.
+#[inline]
+fn block_max(x: &[f32], amax: f32, ties: Ties) -> f32 {
+    match ties {
+        Ties::First if amax >= MIN_AMAX && amax.is_finite() => {
+            x.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0)
+        }
+        Ties::First => 0.0,
+        Ties::Positive => positive_tie_max(x, amax),
     }
 }
 
@@ -64,9 +100,19 @@ pub(crate) fn block_sums(qs: &[[i8; 32]; 8]) -> [i16; 16] {
 /// Scalar reference: `x.len() == 256 * out.len()`. Codes are `iscale·x` rounded half to even
 /// (ggml's `nearest_int`), which the SIMD paths reproduce exactly.
 pub(crate) fn quantize_scalar(x: &[f32], out: &mut [BlockQ8K]) {
+    quantize_scalar_ties(x, out, Ties::First)
+}
+
+/// [`quantize_scalar`] with ggml's 4-row gemm quantizer's sign rule ([`Ties::Positive`]).
+pub(crate) fn quantize_4x8_scalar(x: &[f32], out: &mut [BlockQ8K]) {
+    quantize_scalar_ties(x, out, Ties::Positive)
+}
+
+fn quantize_scalar_ties(x: &[f32], out: &mut [BlockQ8K], ties: Ties) {
     assert_eq!(x.len(), QK * out.len(), "q8_k quantize: length mismatch");
     for (xb, ob) in x.chunks_exact(QK).zip(out.iter_mut()) {
-        let max = signed_max(xb);
+        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let max = block_max(xb, amax, ties);
         if max == 0.0 {
             *ob = BlockQ8K::default();
             continue;
@@ -87,24 +133,32 @@ pub(crate) fn quantize_scalar(x: &[f32], out: &mut [BlockQ8K]) {
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{BlockQ8K, MIN_AMAX, QK};
+    use super::{block_max, BlockQ8K, Ties, QK};
     use crate::formats::q8_1::avx2::{amax_32, quantize_32};
 
     /// AVX2 twin of [`super::quantize_scalar`], bit-identical to it for finite input.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn quantize(x: &[f32], out: &mut [BlockQ8K]) {
+        quantize_ties(x, out, Ties::First)
+    }
+
+    /// AVX2 twin of [`super::quantize_4x8_scalar`], bit-identical to it for finite input.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn quantize_4x8(x: &[f32], out: &mut [BlockQ8K]) {
+        quantize_ties(x, out, Ties::Positive)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn quantize_ties(x: &[f32], out: &mut [BlockQ8K], ties: Ties) {
         assert_eq!(x.len(), QK * out.len(), "q8_k quantize: length mismatch");
         for (xb, ob) in x.chunks_exact(QK).zip(out.iter_mut()) {
             let groups = xb
                 .chunks_exact(32)
                 .map(|g| <&[f32; 32]>::try_from(g).expect("256 = 8 x 32"));
-            // The vector max finds the magnitude; a scan finds its first, signed occurrence.
+            // The vector max finds the magnitude; a scan finds the sign `ties` asks for.
             let amax = groups.clone().fold(0.0f32, |m, g| m.max(amax_32(g)));
-            let max = if amax >= MIN_AMAX && amax.is_finite() {
-                xb.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0)
-            } else {
-                0.0
-            };
+            let max = block_max(xb, amax, ties);
             if max == 0.0 {
                 *ob = BlockQ8K::default();
                 continue;
@@ -125,15 +179,28 @@ pub(crate) mod avx2 {
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon {
-    use super::{signed_max, BlockQ8K, QK};
+    use super::{block_max, BlockQ8K, Ties, QK};
     use crate::formats::q8_1::neon::quantize_32;
 
     /// NEON twin of [`super::quantize_scalar`], bit-identical to it for finite input.
     #[target_feature(enable = "neon")]
     pub(crate) fn quantize(x: &[f32], out: &mut [BlockQ8K]) {
+        quantize_ties(x, out, Ties::First)
+    }
+
+    /// NEON twin of [`super::quantize_4x8_scalar`], bit-identical to it for finite input.
+    #[target_feature(enable = "neon")]
+    pub(crate) fn quantize_4x8(x: &[f32], out: &mut [BlockQ8K]) {
+        quantize_ties(x, out, Ties::Positive)
+    }
+
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn quantize_ties(x: &[f32], out: &mut [BlockQ8K], ties: Ties) {
         assert_eq!(x.len(), QK * out.len(), "q8_k quantize: length mismatch");
         for (xb, ob) in x.chunks_exact(QK).zip(out.iter_mut()) {
-            let max = signed_max(xb);
+            let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let max = block_max(xb, amax, ties);
             if max == 0.0 {
                 *ob = BlockQ8K::default();
                 continue;
@@ -199,6 +266,38 @@ mod tests {
             assert_eq!(p.bsums, q.bsums);
             assert_eq!(p.d.to_bits(), q.d.to_bits());
         }
+    }
+
+    /// The 4-row gemm quantizer's rule: a magnitude that occurs with both signs scales as the
+    /// positive one, wherever it is; without such a tie (block 1 here) the two rules agree. Every SIMD twin equals the
+    /// scalar one.
+    #[test]
+    fn the_4x8_rule_prefers_a_positive_maximum() {
+        let mut x = random_f32(&mut rng(8), 256 * 3, 1.0);
+        x[5] = -30.0;
+        x[200] = 30.0;
+        let mut first = vec![BlockQ8K::default(); 3];
+        let mut pos = vec![BlockQ8K::default(); 3];
+        quantize_scalar(&x, &mut first);
+        quantize_4x8_scalar(&x, &mut pos);
+        assert_eq!(first[0].q(5), -127);
+        assert_eq!(pos[0].q(200), -127);
+        assert_eq!(pos[0].q(5), 127);
+        assert_eq!(format!("{:?}", &first[1]), format!("{:?}", &pos[1]));
+        let mut simd = vec![BlockQ8K::default(); 3];
+        #[cfg(target_arch = "x86_64")]
+        if crate::required::test_needs("avx2") {
+            // SAFETY: AVX2, FMA and F16C were just detected.
+            unsafe { avx2::quantize_4x8(&x, &mut simd) };
+            assert_eq!(format!("{simd:?}"), format!("{pos:?}"));
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            // SAFETY: NEON is part of the aarch64 baseline.
+            unsafe { neon::quantize_4x8(&x, &mut simd) };
+            assert_eq!(format!("{simd:?}"), format!("{pos:?}"));
+        }
+        let _ = &mut simd;
     }
 
     #[cfg(target_arch = "aarch64")]

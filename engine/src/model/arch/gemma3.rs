@@ -11,7 +11,7 @@ use super::super::blocks::{
     add_in_place, attention, embed, geglu, rms_norm, rms_norm_in_place, scale_in_place,
     AttentionSpec, Workspace,
 };
-use super::{check_room, Model};
+use super::{check_room, Extent, Model};
 use crate::kv_cache::KvCache;
 use crate::{EngineError, Result};
 
@@ -20,7 +20,7 @@ pub(super) fn transformer(
     model: &Model,
     kv: &mut KvCache,
     tokens: &[u32],
-    n_layers: usize,
+    extent: Extent,
     order: F16SumOrder,
     ws: &mut Workspace,
     mut after_layer: impl FnMut(usize, &[f32]),
@@ -44,7 +44,8 @@ pub(super) fn transformer(
     scale_in_place(x, (hp.n_embd as f32).sqrt());
     model.rope.angles_for(hp, pos, n, angles);
     sliding_rope.angles_for(hp, pos, n, angles_swa);
-    for (l, layer) in w.layers.iter().enumerate().take(n_layers) {
+    let mut rows = n;
+    for (l, layer) in w.layers.iter().enumerate().take(extent.layers) {
         let missing = || EngineError::Model(format!("gemma3 layer {l} lost a norm"));
         let post_attn_norm = layer.post_attn_norm.as_deref().ok_or_else(missing)?;
         let post_ffn_norm = layer.post_ffn_norm.as_deref().ok_or_else(missing)?;
@@ -56,11 +57,18 @@ pub(super) fn transformer(
             window,
         };
         let att = attention(model, layer, l, kv, xn, n, pos, order, how, scratch)?;
+        if l + 1 == hp.n_layer && extent.last_rows < n {
+            // Past attention only the wanted rows go on, as llama.cpp's `inp_out_ids`.
+            rows = extent.last_rows;
+            x.drain(..(n - rows) * hp.n_embd);
+            att.copy_within((n - rows) * hp.n_embd.., 0);
+        }
+        let att = &mut att[..rows * hp.n_embd];
         rms_norm_in_place(att, post_attn_norm, hp.rms_eps);
         add_in_place(x, att);
 
         let xn = rms_norm(x, &layer.ffn_norm, hp.rms_eps);
-        let ffn = geglu(model, layer, xn, n, scratch)?;
+        let ffn = geglu(model, layer, xn, rows, scratch)?;
         rms_norm_in_place(ffn, post_ffn_norm, hp.rms_eps);
         add_in_place(x, ffn);
         after_layer(l, x);

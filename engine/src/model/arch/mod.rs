@@ -12,25 +12,37 @@ use super::Model;
 use crate::kv_cache::KvCache;
 use crate::{EngineError, Result};
 
-/// The transformer blocks of `model`'s architecture: embeds `tokens`, runs the first `n_layers`
-/// layers (calling `after_layer(l, x)` with the residual stream after layer `l`), appends the
-/// keys and values to the cache and leaves the last run layer's residual stream, (n, n_embd),
-/// before the final norm, in `ws.x`. A cache filled with fewer than all layers only serves
-/// later calls that also stop early.
+/// How far a pass goes: the first `layers` layers, and of the model's last layer only the last
+/// `last_rows` rows past attention (llama.cpp's `inp_out_ids`: the rows whose logits are
+/// wanted). The feed-forward matmuls' kernels, like llama.cpp's, depend on how many rows they
+/// multiply, so running as many rows as llama.cpp does keeps its bits.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Extent {
+    pub layers: usize,
+    pub last_rows: usize,
+}
+
+/// The transformer blocks of `model`'s architecture: embeds `tokens`, runs the layers `extent`
+/// asks for (calling `after_layer(l, x)` with the residual stream after layer `l`), appends the
+/// keys and values to the cache and leaves the last run layer's residual stream, (n, n_embd)
+/// (the last `extent.last_rows` rows where the model's last layer ran on fewer), before the
+/// final norm, in `ws.x`. A cache filled with fewer than all layers only serves later calls
+/// that also stop early.
 pub(super) fn transformer(
     model: &Model,
     kv: &mut KvCache,
     tokens: &[u32],
-    n_layers: usize,
+    extent: Extent,
     order: F16SumOrder,
     ws: &mut Workspace,
     after_layer: impl FnMut(usize, &[f32]),
 ) -> Result<()> {
     match model.hparams.arch {
+        // Llama keeps every row to the end (its goldens were recorded so).
         Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
-            llama::transformer(model, kv, tokens, n_layers, order, ws, after_layer)
+            llama::transformer(model, kv, tokens, extent.layers, order, ws, after_layer)
         }
-        Arch::Gemma3 => gemma3::transformer(model, kv, tokens, n_layers, order, ws, after_layer),
+        Arch::Gemma3 => gemma3::transformer(model, kv, tokens, extent, order, ws, after_layer),
     }
 }
 
