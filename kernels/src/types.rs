@@ -27,7 +27,7 @@ pub enum GgmlType {
 }
 
 impl GgmlType {
-    /// Every supported type, in ggml id order.
+    /// Every supported type (the README lists them in this order).
     pub const ALL: [GgmlType; 15] = [
         GgmlType::F32,
         GgmlType::F16,

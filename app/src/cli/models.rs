@@ -22,9 +22,16 @@ pub struct ModelsArgs {
     /// One JSON object per model, one per line.
     #[arg(long)]
     pub json: bool,
+    /// Print what this build runs (architectures, vocabularies, tensor types) instead.
+    #[arg(long)]
+    pub supported: bool,
 }
 
 pub fn run(args: ModelsArgs) -> Result<()> {
+    if args.supported {
+        print!("{}", kostant_engine::model::supported_summary());
+        return Ok(());
+    }
     let dir = match args.dir {
         Some(d) => d,
         None => crate::model_path::search_dirs()
@@ -97,7 +104,7 @@ fn describe(path: &Path, manifest: &ModelManifest) -> serde_json::Value {
     row["context_length"] = json!(ctx);
     // Share of the parameters stored in each type, largest first.
     let mut shares: Vec<(&str, usize)> = mix.into_iter().collect();
-    shares.sort_by(|a, b| b.1.cmp(&a.1));
+    shares.sort_by_key(|s| std::cmp::Reverse(s.1));
     row["quant_mix"] = json!(shares
         .iter()
         .map(|(ty, n)| json!({"type": ty, "share": (*n as f64 / params.max(1) as f64 * 1000.0).round() / 1000.0}))

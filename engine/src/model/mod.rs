@@ -26,6 +26,26 @@ use crate::tokenizer::Tokenizer;
 use crate::{EngineError, Result};
 use weights::ModelWeights;
 
+/// What this engine runs, as the README lists it (one table, here; the README's copy is checked
+/// against it by a test and printed by `kostant models --supported`).
+pub fn supported_summary() -> String {
+    let archs: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
+    let vocabs: Vec<String> = crate::tokenizer::SUPPORTED_MODELS
+        .iter()
+        .map(|(m, name)| format!("`{m}` ({name})"))
+        .collect();
+    let types: Vec<&str> = kostant_kernels::GgmlType::ALL
+        .iter()
+        .map(|t| t.name())
+        .collect();
+    format!(
+        "- architectures (`general.architecture`): {}\n- vocabularies (`tokenizer.ggml.model`): {}\n- tensor types: {}\n",
+        archs.iter().map(|a| format!("`{a}`")).collect::<Vec<_>>().join(", "),
+        vocabs.join(", "),
+        types.join(", ")
+    )
+}
+
 /// Bytes a model will hold in memory at a given context size; see [`Model::memory_plan`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryPlan {

@@ -158,19 +158,28 @@ enum ModelSpec<'a> {
     },
 }
 
+/// The vocabularies we build (`tokenizer.ggml.model`), with what users call them.
+pub const SUPPORTED_MODELS: [(&str, &str); 2] =
+    [("gpt2", "byte-level BPE"), ("llama", "SentencePiece BPE")];
+
 impl Tokenizer {
     /// Builds the tokenizer described by `g`'s `tokenizer.ggml.*` metadata.
     pub fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
         let model = g.get_str("tokenizer.ggml.model")?;
-        if model != "gpt2" && model != "llama" {
+        if !SUPPORTED_MODELS.iter().any(|(m, _)| *m == model) {
             let what = match model {
                 "bert" => " (WordPiece)",
                 "t5" => " (Unigram)",
                 _ => "",
             };
+            let known: Vec<String> = SUPPORTED_MODELS
+                .iter()
+                .map(|(m, name)| format!("{m:?} ({name})"))
+                .collect();
             return Err(EngineError::Tokenizer(format!(
                 "unsupported tokenizer model {model:?}{what} (tokenizer.ggml.model); \
-                 supported: \"gpt2\" (byte-level BPE), \"llama\" (SentencePiece BPE)"
+                 supported: {}",
+                known.join(", ")
             )));
         }
         let tokens = g.get_str_array("tokenizer.ggml.tokens")?;
