@@ -11,7 +11,7 @@ use super::super::blocks::{
     add_in_place, attention, embed, geglu, rms_norm, rms_norm_in_place, scale_in_place,
     AttentionSpec, Workspace,
 };
-use super::{check_room, Extent, Model};
+use super::{check_room, rows_past_attention, Extent, Model};
 use crate::kv_cache::KvCache;
 use crate::{EngineError, Result};
 
@@ -44,7 +44,6 @@ pub(super) fn transformer(
     scale_in_place(x, (hp.n_embd as f32).sqrt());
     model.rope.angles_for(hp, pos, n, angles);
     sliding_rope.angles_for(hp, pos, n, angles_swa);
-    let mut rows = n;
     for (l, layer) in w.layers.iter().enumerate().take(extent.layers) {
         let missing = || EngineError::Model(format!("gemma3 layer {l} lost a norm"));
         let post_attn_norm = layer.post_attn_norm.as_deref().ok_or_else(missing)?;
@@ -57,12 +56,7 @@ pub(super) fn transformer(
             window,
         };
         let att = attention(model, layer, l, kv, xn, n, pos, order, how, scratch)?;
-        if l + 1 == hp.n_layer && extent.last_rows < n {
-            // Past attention only the wanted rows go on, as llama.cpp's `inp_out_ids`.
-            rows = extent.last_rows;
-            x.drain(..(n - rows) * hp.n_embd);
-            att.copy_within((n - rows) * hp.n_embd.., 0);
-        }
+        let rows = rows_past_attention(model, l, extent, n, x, att);
         let att = &mut att[..rows * hp.n_embd];
         rms_norm_in_place(att, post_attn_norm, hp.rms_eps);
         add_in_place(x, att);

@@ -8,7 +8,7 @@ use kostant_kernels::attention::F16SumOrder;
 use super::super::blocks::{
     add_in_place, attention, embed, rms_norm, swiglu, AttentionSpec, Workspace,
 };
-use super::{check_room, Model};
+use super::{check_room, rows_past_attention, Extent, Model};
 use crate::kv_cache::KvCache;
 use crate::Result;
 
@@ -17,7 +17,7 @@ pub(super) fn transformer(
     model: &Model,
     kv: &mut KvCache,
     tokens: &[u32],
-    n_layers: usize,
+    extent: Extent,
     order: F16SumOrder,
     ws: &mut Workspace,
     mut after_layer: impl FnMut(usize, &[f32]),
@@ -33,17 +33,18 @@ pub(super) fn transformer(
     // per pass.
     embed(model, tokens, x)?;
     model.rope.angles_for(hp, pos, n, angles);
-    for (l, layer) in w.layers.iter().enumerate().take(n_layers) {
+    for (l, layer) in w.layers.iter().enumerate().take(extent.layers) {
         let xn = rms_norm(x, &layer.attn_norm, hp.rms_eps);
         let how = AttentionSpec {
             angles,
             window: None,
         };
         let att = attention(model, layer, l, kv, xn, n, pos, order, how, scratch)?;
-        add_in_place(x, att);
+        let rows = rows_past_attention(model, l, extent, n, x, att);
+        add_in_place(x, &att[..rows * hp.n_embd]);
 
         let xn = rms_norm(x, &layer.ffn_norm, hp.rms_eps);
-        let ffn = swiglu(model, layer, xn, n, scratch)?;
+        let ffn = swiglu(model, layer, xn, rows, scratch)?;
         add_in_place(x, ffn);
         after_layer(l, x);
     }

@@ -38,12 +38,32 @@ pub(super) fn transformer(
     after_layer: impl FnMut(usize, &[f32]),
 ) -> Result<()> {
     match model.hparams.arch {
-        // Llama keeps every row to the end (its goldens were recorded so).
         Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
-            llama::transformer(model, kv, tokens, extent.layers, order, ws, after_layer)
+            llama::transformer(model, kv, tokens, extent, order, ws, after_layer)
         }
         Arch::Gemma3 => gemma3::transformer(model, kv, tokens, extent, order, ws, after_layer),
     }
+}
+
+/// At the model's last layer, once attention has run on every row: keeps only the last `rows`
+/// rows of the residual stream `x` and of the attention output `att` (both (n, n_embd)), as
+/// llama.cpp's `inp_out_ids` does, and returns how many rows go on (n in every other layer).
+fn rows_past_attention(
+    model: &Model,
+    l: usize,
+    extent: Extent,
+    n: usize,
+    x: &mut Vec<f32>,
+    att: &mut [f32],
+) -> usize {
+    let e = model.hparams.n_embd;
+    if l + 1 != model.hparams.n_layer || extent.last_rows >= n {
+        return n;
+    }
+    let rows = extent.last_rows;
+    x.drain(..(n - rows) * e);
+    att.copy_within((n - rows) * e.., 0);
+    rows
 }
 
 /// The pass's length and first position, once it is known to hold tokens and to fit the cache.
