@@ -92,6 +92,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Guard(args) => cli::guard::run(args),
         Command::Eval(args) => cli::eval::run(args),
         Command::Quantize(args) => cli::quantize::run(args),
+        Command::Adapter(args) => cli::adapter::run(args),
     }
 }
 

@@ -29,6 +29,10 @@ pub enum EngineError {
         prompt_tokens: usize,
         context: usize,
     },
+    /// A LoRA adapter file that cannot be used: malformed, or made for another base model. The
+    /// message names the adapter and, for a mismatch, the model.
+    #[error("adapter: {0}")]
+    Adapter(String),
     /// A context snapshot that cannot be restored: malformed, or made for another model, cache
     /// or adapter. The message says which, for a person.
     #[error("context snapshot: {0}")]

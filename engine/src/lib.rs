@@ -5,6 +5,7 @@
 // `unsafe` is denied here except in the one mmap function (gguf), which says why it is sound.
 #![deny(unsafe_code)]
 
+pub mod adapter;
 pub mod batch;
 pub mod chat_template;
 pub mod error;
@@ -19,6 +20,7 @@ pub mod speculative;
 pub mod testing;
 pub mod tokenizer;
 
+pub use adapter::{ActiveAdapter, LoraAdapter};
 pub use batch::{Batch, LogitRows, Outputs};
 pub use chat_template::{Message, Role};
 pub use error::{EngineError, Result};

@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
+use crate::adapter::ActiveAdapter;
 use crate::batch::{Batch, LogitRows, Outputs};
 use crate::kv_cache::{piece_bytes, read_piece, KvCache, KvType, SnapshotHeader};
-use crate::model::{forward, Model, Workspace, PREFILL_CHUNK};
+use crate::model::{forward, Model, Pass, Workspace, PREFILL_CHUNK};
 use crate::{EngineError, Result};
 
 pub struct Session {
@@ -14,6 +15,8 @@ pub struct Session {
     kv: KvCache,
     /// Exactly the tokens whose keys and values are in `kv`, in order.
     tokens: Vec<u32>,
+    /// The LoRA adapter every pass applies, if any; the cached rows were computed under it.
+    adapter: Option<ActiveAdapter>,
     /// The forward pass's buffers, planned here once for a prefill chunk and reused by every
     /// pass: a decode step allocates nothing.
     ws: Workspace,
@@ -47,6 +50,7 @@ impl Session {
             model,
             kv,
             tokens: Vec::with_capacity(n_ctx),
+            adapter: None,
             ws,
         })
     }
@@ -70,6 +74,41 @@ impl Session {
 
     pub fn kv_type(&self) -> KvType {
         self.kv.kv_type()
+    }
+
+    /// The adapter this session's passes apply, if any.
+    pub fn adapter(&self) -> Option<&ActiveAdapter> {
+        self.adapter.as_ref()
+    }
+
+    /// Switches the adapter every later pass applies (None: the base model alone), with no
+    /// reload of the model. The cached rows were computed under the adapter before, so a real
+    /// change forgets them (the prefix cache is keyed on tokens and adapter: a prefix computed
+    /// under another adapter is never reused); setting the same adapter and scale again keeps
+    /// them. An adapter loaded for another model file, or a scale that is not finite, is
+    /// refused and nothing changes.
+    pub fn set_adapter(&mut self, adapter: Option<ActiveAdapter>) -> Result<()> {
+        if let Some(a) = &adapter {
+            if !a.adapter.fits(&self.model) {
+                return Err(EngineError::Adapter(format!(
+                    "adapter {:?} was loaded for another model than {:?}",
+                    a.adapter.name(),
+                    self.model.name()
+                )));
+            }
+            if !a.scale.is_finite() {
+                return Err(EngineError::InvalidRequest(format!(
+                    "adapter scale {} is not a number",
+                    a.scale
+                )));
+            }
+        }
+        let id = |a: &Option<ActiveAdapter>| a.as_ref().map(ActiveAdapter::id);
+        if id(&adapter) != id(&self.adapter) {
+            self.reset();
+        }
+        self.adapter = adapter;
+        Ok(())
     }
 
     /// Forgets the conversation.
@@ -165,7 +204,7 @@ impl Session {
             fingerprint: self.model.fingerprint(),
             architecture: hp.arch.name().to_string(),
             kv_type: self.kv.kv_type(),
-            adapter: None,
+            adapter: self.adapter.as_ref().map(ActiveAdapter::id),
             n_ctx: self.n_ctx(),
             n_layer: hp.n_layer,
             kv_dim: hp.kv_dim(),
@@ -244,10 +283,14 @@ impl Session {
     /// One forward pass over `batch` (at most a prefill chunk), appending to `out`. `shallow`
     /// lets a pass without logits stop at its deepest tap.
     fn run(&mut self, batch: &Batch, shallow: bool, out: &mut Outputs) -> Result<()> {
-        let (model, kv, ws) = (&self.model, &mut self.kv, &mut self.ws);
+        let (kv, ws) = (&mut self.kv, &mut self.ws);
+        let pass = Pass {
+            model: &self.model,
+            adapter: self.adapter.as_ref(),
+        };
         // On a pool worker the pass's matmuls split their rows in place instead of waking the
         // pool from outside on every call (about 5 ms a token at 2 threads, measured).
-        kostant_kernels::in_pool(|| forward(model, kv, batch, shallow, ws, out))?;
+        kostant_kernels::in_pool(|| forward(&pass, kv, batch, shallow, ws, out))?;
         self.tokens.extend_from_slice(batch.tokens);
         Ok(())
     }

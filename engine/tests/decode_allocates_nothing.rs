@@ -2,7 +2,8 @@
 //! when it started, the sampler reuses its own, and a riding guard's hidden states are copied
 //! into buffers kept between steps. Counted by a global allocator wrapper, on
 //! a tiny random model (attention on the calling thread) and on the real default model with a
-//! context long enough that attention splits over the pool, with each kv cache type.
+//! context long enough that attention splits over the pool, with each kv cache type, and with a
+//! LoRA adapter on (its side path reuses buffers too).
 //!
 //! This file holds a single test so no other test's threads allocate while it counts.
 
@@ -10,10 +11,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use kostant_engine::adapter::synth::{random_adapter, SynthAdapter};
 use kostant_engine::gguf::Gguf;
 use kostant_engine::sampling::{Sampler, SamplingParams};
 use kostant_engine::testing::{real_model_path, tiny_model_bytes, TinySpec};
-use kostant_engine::{Batch, KvType, Model, Outputs, Session};
+use kostant_engine::{ActiveAdapter, Batch, KvType, LoraAdapter, Model, Outputs, Session};
 
 /// Counts every allocation and reallocation, then defers to the system allocator.
 struct Counting;
@@ -59,12 +61,19 @@ fn allocations_while_decoding(
     prompt_len: usize,
     steps: usize,
     taps: &[usize],
+    adapter: Option<&Arc<LoraAdapter>>,
 ) -> usize {
     let n_vocab = model.hparams.n_vocab as u32;
     let prompt: Vec<u32> = (0..prompt_len as u32)
         .map(|i| (i * 7 + 3) % n_vocab)
         .collect();
     let mut session = Session::with_kv_type(model.clone(), prompt_len + steps + 8, kv).unwrap();
+    session
+        .set_adapter(adapter.map(|a| ActiveAdapter {
+            adapter: a.clone(),
+            scale: 1.0,
+        }))
+        .unwrap();
     let mut sampler = Sampler::new(SamplingParams {
         temperature: 0.8,
         top_k: 40,
@@ -123,7 +132,7 @@ fn a_decode_step_allocates_nothing() {
     // pass splits a token's heads over the pool.
     for (name, model, prompt_len) in [("tiny", &tiny, 8), ("real", &real, 480)] {
         for kv in [KvType::F16, KvType::Q8_0] {
-            let n = allocations_while_decoding(model, kv, prompt_len, 12, &[]);
+            let n = allocations_while_decoding(model, kv, prompt_len, 12, &[], None);
             assert_eq!(
                 n, 0,
                 "{name} model, {kv:?} cache: {n} allocations in 12 steps"
@@ -131,7 +140,20 @@ fn a_decode_step_allocates_nothing() {
         }
         // A guard's taps: a middle layer and the final norm's output.
         let taps = [1, model.hparams.n_layer];
-        let n = allocations_while_decoding(model, KvType::F16, prompt_len, 12, &taps);
+        let n = allocations_while_decoding(model, KvType::F16, prompt_len, 12, &taps, None);
         assert_eq!(n, 0, "{name} model with taps: {n} allocations in 12 steps");
+        // A rank-16 adapter on every projection.
+        let file = random_adapter(model, &SynthAdapter::new(16, 5))
+            .unwrap()
+            .to_bytes()
+            .unwrap();
+        let adapter =
+            LoraAdapter::from_gguf(Gguf::from_bytes(file).unwrap(), "synth", model).unwrap();
+        let n =
+            allocations_while_decoding(model, KvType::F16, prompt_len, 12, &taps, Some(&adapter));
+        assert_eq!(
+            n, 0,
+            "{name} model with an adapter: {n} allocations in 12 steps"
+        );
     }
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use kostant_engine::{Judgement, Model, Observer};
+use kostant_engine::{Judgement, Model, Observer, Session};
 use serde::Serialize;
 
 use crate::confidence::shown_category;
@@ -98,9 +98,22 @@ impl Guard {
         self.reader.model()
     }
 
-    /// Whether the guard can read the states of `chat`'s own pass: it is the guard model.
-    pub fn rides_on(&self, chat: &Arc<Model>) -> bool {
-        Arc::ptr_eq(chat, self.model())
+    /// Whether the guard can read the states of `chat`'s own passes: its model is the guard
+    /// model, and an adapter on it, if any, leaves every layer the head reads untouched. The
+    /// head was trained on the base model's states; an adapter below a tap would show it
+    /// states it never saw, so the guard then reads on its own base session instead.
+    pub fn rides_on(&self, chat: &Session) -> bool {
+        if !Arc::ptr_eq(chat.model(), self.model()) {
+            return false;
+        }
+        let Some(active) = chat.adapter() else {
+            return true;
+        };
+        // Tap t reads the residual stream after layer t (the final norm's output for
+        // t = n_layer, which every layer feeds): an adapter starting above it cannot reach it.
+        let last_layer = chat.model().hparams.n_layer.saturating_sub(1);
+        let deepest = self.head.info.spec.taps.iter().max().copied().unwrap_or(0);
+        active.adapter.first_layer() > deepest.min(last_layer)
     }
 
     /// The unsafe probabilities at or above which a message and a reply are flagged.

@@ -122,7 +122,7 @@ pub fn respond(
     mut on_event: impl FnMut(&ReplyEvent),
 ) -> Result<Reply> {
     let model = session.model().clone();
-    let start = match guard.rides_on(&model) {
+    let start = match guard.rides_on(session) {
         true => message_start(&model, &req.prompt, user_text)?,
         false => None,
     };

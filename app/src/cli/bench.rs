@@ -39,6 +39,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .collect();
     let context: Vec<u32> = (0..args.depth).map(|_| rng.gen_range(0..n_vocab)).collect();
     let mut session = Session::with_kv_type(model.clone(), args.model.ctx, kv_type)?;
+    // Loading an adapter (mapping it, checking every pair and value, hashing it) is what a
+    // switch to one not yet resident costs; switching between resident ones costs nothing but
+    // the prefill the forgotten rows need.
+    let adapter_start = Instant::now();
+    let adapter = args.adapter.apply(&mut session)?;
+    let adapter_load_ms = adapter
+        .is_some()
+        .then(|| adapter_start.elapsed().as_secs_f64() * 1e3);
     let longest = args.depth + args.prompt_tokens.max(args.gen_tokens);
     anyhow::ensure!(
         longest <= session.n_ctx(),
@@ -99,6 +107,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 &model,
                 &path,
                 &args.guard_args,
+                &args.adapter,
                 args.model.ctx,
                 args.gen_tokens,
                 args.repetitions,
@@ -109,6 +118,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mb = |b: usize| b as f64 / (1024.0 * 1024.0);
     let report = json!({
         "model": model.name(),
+        "adapter": adapter,
+        "adapter_load_ms": adapter_load_ms,
+        "adapter_mb": session.adapter().map(|a| a.adapter.file_bytes() as f64 / (1024.0 * 1024.0)),
         "quantization": model.quantization(),
         "file_mb": model.file_bytes() as f64 / (1024.0 * 1024.0),
         "threads": threads,

@@ -24,6 +24,7 @@ pub fn measure(
     model: &Arc<Model>,
     model_path: &std::path::Path,
     args: &GuardArgs,
+    adapter: &super::adapter::AdapterArgs,
     n_ctx: usize,
     gen_tokens: usize,
     repetitions: usize,
@@ -44,6 +45,9 @@ pub fn measure(
         speculation: Speculation::Off,
     };
     let mut session = Session::new(model.clone(), n_ctx)?;
+    // With an adapter below the head's taps the guard reads on its own base session (see
+    // `Guard::rides_on`): what that costs is what this measures then.
+    adapter.apply(&mut session)?;
     let cancel = CancelHandle::new();
     let mut plain: Vec<Generation> = Vec::new();
     let mut guarded: Vec<Generation> = Vec::new();
@@ -80,7 +84,7 @@ pub fn measure(
     let check_ms = mean(&output_ms) / mean(&checks).max(1.0);
     let step_ms = 1e3 / decode_plain.max(f64::MIN_POSITIVE);
     Ok(json!({
-        "rides_on_chat_pass": guard.rides_on(model),
+        "rides_on_chat_pass": guard.rides_on(&session),
         "prompt_tokens": prompt.len(),
         "generated_tokens": stat(&guarded, |g| g.tokens.len() as f64),
         "ttft_ms_plain": ttft_plain,

@@ -39,7 +39,8 @@ pub fn run(args: ChatArgs) -> Result<()> {
     let model = load_model_kv(&args.model, args.kv.kv_type)?;
     let path = crate::model_path::resolve(args.model.model.as_deref())?;
     let (guard, head) = super::guard::load_guard_named(&args.guard, &model, &path)?;
-    let session = Session::with_kv_type(model.clone(), args.model.ctx, args.kv.kv_type)?;
+    let mut session = Session::with_kv_type(model.clone(), args.model.ctx, args.kv.kv_type)?;
+    let adapter = args.adapter.apply(&mut session)?;
     // The tone rules ride along with any system prompt, the user's own included.
     let system = match &args.system {
         Some(s) => format!("{s}\n\n{}", policy::TONE_RULES),
@@ -52,6 +53,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         restored_tokens: 0,
         guard: Some(guard),
         head,
+        adapter,
         history: Vec::new(),
         system: Some(system),
         sampling,
@@ -77,6 +79,8 @@ struct Chat {
     guard: Option<Guard>,
     /// Which head the guard runs (built in, or swapped with --guard-head), named to the user.
     head: HeadId,
+    /// The adapter's name, when one is on (`--adapter`).
+    adapter: Option<String>,
     history: Vec<Message>,
     system: Option<String>,
     sampling: SamplingParams,
@@ -299,6 +303,7 @@ fn one_shot(chat: &mut Chat, prompt: &str, as_json: bool) -> Result<()> {
             "guard": guard_json(&r),
             "stop_reason": r.generation.as_ref().map(|g| g.stop),
             "model": chat.model.name(),
+            "adapter": chat.adapter,
             "stats": stats_json(
                 r.generation.as_ref(),
                 &chat.head,
@@ -325,6 +330,9 @@ fn interactive(chat: &mut Chat) -> Result<()> {
         chat.model.quantization()
     )?;
     writeln!(err, "guard: {}", chat.head)?;
+    if let Some(a) = &chat.adapter {
+        writeln!(err, "adapter: {a}")?;
+    }
     match &chat.recorder {
         Some(r) => writeln!(err, "{}", r.notice())?,
         None => writeln!(err, "history: off for this chat (--no-history)")?,

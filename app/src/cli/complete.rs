@@ -21,6 +21,8 @@ pub struct CompleteArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub kv: KvArgs,
+    #[command(flatten)]
+    pub adapter: super::adapter::AdapterArgs,
     /// The text to continue.
     #[arg(
         long,
@@ -81,7 +83,8 @@ pub fn run(args: CompleteArgs) -> Result<()> {
     let model = load_model_kv(&args.model, args.kv.kv_type)?;
     let path = crate::model_path::resolve(args.model.model.as_deref())?;
     let (guard, _) = guard::load_guard_named(&args.guard, &model, &path)?;
-    let session = Session::with_kv_type(model.clone(), args.model.ctx, args.kv.kv_type)?;
+    let mut session = Session::with_kv_type(model.clone(), args.model.ctx, args.kv.kv_type)?;
+    let adapter = args.adapter.apply(&mut session)?;
 
     let tok = &model.tokenizer;
     let mut prompt = tok.encode(&text, true)?;
@@ -154,6 +157,7 @@ pub fn run(args: CompleteArgs) -> Result<()> {
             "ids": ids,
             "verdict": r.verdict,
             "model": model.name(),
+            "adapter": adapter,
             "stats": stats,
         });
         writeln!(out, "{done}")?;

@@ -1,5 +1,6 @@
 //! The `kostant` command line: the same jobs as the app, for terminals, scripts and CI.
 
+pub mod adapter;
 pub mod bench;
 mod bench_guard;
 mod bench_snapshot;
@@ -56,6 +57,8 @@ pub enum Command {
     Eval(eval::EvalArgs),
     /// Requantize a GGUF into Q8_0, Q4_0 or Q4_1 (for the safety evals across quantizations).
     Quantize(quantize::QuantizeArgs),
+    /// Import, describe or synthesize LoRA adapters for the model.
+    Adapter(adapter::AdapterCommandArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -93,6 +96,8 @@ pub struct ChatArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub kv: KvArgs,
+    #[command(flatten)]
+    pub adapter: adapter::AdapterArgs,
     /// Answer this one prompt and exit. Without it, chat interactively.
     #[arg(long)]
     pub prompt: Option<String>,
@@ -144,6 +149,9 @@ pub struct BenchArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub kv: KvArgs,
+    /// Measure with this adapter on (prefill, decode and time to first token).
+    #[command(flatten)]
+    pub adapter: adapter::AdapterArgs,
     /// Prompt length for the prefill measurement.
     #[arg(long, default_value_t = 512)]
     pub prompt_tokens: usize,

@@ -21,6 +21,7 @@ use kostant_kernels::{dequantize_row, exp_f32, matmul_input, matvec_fused, Input
 use super::hparams::{HParams, RopeLayout};
 use super::weights::{LayerWeights, TensorRef};
 use super::Model;
+use crate::adapter::{add_side_path, ActiveAdapter};
 use crate::kv_cache::{HeadView, KvCache};
 use crate::{EngineError, Result};
 
@@ -48,10 +49,25 @@ pub(super) fn embed(model: &Model, tokens: &[u32], x: &mut Vec<f32>) -> Result<(
     Ok(())
 }
 
+/// What one forward pass multiplies by: the model's weights and, when the session has one, an
+/// adapter's side paths on them ([`crate::adapter`]). It derefs to the model, so the blocks
+/// read hyper-parameters and weights as they would from the model itself.
+pub(crate) struct Pass<'a> {
+    pub model: &'a Model,
+    pub adapter: Option<&'a ActiveAdapter>,
+}
+
+impl std::ops::Deref for Pass<'_> {
+    type Target = Model;
+    fn deref(&self) -> &Model {
+        self.model
+    }
+}
+
 /// y = x W^T for n tokens: (n, cols) -> (n, rows), into a buffer that is reused: resized (and
 /// so written) only when its length changes, since the matmul overwrites every element.
 pub(super) fn linear_into<'a, 'x>(
-    model: &Model,
+    model: &Pass,
     w: &TensorRef,
     x: impl Into<Input<'x>>,
     n: usize,
@@ -63,6 +79,9 @@ pub(super) fn linear_into<'a, 'x>(
         Some(i) => model.weights.packed[i].matmul_input(x, n, out)?,
         None => matmul_input(&w.weights(&model.file), x, n, out)?,
     }
+    if let Some(adapter) = model.adapter {
+        add_side_path(adapter, w.slot, x, n, out)?;
+    }
     Ok(out)
 }
 
@@ -71,7 +90,7 @@ pub(super) fn linear_into<'a, 'x>(
 /// pool for the set instead of one each. (An A/B at 2 threads could not tell it from the
 /// unfused calls through this machine's noise; see BENCHMARKS.md run 5.)
 pub(super) fn linear_fused<'a, const N: usize>(
-    model: &Model,
+    model: &Pass,
     ws: [&TensorRef; N],
     x: Input,
     n: usize,
@@ -86,6 +105,11 @@ pub(super) fn linear_fused<'a, const N: usize>(
             sized(o, w.rows);
         }
         matvec_fused(&packed, x, &mut outs.each_mut().map(|o| &mut o[..]))?;
+        if let Some(adapter) = model.adapter {
+            for (o, w) in outs.iter_mut().zip(ws) {
+                add_side_path(adapter, w.slot, x, n, o)?;
+            }
+        }
     } else {
         // Each matmul normalises `x` again as it quantizes it (an `Input::RmsNormed`): a pass
         // over n x n_embd values per matrix, small beside the matmul, and no stored copy.
@@ -365,7 +389,7 @@ pub(super) struct AttentionSpec<'a> {
 /// projection, (n, n_embd).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn attention<'s>(
-    model: &Model,
+    model: &Pass,
     layer: &LayerWeights,
     l: usize,
     kv: &mut KvCache,
@@ -615,7 +639,7 @@ pub(super) fn softmax(x: &mut [f32]) {
 
 /// The SwiGLU feed-forward block (Shazeer 2020): down(silu(gate(x)) * up(x)). (n, n_embd)
 pub(super) fn swiglu<'s>(
-    model: &Model,
+    model: &Pass,
     layer: &LayerWeights,
     xn: Input,
     n: usize,
@@ -654,7 +678,7 @@ pub(super) fn silu_mul(gate: &mut [f32], up: &[f32], e: &mut Vec<f32>) {
 
 /// The GeGLU feed-forward block (Shazeer 2020; Gemma): down(gelu(gate(x)) * up(x)). (n, n_embd)
 pub(super) fn geglu<'s>(
-    model: &Model,
+    model: &Pass,
     layer: &LayerWeights,
     xn: Input,
     n: usize,

@@ -4,7 +4,7 @@
 use kostant_kernels::attention::F16SumOrder;
 
 use super::arch::{transformer, Extent};
-use super::blocks::{linear_into, rms_norm, rms_norm_into, Workspace};
+use super::blocks::{linear_into, rms_norm, rms_norm_into, Pass, Workspace};
 use super::hparams::HParams;
 use super::Model;
 use crate::batch::{Batch, LogitRows, Outputs};
@@ -17,7 +17,7 @@ use crate::{EngineError, Result};
 /// no logits asked for, layers past the deepest tap are skipped; a cache filled that way only
 /// serves later passes that stop as early.
 pub fn forward(
-    model: &Model,
+    model: &Pass,
     kv: &mut KvCache,
     batch: &Batch,
     shallow: bool,

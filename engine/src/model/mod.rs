@@ -11,7 +11,7 @@ pub mod weights;
 use std::path::Path;
 use std::sync::Arc;
 
-pub(crate) use blocks::Workspace;
+pub(crate) use blocks::{Pass, Workspace};
 pub(crate) use forward::forward;
 pub use hparams::{Arch, HParams};
 
@@ -99,6 +99,13 @@ impl Model {
     }
 
     pub fn from_gguf(file: Gguf) -> Result<Arc<Model>> {
+        if file.get_str_opt("general.type")? == Some("adapter") {
+            return Err(EngineError::Model(
+                "this file is a LoRA adapter, not a model: load its base model and apply the \
+                 adapter to it (--adapter)"
+                    .into(),
+            ));
+        }
         let hparams = HParams::from_gguf(&file)?;
         let weights = ModelWeights::from_gguf(&file, &hparams)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;

@@ -18,6 +18,9 @@ pub struct TensorRef {
     pub rows: usize,
     pub cols: usize,
     pub packed: Option<usize>,
+    /// Which linear layer this is, for adapters ([`linear_slot`]); None for the embedding and
+    /// vectors.
+    pub slot: Option<usize>,
 }
 
 impl TensorRef {
@@ -58,6 +61,48 @@ pub struct LayerWeights {
     pub w_down: TensorRef, // (n_embd, n_ff)
 }
 
+/// The matrices of a layer an adapter can target, by their GGUF names (`blk.{l}.{name}.weight`),
+/// in slot order: layer `l`'s `k`-th is slot `l * PROJECTIONS.len() + k`, and the lm head
+/// (`output.weight`, when the model has its own) is the slot after every layer's.
+pub const PROJECTIONS: [&str; 7] = [
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+];
+
+/// The slot of the matrix named `name` (`blk.3.attn_q.weight`, `output.weight`) in `model`, if
+/// an adapter can target it there.
+pub fn linear_slot(model: &super::Model, name: &str) -> Option<usize> {
+    let w = &model.weights;
+    let lm_head = w.layers.len() * PROJECTIONS.len();
+    if name == "output.weight" {
+        return w.output.slot.filter(|&s| s == lm_head);
+    }
+    let rest = name.strip_prefix("blk.")?.strip_suffix(".weight")?;
+    let (layer, proj) = rest.split_once('.')?;
+    // Digits only: "+3" or " 3" would parse but name no tensor of the file.
+    if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let layer: usize = layer.parse().ok()?;
+    let k = PROJECTIONS.iter().position(|p| *p == proj)?;
+    (layer < w.layers.len()).then_some(layer * PROJECTIONS.len() + k)
+}
+
+/// The GGUF name of slot `slot` of a model with `n_slots` slots.
+pub fn slot_name(slot: usize, n_slots: usize) -> String {
+    if slot + 1 == n_slots {
+        "output.weight".into()
+    } else {
+        let (l, k) = (slot / PROJECTIONS.len(), slot % PROJECTIONS.len());
+        format!("blk.{l}.{}.weight", PROJECTIONS[k])
+    }
+}
+
 pub struct ModelWeights {
     pub token_embd: TensorRef, // (n_vocab, n_embd)
     pub layers: Vec<LayerWeights>,
@@ -88,6 +133,7 @@ fn find(g: &Gguf, name: &str, rows: usize, cols: usize) -> Result<TensorRef> {
         rows,
         cols,
         packed: None,
+        slot: None,
     })
 }
 
@@ -112,8 +158,13 @@ impl ModelWeights {
     pub fn from_gguf(g: &Gguf, hp: &HParams) -> Result<ModelWeights> {
         let (e, ff, q_dim, kv_dim) = (hp.n_embd, hp.n_ff, hp.q_dim(), hp.kv_dim());
         let token_embd = find(g, "token_embd.weight", hp.n_vocab, e)?;
+        // An lm head of its own can carry an adapter; one tied to the embedding cannot (as in
+        // llama.cpp, where a tied head's adapter would be the embedding's).
         let mut output = match g.tensor("output.weight") {
-            Some(_) => find(g, "output.weight", hp.n_vocab, e)?,
+            Some(_) => TensorRef {
+                slot: Some(hp.n_layer * PROJECTIONS.len()),
+                ..find(g, "output.weight", hp.n_vocab, e)?
+            },
             None => token_embd,
         };
         let mut layers = Vec::with_capacity(hp.n_layer);
@@ -137,6 +188,10 @@ impl ModelWeights {
                 w_up: find(g, &n("ffn_up.weight"), ff, e)?,
                 w_down: find(g, &n("ffn_down.weight"), e, ff)?,
             });
+            let layer = layers.last_mut().expect("just pushed");
+            for (k, t) in layer.projections_mut().into_iter().enumerate() {
+                t.slot = Some(i * PROJECTIONS.len() + k);
+            }
             require_arch_tensors(hp, i, layers.last().expect("just pushed"))?;
         }
         let output_norm = find_vector(g, "output_norm.weight", e)?;
@@ -161,6 +216,51 @@ impl ModelWeights {
             rope_freqs,
             packed,
         })
+    }
+}
+
+impl LayerWeights {
+    /// The layer's matrices in [`PROJECTIONS`] order.
+    pub fn projections_mut(&mut self) -> [&mut TensorRef; 7] {
+        [
+            &mut self.wq,
+            &mut self.wk,
+            &mut self.wv,
+            &mut self.wo,
+            &mut self.w_gate,
+            &mut self.w_up,
+            &mut self.w_down,
+        ]
+    }
+
+    /// The layer's matrices in [`PROJECTIONS`] order.
+    pub fn projections(&self) -> [&TensorRef; 7] {
+        [
+            &self.wq,
+            &self.wk,
+            &self.wv,
+            &self.wo,
+            &self.w_gate,
+            &self.w_up,
+            &self.w_down,
+        ]
+    }
+}
+
+impl ModelWeights {
+    /// Adapter slots: every layer's projections and the lm head.
+    pub fn n_slots(&self) -> usize {
+        self.layers.len() * PROJECTIONS.len() + 1
+    }
+
+    /// The matrix in `slot` (< [`ModelWeights::n_slots`]); the lm head's slot gives the lm head
+    /// even when it is tied (and so cannot be targeted).
+    pub fn slot(&self, slot: usize) -> &TensorRef {
+        let per = PROJECTIONS.len();
+        match self.layers.get(slot / per) {
+            Some(l) => l.projections()[slot % per],
+            None => &self.output,
+        }
     }
 }
 
@@ -201,17 +301,7 @@ fn repack(
     output: &mut TensorRef,
 ) -> Result<Vec<PackedWeights>> {
     let mut packed = Vec::new();
-    let matrices = layers.iter_mut().flat_map(|l| {
-        [
-            &mut l.wq,
-            &mut l.wk,
-            &mut l.wv,
-            &mut l.wo,
-            &mut l.w_gate,
-            &mut l.w_up,
-            &mut l.w_down,
-        ]
-    });
+    let matrices = layers.iter_mut().flat_map(LayerWeights::projections_mut);
     for t in matrices.chain(std::iter::once(output)) {
         let p = PackedWeights::pack(&t.weights(g))
             .map_err(|e| EngineError::Model(format!("repacking a {:?} matrix: {e}", t.ty)))?;

@@ -7,17 +7,18 @@
 
 use kostant_kernels::attention::F16SumOrder;
 
+use super::super::blocks::Pass;
 use super::super::blocks::{
     add_in_place, attention, embed, geglu, rms_norm, rms_norm_in_place, scale_in_place,
     AttentionSpec, Workspace,
 };
-use super::{check_room, rows_past_attention, Extent, Model};
+use super::{check_room, rows_past_attention, Extent};
 use crate::kv_cache::KvCache;
 use crate::{EngineError, Result};
 
 /// See [`super::transformer`].
 pub(super) fn transformer(
-    model: &Model,
+    model: &Pass,
     kv: &mut KvCache,
     tokens: &[u32],
     extent: Extent,

@@ -5,16 +5,17 @@
 
 use kostant_kernels::attention::F16SumOrder;
 
+use super::super::blocks::Pass;
 use super::super::blocks::{
     add_in_place, attention, embed, rms_norm, swiglu, AttentionSpec, Workspace,
 };
-use super::{check_room, rows_past_attention, Extent, Model};
+use super::{check_room, rows_past_attention, Extent};
 use crate::kv_cache::KvCache;
 use crate::Result;
 
 /// See [`super::transformer`].
 pub(super) fn transformer(
-    model: &Model,
+    model: &Pass,
     kv: &mut KvCache,
     tokens: &[u32],
     extent: Extent,

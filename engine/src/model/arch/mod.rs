@@ -6,7 +6,7 @@ mod llama;
 
 use kostant_kernels::attention::F16SumOrder;
 
-use super::blocks::Workspace;
+use super::blocks::{Pass, Workspace};
 use super::hparams::Arch;
 use super::Model;
 use crate::kv_cache::KvCache;
@@ -29,7 +29,7 @@ pub(super) struct Extent {
 /// final norm, in `ws.x`. A cache filled with fewer than all layers only serves later calls
 /// that also stop early.
 pub(super) fn transformer(
-    model: &Model,
+    model: &Pass,
     kv: &mut KvCache,
     tokens: &[u32],
     extent: Extent,
