@@ -19,7 +19,7 @@ use crate::speculative::policy::DraftPolicy;
 use crate::speculative::verify::{Burst, Verdict};
 use crate::speculative::{Drafter, Speculation};
 use crate::tokenizer::StreamDecoder;
-use crate::Result;
+use crate::{EngineError, Result};
 
 #[derive(Clone, Debug)]
 pub struct GenerateRequest {
@@ -270,7 +270,14 @@ pub fn generate_with(
         let verdict = burst.settle(id);
         stats.accepted += usize::from(verdict == Verdict::Accepted);
         if let Verdict::Rejected { rolled_back } = verdict {
-            session.truncate(session.tokens().len() - rolled_back);
+            // Within the last pass, so the session keeps it (even a sliding-window layer's
+            // ring holds the rows the last pass's queries saw).
+            let keep = session.tokens().len() - rolled_back;
+            if session.truncate(keep) != keep {
+                return Err(EngineError::Model(format!(
+                    "the kv cache could not roll back to position {keep}"
+                )));
+            }
             policy.update(burst.accepted() + rolled_back, burst.accepted());
         }
         if let Some(guess) = shadow.take() {

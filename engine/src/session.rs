@@ -32,6 +32,20 @@ impl Session {
     /// [`Session::new`] with the cache stored as `kv_type`. Q8_0 fails with
     /// [`EngineError::InvalidRequest`] for a model whose head size is not a multiple of 32.
     pub fn with_kv_type(model: Arc<Model>, n_ctx: usize, kv_type: KvType) -> Result<Session> {
+        let windows = model.hparams.windows();
+        Session::with_cache_windows(model, n_ctx, kv_type, &windows)
+    }
+
+    /// [`Session::with_kv_type`] with the cache's layers windowed as `windows` says (None:
+    /// the layer stores the whole context). The model's own windows are the only ones a
+    /// session runs with; tests also run its windowed layers over a full-length cache, the
+    /// reference the ring must equal (`testing::session_with_full_cache`).
+    pub(crate) fn with_cache_windows(
+        model: Arc<Model>,
+        n_ctx: usize,
+        kv_type: KvType,
+        windows: &[Option<usize>],
+    ) -> Result<Session> {
         if n_ctx == 0 {
             return Err(EngineError::InvalidRequest(
                 "context size must be at least 1".into(),
@@ -39,7 +53,7 @@ impl Session {
         }
         let hp = &model.hparams;
         let n_ctx = n_ctx.min(hp.n_ctx_train);
-        let kv = KvCache::with_type(kv_type, hp.n_layer, hp.kv_dim(), hp.head_dim, n_ctx)?;
+        let kv = KvCache::with_windows(kv_type, windows, hp.kv_dim(), hp.head_dim, n_ctx)?;
         let ws = Workspace::plan(
             hp,
             PREFILL_CHUNK.min(n_ctx),
@@ -68,6 +82,8 @@ impl Session {
         &self.tokens
     }
 
+    /// Bytes the kv cache holds: the whole context for global layers, a ring of the window
+    /// and one prefill chunk for sliding-window ones.
     pub fn kv_bytes(&self) -> usize {
         self.kv.bytes()
     }
@@ -119,8 +135,9 @@ impl Session {
 
     /// Keeps the longest prefix of the cached tokens that `prompt` starts with, but never all of
     /// `prompt` (its last token must run again: its logits are what the caller needs), and
-    /// returns its length. Then `decode` the rest, `prompt[kept..]`: each chat turn pays only
-    /// for its new tokens. A prompt that could not run (empty, longer than the context, an id
+    /// returns its length (0 when a sliding-window layer no longer holds that prefix's window;
+    /// see [`Session::truncate`]). Then `decode` the rest, `prompt[kept..]`: each chat turn
+    /// pays only for its new tokens. A prompt that could not run (empty, longer than the context, an id
     /// outside the vocabulary) is refused before the cache changes.
     pub fn keep_prefix(&mut self, prompt: &[u32]) -> Result<usize> {
         if prompt.is_empty() {
@@ -140,15 +157,15 @@ impl Session {
             .take_while(|(a, b)| a == b)
             .count();
         let keep = common.min(prompt.len() - 1);
-        self.truncate(keep);
-        Ok(keep)
+        Ok(self.truncate(keep))
     }
 
     /// Runs `batch` after the tokens already cached and writes what it asks for into `out`
     /// (emptied first; its buffers are reused, so a step with the same `out` allocates nothing).
     /// Fails before touching the cache on an empty batch, an id outside the vocabulary or a
     /// batch that would overflow the context; a pass that fails midway leaves the cache as it
-    /// was before the batch.
+    /// was before the batch (or empty, when the batch ran past a sliding window's rows: see
+    /// [`Session::truncate`]).
     pub fn decode(&mut self, batch: &Batch, out: &mut Outputs) -> Result<()> {
         let tokens = batch.tokens;
         out.clear(batch.taps.len());
@@ -188,12 +205,18 @@ impl Session {
         Ok(())
     }
 
-    /// Forgets every token after the first `len` (no-op if the cache holds fewer).
-    pub fn truncate(&mut self, len: usize) {
-        if len < self.tokens.len() {
-            self.kv.truncate(len);
-            self.tokens.truncate(len);
-        }
+    /// Forgets every token after the first `len` (no-op if the cache holds fewer) and returns
+    /// how many it keeps. That is `len`, unless a sliding-window layer has already dropped
+    /// rows the window at `len` needs (it keeps its window, the last pass and
+    /// `kv_cache::ROLLBACK_SLACK` positions before it): then it keeps 0, and the caller runs
+    /// the tokens again (`keep_prefix` says how many to run). A rollback within the last pass,
+    /// such as a rejected draft's, always keeps `len`.
+    pub fn truncate(&mut self, len: usize) -> usize {
+        // Also when `len` is the length: a pass that failed midway may have written some
+        // layers past it.
+        let kept = self.kv.truncate(len.min(self.tokens.len()));
+        self.tokens.truncate(kept);
+        kept
     }
 
     /// What this session's rows belong to: the header its snapshots carry, and the one a
@@ -221,7 +244,12 @@ impl Session {
         }
         let mut rows = Vec::new();
         self.kv.copy_positions(from, &mut rows);
-        Some(piece_bytes(from, &self.tokens[from..], &rows))
+        Some(piece_bytes(
+            from,
+            &self.tokens[from..],
+            &rows,
+            self.kv.has_windows(),
+        ))
     }
 
     /// Replaces this session's context with a snapshot's: `header` then its `pieces` in order,
@@ -250,8 +278,9 @@ impl Session {
             return Err(EngineError::Snapshot("it holds no positions".into()));
         }
         let n_vocab = self.model.hparams.n_vocab;
+        let windows = self.kv.windows();
         for (i, bytes) in pieces.iter().enumerate() {
-            let piece = read_piece(bytes, &here, self.n_ctx(), n_vocab)?;
+            let piece = read_piece(bytes, &here, self.n_ctx(), n_vocab, &windows)?;
             if piece.start > self.tokens.len() {
                 return Err(EngineError::Snapshot(format!(
                     "piece {} starts at position {} but the pieces before it end at {}",
@@ -260,9 +289,11 @@ impl Session {
                     self.tokens.len()
                 )));
             }
-            self.truncate(piece.start);
+            // Not `truncate`: a windowed layer that no longer holds the window at the piece's
+            // start is fine when the piece brings its own (`load_piece` checks).
+            self.tokens.truncate(piece.start);
             self.kv
-                .load_positions(piece.tokens.len(), piece.rows)
+                .load_piece(piece.start, piece.tokens.len(), &piece.layers)
                 .map_err(|e| EngineError::Snapshot(format!("piece {}: {e}", i + 1)))?;
             self.tokens.extend_from_slice(&piece.tokens);
         }

@@ -345,3 +345,15 @@ pub fn hidden(
     session.decode(&crate::Batch::hidden(tokens, taps), &mut out)?;
     Ok(out.take_states())
 }
+
+/// A session whose sliding-window layers keep the whole context, as the cache did before it
+/// kept a ring per windowed layer: the reference a ring session must equal bit for bit (the
+/// layers still attend through their window).
+pub fn session_with_full_cache(
+    model: std::sync::Arc<crate::Model>,
+    n_ctx: usize,
+    kv_type: crate::KvType,
+) -> crate::Result<crate::Session> {
+    let n_layer = model.hparams.n_layer;
+    crate::Session::with_cache_windows(model, n_ctx, kv_type, &vec![None; n_layer])
+}

@@ -7,7 +7,9 @@
 //! that would not fit otherwise; its attention reads the blocks in place through
 //! `kostant_kernels::attention_q8`. The whole context is allocated and written (zeroed) when
 //! the cache is made, as llama.cpp clears its cache buffer: the memory a session will need is
-//! claimed, and counted, at the start, and no token ever allocates.
+//! claimed, and counted, at the start, and no token ever allocates. A sliding-window layer
+//! (Gemma 3) allocates only its window, [`ROLLBACK_SLACK`] and one prefill chunk
+//! ([`layer_rows`]; see `LayerCache`).
 //!
 //! Within a layer, each kv head's positions are contiguous: (kv head, position, value). The
 //! attention of one kv head reads its keys and its values, so each is one block of memory
@@ -23,6 +25,7 @@ use std::str::FromStr;
 use half::f16;
 use kostant_kernels::attention_q8::{KvBlockQ8_0, Q8_0_BLOCK};
 
+use crate::model::PREFILL_CHUNK;
 use crate::{EngineError, Result};
 
 mod snapshot;
@@ -80,10 +83,78 @@ impl FromStr for KvType {
     }
 }
 
+/// Positions a windowed layer keeps beyond its window: a rollback that reaches up to this far
+/// before the start of the last pass (a verify burst is at most 17 tokens; the next chat turn
+/// may re-tokenize the end of a reply) still finds every row its window needs. A rollback
+/// within the last pass always does (see [`LayerCache::make_room`]).
+pub(crate) const ROLLBACK_SLACK: usize = 64;
+
+/// Rows of history a windowed layer keeps before a pass: the `w - 1` positions the pass's
+/// first query sees, and the slack.
+fn kept(w: usize) -> usize {
+    w.saturating_sub(1) + ROLLBACK_SLACK
+}
+
+/// Slots a layer stores per kv head at a context of `n_ctx`: all of it for a global layer; for
+/// a windowed one its history ([`kept`]) plus one prefill chunk. A chunk longer than the window
+/// still fits whole with the history its first query sees, so every query row reads exactly
+/// its own window (positions p-w+1..=p), as llama.cpp's SWA cache of n_swa + n_ubatch cells
+/// does.
+pub(crate) fn layer_rows(window: Option<usize>, n_ctx: usize) -> usize {
+    match window {
+        None => n_ctx,
+        Some(w) => (kept(w) + PREFILL_CHUNK).min(n_ctx),
+    }
+}
+
+/// One layer's rows. A global layer's slot p holds position p. A windowed layer keeps only
+/// positions `first..filled` in slots `0..filled - first`, in position order: when a pass
+/// would run past its slots, it moves its last [`kept`] positions to the front
+/// ([`Store::shift`]; once a prefill chunk, so about one row copied per token decoded) instead
+/// of wrapping around. A window is then always one contiguous run of rows in position order,
+/// and the attention kernels read it as they read a full-length cache: the same sums in the
+/// same order, so the same bits.
 struct LayerCache {
     store: Store,
+    shape: Shape,
+    /// The layer's sliding window (positions seen, the query's own included), if it has one.
+    window: Option<usize>,
+    /// The position slot 0 holds (0 for a global layer).
+    first: usize,
     /// Positions written in this layer (ahead of `KvCache::len` during a forward pass).
     filled: usize,
+}
+
+impl LayerCache {
+    /// Whether every row the next query (at position `len`) sees is held: always for a
+    /// global layer, and for an empty cache.
+    fn serves(&self, len: usize) -> bool {
+        match self.window {
+            None => true,
+            Some(w) => len == 0 || self.first <= (len + 1).saturating_sub(w),
+        }
+    }
+
+    /// Makes room for `n` more positions after `filled`: a windowed layer whose slots would
+    /// overflow keeps its last [`kept`] positions (at least the `w - 1` the first new query
+    /// sees, so a rollback within this pass, or up to [`ROLLBACK_SLACK`] before it, stays
+    /// servable) and drops the older ones. `n` is at most a prefill chunk, or at most
+    /// [`kept`] when a snapshot is loaded, so the rows fit.
+    fn make_room(&mut self, n: usize) {
+        let Some(w) = self.window else {
+            return; // the context check keeps a global layer within its slots
+        };
+        let rows = self.shape.rows;
+        if self.filled + n - self.first <= rows {
+            return;
+        }
+        let new_first = (self.filled.saturating_sub(kept(w)))
+            .max((self.filled + n).saturating_sub(rows))
+            .clamp(self.first, self.filled);
+        self.store
+            .shift(self.shape, new_first - self.first, self.filled - new_first);
+        self.first = new_first;
+    }
 }
 
 /// One layer's stored keys and values, borrowed for attention.
@@ -91,19 +162,19 @@ struct LayerCache {
 pub(crate) struct LayerView<'a> {
     store: &'a Store,
     shape: Shape,
+    /// The first position held (see [`LayerCache`]).
+    pub(crate) first: usize,
     filled: usize,
 }
 
 impl<'a> LayerView<'a> {
-    /// Kv head g's keys and values for every stored position: (positions, head_dim) each,
-    /// contiguous, in values for f16 and in 32-value blocks for Q8_0.
+    /// Kv head g's keys and values for every held position, `first..filled`: (positions,
+    /// head_dim) each, contiguous, in values for f16 and in 32-value blocks for Q8_0.
     pub(crate) fn head(&self, g: usize) -> HeadView<'a> {
         let Shape {
-            head_dim: hd,
-            n_ctx,
-            ..
+            head_dim: hd, rows, ..
         } = self.shape;
-        let rows = g * n_ctx..g * n_ctx + self.filled;
+        let rows = g * rows..g * rows + (self.filled - self.first);
         let span = |per_row: usize| rows.start * per_row..rows.end * per_row;
         match self.store {
             Store::F16 { k, v } => HeadView::F16 {
@@ -131,19 +202,38 @@ pub(crate) enum HeadView<'a> {
     },
 }
 
+/// One layer's rows of a snapshot piece: positions `first..` up to the piece's end, laid out
+/// as [`Store::copy_rows`] writes them.
+pub(crate) struct LayerRows<'a> {
+    pub first: usize,
+    pub bytes: &'a [u8],
+}
+
 pub struct KvCache {
     layers: Vec<LayerCache>,
     kv_type: KvType,
-    shape: Shape,
+    n_ctx: usize,
     len: usize,
 }
 
 impl KvCache {
-    /// A cache of `kv_type`. Q8_0 blocks must not straddle two heads, so it needs a head size
-    /// that is a multiple of 32.
+    /// A cache of `kv_type` for `n_layer` global layers. Q8_0 blocks must not straddle two
+    /// heads, so it needs a head size that is a multiple of 32.
     pub fn with_type(
         kv_type: KvType,
         n_layer: usize,
+        kv_dim: usize,
+        head_dim: usize,
+        n_ctx: usize,
+    ) -> Result<KvCache> {
+        KvCache::with_windows(kv_type, &vec![None; n_layer], kv_dim, head_dim, n_ctx)
+    }
+
+    /// A cache with one layer per entry of `windows`: a windowed layer (`Some(w)`) stores only
+    /// [`layer_rows`] positions, a global one the whole context.
+    pub fn with_windows(
+        kv_type: KvType,
+        windows: &[Option<usize>],
         kv_dim: usize,
         head_dim: usize,
         n_ctx: usize,
@@ -158,26 +248,46 @@ impl KvCache {
                 "kv width {kv_dim} is not a whole number of {head_dim}-wide heads"
             )));
         }
+        if windows.contains(&Some(0)) {
+            return Err(EngineError::InvalidRequest(
+                "a sliding window must hold at least the query's own position".into(),
+            ));
+        }
         Ok(KvCache {
-            layers: (0..n_layer)
-                .map(|_| LayerCache {
-                    store: Store::zeroed(kv_type, n_ctx * kv_dim),
-                    filled: 0,
+            layers: windows
+                .iter()
+                .map(|&window| {
+                    let rows = layer_rows(window, n_ctx);
+                    LayerCache {
+                        store: Store::zeroed(kv_type, rows * kv_dim),
+                        shape: Shape {
+                            kv_dim,
+                            head_dim,
+                            rows,
+                        },
+                        window,
+                        first: 0,
+                        filled: 0,
+                    }
                 })
                 .collect(),
             kv_type,
-            shape: Shape {
-                kv_dim,
-                head_dim,
-                n_ctx,
-            },
+            n_ctx,
             len: 0,
         })
     }
 
-    /// Bytes a cache of this shape and type takes.
-    pub fn planned_bytes(n_layer: usize, kv_dim: usize, n_ctx: usize, kv_type: KvType) -> usize {
-        2 * n_layer * kv_type.bytes_for(n_ctx * kv_dim)
+    /// Bytes a cache of this shape and type takes (see [`KvCache::with_windows`]).
+    pub fn planned_bytes(
+        windows: &[Option<usize>],
+        kv_dim: usize,
+        n_ctx: usize,
+        kv_type: KvType,
+    ) -> usize {
+        windows
+            .iter()
+            .map(|&w| 2 * kv_type.bytes_for(layer_rows(w, n_ctx) * kv_dim))
+            .sum()
     }
 
     pub fn kv_type(&self) -> KvType {
@@ -194,7 +304,7 @@ impl KvCache {
     }
 
     pub fn capacity(&self) -> usize {
-        self.shape.n_ctx
+        self.n_ctx
     }
 
     /// Bytes held by the cache (all of it is allocated up front).
@@ -202,21 +312,32 @@ impl KvCache {
         self.layers.iter().map(|l| l.store.bytes()).sum()
     }
 
-    /// Forgets every position from `len` on; the next token is written at `len`.
-    pub fn truncate(&mut self, len: usize) {
-        let len = len.min(self.len);
+    /// Forgets every position from `len` on, and returns how many positions it keeps: `len`
+    /// (at most the length), or 0 when a windowed layer no longer holds the window the next
+    /// query at `len` would see (its rows were dropped to make room): then the cache is empty
+    /// and the caller runs the tokens again.
+    pub fn truncate(&mut self, len: usize) -> usize {
+        let mut len = len.min(self.len);
+        if !self.layers.iter().all(|l| l.serves(len)) {
+            len = 0;
+        }
         for l in &mut self.layers {
             l.filled = len;
+            if len == 0 {
+                l.first = 0;
+            }
         }
         self.len = len;
+        len
     }
 
     /// Appends the keys and values of `n` new positions to one layer. k, v: (n, kv_dim).
     /// The caller has checked that they fit the context.
     pub(crate) fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
         let l = &mut self.layers[layer];
-        l.store.write(self.shape, l.filled, k, v);
-        l.filled += k.len() / self.shape.kv_dim;
+        l.make_room(k.len() / l.shape.kv_dim);
+        l.store.write(l.shape, l.filled - l.first, k, v);
+        l.filled += k.len() / l.shape.kv_dim;
     }
 
     /// Marks `n` positions as written in every layer.
@@ -227,47 +348,98 @@ impl KvCache {
         }
     }
 
-    /// Appends the keys and values of positions `from..len` of every layer to `out`, layer by
-    /// layer, as a snapshot piece holds them.
+    /// Whether any layer has a sliding window (its snapshot pieces say where its rows start).
+    pub(crate) fn has_windows(&self) -> bool {
+        self.layers.iter().any(|l| l.window.is_some())
+    }
+
+    /// Every layer's window, in order (what a snapshot piece's layout depends on).
+    pub(crate) fn windows(&self) -> Vec<Option<usize>> {
+        self.layers.iter().map(|l| l.window).collect()
+    }
+
+    /// Appends the keys and values of positions `from..len` to `out`, layer by layer, as a
+    /// snapshot piece holds them. A windowed layer writes the first position of its rows (u32)
+    /// and then its rows from there: from `from`, but at least the `w - 1` positions the next
+    /// query sees (so a piece restores its layers' windows without the pieces before it) and
+    /// at most [`kept`] of them, and never before what it still holds.
     pub(crate) fn copy_positions(&self, from: usize, out: &mut Vec<u8>) {
-        let from = from.min(self.len);
+        let (from, len) = (from.min(self.len), self.len);
         for l in &self.layers {
-            l.store.copy_rows(self.shape, from, self.len, out);
+            let first = match l.window {
+                None => from,
+                Some(w) => from
+                    .min((len + 1).saturating_sub(w))
+                    .max(len.saturating_sub(kept(w)))
+                    .max(l.first),
+            };
+            if l.window.is_some() {
+                // Invariant: a position is below 2^32 (contexts are far shorter).
+                out.extend_from_slice(&u32::try_from(first).unwrap_or(u32::MAX).to_le_bytes());
+            }
+            l.store
+                .copy_rows(l.shape, first - l.first, len - l.first, out);
         }
     }
 
-    /// Writes `n` positions from `bytes` (laid out as [`KvCache::copy_positions`] writes them,
-    /// `n` positions' worth: the caller checked) after the `len` stored. A value that is not
-    /// a finite number fails it, and then the cache holds the `len` positions it had.
-    pub(crate) fn load_positions(
+    /// Replaces positions `start..start + n` of every layer with a snapshot piece's rows
+    /// (checked by `read_piece`: one entry per layer, `first` within the piece's positions
+    /// for a windowed layer, exactly the bytes those positions take), after the `start` kept
+    /// positions (`start <= len`). A windowed layer keeps the rows it holds before the piece's
+    /// when they join up, and otherwise holds only the piece's. Fails on a value that is not a
+    /// finite number, on a windowed layer given more rows than it keeps, or when a windowed
+    /// layer would not hold its window at the end; the caller then empties the cache.
+    pub(crate) fn load_piece(
         &mut self,
+        start: usize,
         n: usize,
-        bytes: &[u8],
+        rows: &[LayerRows],
     ) -> std::result::Result<(), String> {
-        let per_layer = bytes.len() / self.layers.len().max(1);
-        let at = self.len;
-        for (i, (l, chunk)) in self
-            .layers
-            .iter_mut()
-            .zip(bytes.chunks_exact(per_layer))
-            .enumerate()
-        {
-            if let Err(e) = l.store.load_rows(self.shape, at, n, chunk) {
-                self.truncate(at);
-                return Err(format!("layer {i}: {e}"));
+        let end = start + n;
+        self.len = start.min(self.len);
+        for (i, (l, r)) in self.layers.iter_mut().zip(rows).enumerate() {
+            let m = end - r.first;
+            match l.window {
+                None => l.filled = start,
+                Some(w) => {
+                    // More would not fit the slots beside a pass's room (m <= end, which is
+                    // within the context, bounds it for a short context).
+                    if m > kept(w) {
+                        return Err(format!(
+                            "layer {i} carries {m} positions and its window keeps {}",
+                            kept(w)
+                        ));
+                    }
+                    if l.first <= r.first && r.first <= start.min(l.filled) {
+                        l.filled = r.first;
+                    } else {
+                        (l.first, l.filled) = (r.first, r.first);
+                    }
+                    l.make_room(m);
+                }
+            }
+            l.store
+                .load_rows(l.shape, l.filled - l.first, m, r.bytes)
+                .map_err(|e| format!("layer {i}: {e}"))?;
+            l.filled += m;
+            if !l.serves(end) {
+                return Err(format!(
+                    "layer {i} does not hold the window of position {end}"
+                ));
             }
         }
         self.advance(n);
         Ok(())
     }
 
-    /// Keys and values of one layer for every stored position, including ones appended during
+    /// Keys and values of one layer for every held position, including ones appended during
     /// the current forward pass.
     pub(crate) fn layer(&self, layer: usize) -> LayerView<'_> {
         let l = &self.layers[layer];
         LayerView {
             store: &l.store,
-            shape: self.shape,
+            shape: l.shape,
+            first: l.first,
             filled: l.filled,
         }
     }
@@ -302,7 +474,7 @@ mod tests {
             kv_dim,
             head_dim: hd,
             ..
-        } = c.shape;
+        } = view.shape;
         let heads: Vec<(Vec<f32>, Vec<f32>)> = (0..kv_dim / hd)
             .map(|g| match view.head(g) {
                 HeadView::F16 { k, v } => (
@@ -316,7 +488,7 @@ mod tests {
         let rows = |s: usize| -> Vec<f32> {
             let side = |h: &(Vec<f32>, Vec<f32>)| if s == 0 { h.0.clone() } else { h.1.clone() };
             let per_head: Vec<Vec<f32>> = heads.iter().map(side).collect();
-            (0..view.filled)
+            (0..view.filled - view.first)
                 .flat_map(|p| {
                     per_head
                         .iter()
@@ -432,15 +604,69 @@ mod tests {
         let (n_layer, kv_dim, n_ctx) = (3, 256, 40);
         for ty in [KvType::F16, KvType::Q8_0] {
             let c = KvCache::with_type(ty, n_layer, kv_dim, 64, n_ctx).unwrap();
+            let globals = vec![None; n_layer];
             assert_eq!(
                 c.bytes(),
-                KvCache::planned_bytes(n_layer, kv_dim, n_ctx, ty)
+                KvCache::planned_bytes(&globals, kv_dim, n_ctx, ty)
             );
         }
-        let f16 = KvCache::planned_bytes(n_layer, kv_dim, n_ctx, KvType::F16);
-        let q8 = KvCache::planned_bytes(n_layer, kv_dim, n_ctx, KvType::Q8_0);
+        let globals = vec![None; n_layer];
+        let f16 = KvCache::planned_bytes(&globals, kv_dim, n_ctx, KvType::F16);
+        let q8 = KvCache::planned_bytes(&globals, kv_dim, n_ctx, KvType::Q8_0);
         assert_eq!(f16, 2 * n_layer * n_ctx * kv_dim * 2);
         assert_eq!(q8 * 64, f16 * 34);
+        // A windowed layer holds its window, the slack and a prefill chunk, when that is
+        // shorter than the context.
+        let windows = [Some(16), None];
+        let n_ctx = 4096;
+        let c = KvCache::with_windows(KvType::F16, &windows, kv_dim, 64, n_ctx).unwrap();
+        let rows = 15 + ROLLBACK_SLACK + PREFILL_CHUNK;
+        assert_eq!(c.bytes(), 2 * (rows + n_ctx) * kv_dim * 2);
+        assert_eq!(
+            c.bytes(),
+            KvCache::planned_bytes(&windows, kv_dim, n_ctx, KvType::F16)
+        );
+    }
+
+    /// Appended one position at a time past its slots, a windowed layer holds its last
+    /// positions in order, never fewer than the window and the slack; truncating within
+    /// them keeps the length, and further back empties the cache.
+    #[test]
+    fn a_windowed_layer_keeps_its_last_positions_in_order() {
+        for ty in [KvType::F16, KvType::Q8_0] {
+            let (kv_dim, w, n_ctx) = (64, 4, 2000);
+            let mut c = KvCache::with_windows(ty, &[Some(w), None], kv_dim, 32, n_ctx).unwrap();
+            let rows = layer_rows(Some(w), n_ctx);
+            let all_k = values(1500 * kv_dim, 21);
+            let all_v = values(1500 * kv_dim, 22);
+            for p in 0..1500 {
+                for l in 0..2 {
+                    let r = p * kv_dim..(p + 1) * kv_dim;
+                    c.append(l, &all_k[r.clone()], &all_v[r]);
+                }
+                c.advance(1);
+                let view = c.layer(0);
+                assert!(view.filled - view.first <= rows);
+                assert!(view.filled - view.first >= kept(w).min(p + 1), "{p}");
+            }
+            let first = c.layer(0).first;
+            assert!(first > 0, "the ring moved");
+            let (k, v) = read_back(&c, 0);
+            let (gk, _) = read_back(&c, 1);
+            assert_eq!(&k[..], &gk[first * kv_dim..], "{ty}");
+            let held = first * kv_dim..1500 * kv_dim;
+            for ((g, want), tol) in v
+                .iter()
+                .zip(&all_v[held.clone()])
+                .zip(q8_budget(&all_v[held]))
+            {
+                assert!((g - want).abs() <= tol, "{ty}");
+            }
+            let back = first + w - 1;
+            assert_eq!(c.truncate(back), back);
+            assert_eq!(c.truncate(back - 1), 0);
+            assert!(c.is_empty() && c.layer(0).first == 0);
+        }
     }
 
     #[test]

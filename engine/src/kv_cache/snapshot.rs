@@ -5,7 +5,11 @@
 //! A snapshot is a header and one or more pieces. The header says what the rows belong to
 //! (the model file's fingerprint, architecture, kv cache type and shape, adapter); a piece
 //! holds positions `start..start + count`: their token ids, then every layer's keys and values
-//! of those positions ([`super::store::Store::copy_rows`]). Pieces are applied in order, each
+//! of those positions ([`super::store::Store::copy_rows`]). A sliding-window layer holds only
+//! its last positions, so in a model that has them (pieces marked `KSNAPPC2`; other models'
+//! pieces are as in v1, `KSNAPPC1`) each windowed layer's rows start with the position they
+//! begin at: from the piece's start, but at least the window the next query sees, so every
+//! piece restores its windows by itself (`KvCache::copy_positions`). Pieces are applied in order, each
 //! after truncating to its start, so a conversation is saved by appending only the rows added
 //! since the last piece, and a turn that rewrote the end of the context appends a piece that
 //! starts earlier.
@@ -14,14 +18,17 @@
 //! before use, and a snapshot made for another model, cache type, shape or adapter is refused
 //! with the reason. Sealing (the rows are derived from the user's text) is the history's job.
 
-use super::KvType;
+use super::{KvType, LayerRows};
 use crate::{EngineError, Result};
 
 /// The format's name, for associated data and reports.
-pub const SNAPSHOT_FORMAT: &str = "kostant-context/v1";
+pub const SNAPSHOT_FORMAT: &str = "kostant-context/v2";
 
 const HEADER_MAGIC: &[u8; 8] = b"KSNAPHD1";
 const PIECE_MAGIC: &[u8; 8] = b"KSNAPPC1";
+/// A piece of a model with sliding-window layers: each of those layers' rows say where they
+/// start.
+const PIECE_MAGIC_WINDOWED: &[u8; 8] = b"KSNAPPC2";
 /// Longest architecture or adapter name a header may carry, in bytes.
 const MAX_NAME: usize = 256;
 
@@ -182,9 +189,9 @@ impl SnapshotHeader {
         None
     }
 
-    /// Bytes of one position's keys and values over every layer.
-    pub(crate) fn position_bytes(&self) -> usize {
-        2 * self.n_layer * self.kv_type.bytes_for(self.kv_dim)
+    /// Bytes of one position's keys and values in one layer.
+    pub(crate) fn row_bytes(&self) -> usize {
+        2 * self.kv_type.bytes_for(self.kv_dim)
     }
 }
 
@@ -192,14 +199,20 @@ impl SnapshotHeader {
 pub(crate) struct Piece<'a> {
     pub start: usize,
     pub tokens: Vec<u32>,
-    /// `tokens.len()` positions of rows, as `copy_rows` lays them out, layer by layer.
-    pub rows: &'a [u8],
+    /// Each layer's rows, as `copy_rows` lays them out: positions `start..` of a global layer,
+    /// `first..` of a windowed one, to the piece's end.
+    pub layers: Vec<LayerRows<'a>>,
 }
 
-/// Writes a piece: positions `start..` with these tokens and rows.
-pub(crate) fn piece_bytes(start: usize, tokens: &[u32], rows: &[u8]) -> Vec<u8> {
+/// Writes a piece: positions `start..` with these tokens and rows (as
+/// `KvCache::copy_positions` writes them; `windowed` when the model has windowed layers).
+pub(crate) fn piece_bytes(start: usize, tokens: &[u32], rows: &[u8], windowed: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(16 + 4 * tokens.len() + rows.len());
-    out.extend_from_slice(PIECE_MAGIC);
+    out.extend_from_slice(if windowed {
+        PIECE_MAGIC_WINDOWED
+    } else {
+        PIECE_MAGIC
+    });
     put_u32(&mut out, start);
     put_u32(&mut out, tokens.len());
     for t in tokens {
@@ -209,20 +222,35 @@ pub(crate) fn piece_bytes(start: usize, tokens: &[u32], rows: &[u8]) -> Vec<u8> 
     out
 }
 
-/// Reads a piece made under `header`, for a context of `n_ctx` tokens and a vocabulary of
-/// `n_vocab`: its counts must add up to exactly its length, its positions fit the context,
-/// its token ids the vocabulary.
+/// Reads a piece made under `header`, for a context of `n_ctx` tokens, a vocabulary of
+/// `n_vocab` and layers windowed as `windows` says: its counts must add up to exactly its
+/// length, its positions fit the context, its token ids the vocabulary, and a windowed layer's
+/// rows start within the piece's positions.
 pub(crate) fn read_piece<'a>(
     bytes: &'a [u8],
     header: &SnapshotHeader,
     n_ctx: usize,
     n_vocab: usize,
+    windows: &[Option<usize>],
 ) -> Result<Piece<'a>> {
     let mut b = Bytes {
         rest: bytes,
         what: "snapshot piece",
     };
-    if b.take(PIECE_MAGIC.len())? != PIECE_MAGIC {
+    let windowed = windows.iter().any(Option::is_some);
+    let magic = b.take(PIECE_MAGIC.len())?;
+    if windowed && magic == PIECE_MAGIC {
+        return Err(bad(
+            "it was saved by an earlier version that kept sliding-window layers whole".into(),
+        ));
+    }
+    if magic
+        != if windowed {
+            PIECE_MAGIC_WINDOWED
+        } else {
+            PIECE_MAGIC
+        }
+    {
         return Err(bad("a piece of the snapshot is not one".into()));
     }
     let (start, count) = (b.u32()?, b.u32()?);
@@ -245,16 +273,38 @@ pub(crate) fn read_piece<'a>(
             "token id {t} is outside the vocabulary of {n_vocab}"
         )));
     }
-    let want = count * header.position_bytes();
-    if b.rest.len() != want {
+    if windows.len() != header.n_layer {
+        return Err(bad("its cache shape differs from this model's".into()));
+    }
+    let end = start + count;
+    let row_bytes = header.row_bytes();
+    let mut layers = Vec::with_capacity(windows.len());
+    for (l, w) in windows.iter().enumerate() {
+        let first = match w {
+            None => start,
+            Some(_) => {
+                let first = b.u32()?;
+                if first > end {
+                    return Err(bad(format!(
+                        "layer {l}'s rows start at position {first}, past the piece's end {end}"
+                    )));
+                }
+                first
+            }
+        };
+        // At most a context of rows (checked above), so the product does not overflow.
+        let bytes = b.take((end - first) * row_bytes)?;
+        layers.push(LayerRows { first, bytes });
+    }
+    if !b.rest.is_empty() {
         return Err(bad(format!(
-            "a piece of {count} positions carries {} bytes of keys and values, not {want}",
+            "a piece of {count} positions carries {} bytes of keys and values too many",
             b.rest.len()
         )));
     }
     Ok(Piece {
         start,
         tokens,
-        rows: b.rest,
+        layers,
     })
 }

@@ -7,25 +7,36 @@ use kostant_kernels::attention_q8::{quantize_q8_0_kv, KvBlockQ8_0, Q8_0_BLOCK};
 
 use super::KvType;
 
-/// One layer's keys and values in the cache's type, (kv head, position, value): head g's
-/// rows are the `n_ctx` rows from `g * n_ctx` on.
+/// One layer's keys and values in the cache's type, (kv head, slot, value): head g's rows
+/// are the `rows` slots from `g * rows` on (a slot holds one position; see `LayerCache`).
 pub(super) enum Store {
     F16 {
-        k: Vec<f16>, // (n_head_kv, n_ctx, head_dim)
-        v: Vec<f16>, // (n_head_kv, n_ctx, head_dim)
+        k: Vec<f16>, // (n_head_kv, rows, head_dim)
+        v: Vec<f16>, // (n_head_kv, rows, head_dim)
     },
     Q8_0 {
-        k: Vec<KvBlockQ8_0>, // (n_head_kv, n_ctx, head_dim / 32)
-        v: Vec<KvBlockQ8_0>, // (n_head_kv, n_ctx, head_dim / 32)
+        k: Vec<KvBlockQ8_0>, // (n_head_kv, rows, head_dim / 32)
+        v: Vec<KvBlockQ8_0>, // (n_head_kv, rows, head_dim / 32)
     },
 }
 
-/// Where a layer's rows go: the cache's shape.
+/// Where a layer's rows go: its width, head width and slots per head (the context for a
+/// global layer, the ring for a windowed one).
 #[derive(Clone, Copy)]
 pub(super) struct Shape {
     pub(super) kv_dim: usize,
     pub(super) head_dim: usize,
-    pub(super) n_ctx: usize,
+    pub(super) rows: usize,
+}
+
+impl Shape {
+    /// Stored elements per row of one head: values for f16, 32-value blocks for Q8_0.
+    fn per_row(self, ty: &Store) -> usize {
+        match ty {
+            Store::F16 { .. } => self.head_dim,
+            Store::Q8_0 { .. } => self.head_dim / Q8_0_BLOCK,
+        }
+    }
 }
 
 /// `n` copies of `x`, every one written: `resize` touches each element, so the pages are
@@ -58,13 +69,13 @@ impl Store {
         }
     }
 
-    /// Writes keys `xk` and values `xv`, (n, kv_dim) each, as positions `pos..pos + n`: each
+    /// Writes keys `xk` and values `xv`, (n, kv_dim) each, into slots `slot..slot + n`: each
     /// head's piece of a row goes to that head's rows.
-    pub(super) fn write(&mut self, shape: Shape, pos: usize, xk: &[f32], xv: &[f32]) {
+    pub(super) fn write(&mut self, shape: Shape, slot: usize, xk: &[f32], xv: &[f32]) {
         let Shape {
             kv_dim,
             head_dim: hd,
-            n_ctx,
+            rows,
         } = shape;
         for (t, (rk, rv)) in xk
             .chunks_exact(kv_dim)
@@ -72,7 +83,7 @@ impl Store {
             .enumerate()
         {
             for (g, (hk, hv)) in rk.chunks_exact(hd).zip(rv.chunks_exact(hd)).enumerate() {
-                let at = (g * n_ctx + pos + t) * hd; // in values
+                let at = (g * rows + slot + t) * hd; // in values
                 match self {
                     Store::F16 { k, v } => {
                         k[at..at + hd].convert_from_f32_slice(hk);
@@ -87,9 +98,35 @@ impl Store {
             }
         }
     }
+
+    /// Moves every head's slots `from..from + n` to `0..n` (a windowed layer dropping the
+    /// positions no query can see any more). No allocation: `copy_within`.
+    pub(super) fn shift(&mut self, shape: Shape, from: usize, n: usize) {
+        fn each<T: Copy>(
+            sides: [&mut Vec<T>; 2],
+            heads: usize,
+            stride: usize,
+            from: usize,
+            n: usize,
+        ) {
+            for side in sides {
+                for g in 0..heads {
+                    let base = g * stride;
+                    side.copy_within(base + from..base + from + n, base);
+                }
+            }
+        }
+        let heads = shape.kv_dim / shape.head_dim;
+        let per = shape.per_row(self);
+        let (stride, from, n) = (shape.rows * per, from * per, n * per);
+        match self {
+            Store::F16 { k, v } => each([k, v], heads, stride, from, n),
+            Store::Q8_0 { k, v } => each([k, v], heads, stride, from, n),
+        }
+    }
 }
 
-/// Keys and values of positions `from..to` of one layer as bytes, appended to `out`: the keys
+/// Keys and values of slots `from..to` of one layer as bytes, appended to `out`: the keys
 /// of kv head 0, 1, … in position order, then the values the same way. f16 values are
 /// little-endian; Q8_0 rows are their blocks ([`KvBlockQ8_0::to_bytes`]).
 impl Store {
@@ -100,8 +137,7 @@ impl Store {
                 let hd = shape.head_dim;
                 for side in [k, v] {
                     for g in 0..n_heads {
-                        let rows =
-                            &side[(g * shape.n_ctx + from) * hd..(g * shape.n_ctx + to) * hd];
+                        let rows = &side[(g * shape.rows + from) * hd..(g * shape.rows + to) * hd];
                         out.extend(rows.iter().flat_map(|x| x.to_le_bytes()));
                     }
                 }
@@ -110,8 +146,7 @@ impl Store {
                 let nb = shape.head_dim / Q8_0_BLOCK;
                 for side in [k, v] {
                     for g in 0..n_heads {
-                        let rows =
-                            &side[(g * shape.n_ctx + from) * nb..(g * shape.n_ctx + to) * nb];
+                        let rows = &side[(g * shape.rows + from) * nb..(g * shape.rows + to) * nb];
                         out.extend(rows.iter().flat_map(|b| b.to_bytes()));
                     }
                 }
@@ -119,10 +154,10 @@ impl Store {
         }
     }
 
-    /// Writes positions `at..at + n` from bytes laid out as [`Store::copy_rows`] writes them
+    /// Writes slots `at..at + n` from bytes laid out as [`Store::copy_rows`] writes them
     /// (exactly `n` positions' worth: the caller checked the length). Fails, naming the first
-    /// bad value, on a value that is not a finite number; positions before the bad one may
-    /// have been written, so the caller must not count any of them as filled.
+    /// bad value, on a value that is not a finite number; slots before the bad one may have
+    /// been written, so the caller must not count any of them as filled.
     pub(super) fn load_rows(
         &mut self,
         shape: Shape,
@@ -138,7 +173,7 @@ impl Store {
                 for (s, side) in [k, v].into_iter().enumerate() {
                     for g in 0..n_heads {
                         let rows =
-                            &mut side[(g * shape.n_ctx + at) * hd..(g * shape.n_ctx + at + n) * hd];
+                            &mut side[(g * shape.rows + at) * hd..(g * shape.rows + at + n) * hd];
                         for x in rows.iter_mut() {
                             // Invariant: the caller checked there are n positions of bytes.
                             let b = src.next().unwrap();
@@ -160,7 +195,7 @@ impl Store {
                 for (s, side) in [k, v].into_iter().enumerate() {
                     for g in 0..n_heads {
                         let rows =
-                            &mut side[(g * shape.n_ctx + at) * nb..(g * shape.n_ctx + at + n) * nb];
+                            &mut side[(g * shape.rows + at) * nb..(g * shape.rows + at + n) * nb];
                         for x in rows.iter_mut() {
                             // Invariant: the caller checked there are n positions of bytes.
                             let b = src.next().unwrap();

@@ -438,7 +438,16 @@ pub(super) fn attention<'s>(
     kv.append(l, k, v);
     let q = &*q;
 
-    let cached = kv.layer(l); // pos + n positions of keys and values
+    // Positions cached.first..pos + n of keys and values: every position for a global layer,
+    // the windowed layer's last ones (kv_cache's ring), which must reach back to the window of
+    // the pass's first query.
+    let cached = kv.layer(l);
+    let oldest_seen = spec.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    if oldest_seen < cached.first {
+        return Err(EngineError::Model(format!(
+            "layer {l}: the kv cache no longer holds position {oldest_seen} of the window"
+        )));
+    }
     let group = hp.n_head / hp.n_head_kv;
     // (n, n_head * head_dim); every head's slice is written whole below.
     let out = sized(heads, n * q_dim);
@@ -462,6 +471,7 @@ pub(super) fn attention<'s>(
             hd / Q8_0_BLOCK,
         );
         // The head's rows from the window's start, one after another.
+        let skip = start - cached.first;
         match cached.head(g) {
             HeadView::F16 { k, v } => {
                 // The queries meet the f16 keys at f16 precision, as in llama.cpp. The
@@ -470,7 +480,7 @@ pub(super) fn attention<'s>(
                 for (a, &b) in q_h.iter_mut().zip(q_group) {
                     *a = f16::from_f32(b).to_f32();
                 }
-                let (k, v) = (&k[start * hd..], &v[start * hd..]);
+                let (k, v) = (&k[skip * hd..], &v[skip * hd..]);
                 dot_f16_rows_group(q_h, hd, k, hd, 0, scale, order, probs);
                 probs.chunks_exact_mut(visible).for_each(softmax);
                 weighted_sum_f16_rows_group(probs, hd, v, hd, 0, order, lanes, o);
@@ -478,7 +488,7 @@ pub(super) fn attention<'s>(
             HeadView::Q8_0 { k, v } => {
                 let probs = &mut probs[..visible];
                 let stride = hd / Q8_0_BLOCK;
-                let (k, v) = (&k[start * stride..], &v[start * stride..]);
+                let (k, v) = (&k[skip * stride..], &v[skip * stride..]);
                 for (q_src, o_h) in q_group.chunks_exact(hd).zip(o.chunks_exact_mut(hd)) {
                     // The query is quantized like the keys, so each block's dot is exact
                     // in integers (as llama.cpp does with a q8_0 K cache). The cache made

@@ -253,6 +253,11 @@ impl HParams {
         self.n_head * self.head_dim
     }
 
+    /// Every layer's [`HParams::window`], in order.
+    pub fn windows(&self) -> Vec<Option<usize>> {
+        (0..self.n_layer).map(|l| self.window(l)).collect()
+    }
+
     /// How many positions layer `l` attends to: its window, or every one.
     pub fn window(&self, l: usize) -> Option<usize> {
         self.sliding

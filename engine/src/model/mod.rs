@@ -195,7 +195,8 @@ impl Model {
 
     /// What running this model with a context of `n_ctx` tokens will hold in memory: the
     /// mapped weights every forward pass touches, the kv cache (allocated whole when a session
-    /// starts) and the scratch of one prefill chunk. The cache is the default f16 one.
+    /// starts; a sliding-window layer's only for its window and a prefill chunk) and the
+    /// scratch of one prefill chunk. The cache is the default f16 one.
     pub fn memory_plan(&self, n_ctx: usize) -> MemoryPlan {
         self.memory_plan_with_kv(n_ctx, KvType::F16)
     }
@@ -214,7 +215,7 @@ impl Model {
             w.token_embd.size / w.token_embd.rows * n_ctx.min(w.token_embd.rows)
         };
         let weights = self.weight_bytes_per_token() - w.token_embd.size / w.token_embd.rows + embd;
-        let kv = KvCache::planned_bytes(hp.n_layer, hp.kv_dim(), n_ctx, kv_type);
+        let kv = KvCache::planned_bytes(&hp.windows(), hp.kv_dim(), n_ctx, kv_type);
         // The session's planned buffers for one prefill chunk, and the activations quantized
         // for the matmuls (about a byte per value, kept by each kernel thread; float weights
         // keep their normalised input rows instead, 4 bytes per value).
