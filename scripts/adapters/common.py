@@ -125,9 +125,15 @@ def render(feature, user, assistant=None):
     return prompt, f"{assistant}<|im_end|>"
 
 
+REWRITE_TONES = ["friendlier", "more formal", "shorter", "clearer"]
+
+
 def user_message(feature, ex):
     """The user turn for one data line: the text itself; for rewrite, the requested tone as a
-    first line (the app's rewrite chip sends the text alone; a tone line is what a user types)."""
-    if feature == "rewrite" and ex.get("tone"):
+    first line, `Make it {tone}:` then a newline and the text (a tone line is what a user types).
+    A rewrite line with `"tone_line": false` (only allowed with tone "clearer", about a quarter
+    of those) is rendered as the bare text: the app's rewrite chip sends the text alone, and a
+    text with no instruction gets the clearer version."""
+    if feature == "rewrite" and ex.get("tone") and ex.get("tone_line", True):
         return f"Make it {ex['tone']}:\n{ex['input']}"
     return ex["input"]
