@@ -8,6 +8,8 @@ split checks). Fails (exit 1) on:
   tone other than "clearer"; a "shorter" output longer than 0.7 x its input (characters); an
   output whose digit strings differ from its input's (every number kept, none added);
 - summarize and reply: a digit string in the output that is not in the input (nothing invented);
+- reply: a reply whose language (a rough function-word guess: en, es, fr, de) differs from
+  the message's;
 - summarize: an input over 250 words;
 - any example over 512 tokens as train.py renders it (only when `tokenizers` and `gguf` import,
   e.g. with PYTHONPATH=/tmp/adapters-py; otherwise this check is skipped and says so).
@@ -35,9 +37,13 @@ KEYS = {
 MAX_TOKENS = 512
 SHORTER_MAX = 0.7
 NON_EN = {
-    "es": {"que", "de", "el", "la", "los", "por", "para", "gracias", "hola", "muy", "pero", "está"},
-    "fr": {"je", "vous", "le", "la", "les", "est", "pour", "merci", "bonjour", "avec", "nous", "pas"},
-    "de": {"ich", "und", "die", "der", "das", "ist", "nicht", "danke", "hallo", "wir", "mit", "sie"},
+    "es": {"que", "el", "la", "los", "las", "por", "para", "gracias", "hola", "muy", "pero", "está",
+           "te", "tu", "un", "una", "del", "con", "lo", "se", "mi", "y", "hoy", "muchas", "qué", "estoy",
+           "de", "le", "su", "ha"},
+    "fr": {"je", "vous", "le", "la", "les", "est", "pour", "merci", "bonjour", "salut", "avec", "nous",
+           "pas", "tu", "te", "des", "un", "une", "ce", "ça", "à", "et", "du", "au", "mon", "votre", "suis"},
+    "de": {"ich", "und", "die", "der", "das", "ist", "nicht", "danke", "hallo", "wir", "mit", "du", "dir",
+           "mich", "ein", "eine", "zu", "für", "bei", "auf", "dass", "bitte", "euch", "ihr", "ihnen", "sehr"},
 }
 
 
@@ -46,13 +52,15 @@ def digits(text):
 
 
 def lang(text):
+    """A rough guess (en, es, fr or de) from function words, enough to catch a reply in the
+    wrong language."""
     words = re.findall(r"\w+", text.lower())
     best, score = "en", 0
     for code, stop in NON_EN.items():
         n = sum(w in stop for w in words)
         if n > score:
             best, score = code, n
-    return best if score >= max(3, len(words) // 12) else "en"
+    return best if score >= 2 and score >= 0.15 * len(words) else "en"
 
 
 def _stem(w):
@@ -162,10 +170,10 @@ def check(feature, tok, verbose):
                          f"<60: {sum(x < 60 for x in w)}, 150-250: {sum(x >= 150 for x in w)}")
         if feature == "reply" and rows:
             langs = [lang(r["input"]) for r in rows]
-            mism = [i for i, r in enumerate(rows) if lang(r["output"]) != langs[i] and langs[i] != "en"]
             stats.append("languages " + ", ".join(f"{c} {langs.count(c)}" for c in sorted(set(langs))))
-            if mism:
-                stats.append(f"(non-English inputs whose reply looks like another language: lines {[i + 1 for i in mism]})")
+            for i, r in enumerate(rows):
+                if lang(r["output"]) != langs[i]:
+                    fail(f"{feature}/{s}.jsonl row {i + 1}", f"input looks {langs[i]}, reply looks {lang(r['output'])}")
         print(f"  {feature}/{s}: " + "; ".join(stats))
     print(f"{feature}: {'ok' if ok else 'FAILED'}")
     return ok
