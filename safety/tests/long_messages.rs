@@ -44,8 +44,8 @@ fn setup() -> (Arc<Model>, Guard, Session) {
     let model = Model::load(&real_model_path()).expect("run scripts/setup.sh first");
     let head = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/safety/guard-head.bin");
     let guard = Guard::load(model.clone(), &head).unwrap();
-    assert!(guard.rides_on(&model), "the test is about the riding path");
     let session = Session::new(model.clone(), 4096).unwrap();
+    assert!(guard.rides_on(&session), "the test is about the riding path");
     (model, guard, session)
 }
 

@@ -335,7 +335,12 @@ fn read(tensors: &SafeTensors, key: &str, rows: usize, cols: usize) -> Result<Ma
 /// `n_heads` heads: within each head, row `j * half + i` of the Hugging Face layout becomes
 /// row `2 * i + j` (the two halves of a head, interleaved pairwise).
 pub(crate) fn permute_rows(bytes: &[u8], rows: usize, n_heads: usize) -> Result<Vec<u8>> {
-    if n_heads == 0 || rows % n_heads != 0 || (rows / n_heads) % 2 != 0 || bytes.len() % rows != 0 {
+    if n_heads == 0
+        || rows == 0
+        || !rows.is_multiple_of(n_heads)
+        || !(rows / n_heads).is_multiple_of(2)
+        || !bytes.len().is_multiple_of(rows)
+    {
         return Err(bad(format!(
             "cannot permute {rows} rows into {n_heads} heads of even width"
         )));
