@@ -45,7 +45,10 @@ fn setup() -> (Arc<Model>, Guard, Session) {
     let head = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/safety/guard-head.bin");
     let guard = Guard::load(model.clone(), &head).unwrap();
     let session = Session::new(model.clone(), 4096).unwrap();
-    assert!(guard.rides_on(&session), "the test is about the riding path");
+    assert!(
+        guard.rides_on(&session),
+        "the test is about the riding path"
+    );
     (model, guard, session)
 }
 

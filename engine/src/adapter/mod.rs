@@ -36,17 +36,13 @@ pub const MAX_RANK: usize = 1024;
 /// F16; BF16 from bf16 checkpoints) and the kernels multiply at any width.
 pub const ADAPTER_TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
 
-/// One targeted matrix's pair: where A (r x cols) and B (rows x r) are in the adapter's file,
-/// and their values as f32, A as it is and B transposed, (r, rows): the side path is r dots of
-/// the input and r axpys into the output, a few long SIMD loops instead of `rows` dots of
-/// length r (BENCHMARKS.md, issue 21).
-#[derive(Clone, Debug)]
+/// One targeted matrix's pair, as tensors of the adapter's file: A is (r x cols), B is
+/// (rows x r), both row-major as the kernels read weights.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct LoraPair {
     pub a: Tensor,
     pub b: Tensor,
     pub rank: usize,
-    pub a32: Vec<f32>,
-    pub bt32: Vec<f32>,
 }
 
 /// A matrix of the adapter's file: type, byte range and shape (rows x cols).
@@ -256,22 +252,13 @@ impl LoraAdapter {
                 rows: t.rows(),
                 cols: t.cols(),
             };
-            let (a, b) = (tensor(a), tensor(b));
-            let a32 = values(&file, &a, target, "lora_a")?;
-            let b32 = values(&file, &b, target, "lora_b")?;
-            let mut bt32 = vec![0.0; b32.len()];
-            for (i, row) in b32.chunks_exact(rank).enumerate() {
-                for (j, &v) in row.iter().enumerate() {
-                    bt32[j * b.rows + i] = v;
-                }
-            }
-            pairs[slot] = Some(LoraPair {
-                a,
-                b,
+            let pair = LoraPair {
+                a: tensor(a),
+                b: tensor(b),
                 rank,
-                a32,
-                bt32,
-            });
+            };
+            check_finite(&file, &pair, target)?;
+            pairs[slot] = Some(pair);
         }
         let fingerprint = fingerprint(&file);
         Ok(Arc::new(LoraAdapter {
@@ -347,6 +334,10 @@ impl LoraAdapter {
         self.pairs.get(slot).and_then(Option::as_ref)
     }
 
+    pub(crate) fn file(&self) -> &Gguf {
+        &self.file
+    }
+
     /// `scale * alpha / r` for one pair, as llama.cpp's `get_scale`.
     pub(crate) fn pair_scale(&self, pair: &LoraPair, scale: f32) -> f32 {
         if self.alpha != 0.0 {
@@ -367,19 +358,25 @@ pub(crate) fn short_name(name: &str) -> String {
     name[..end].to_string()
 }
 
-/// The tensor's values as f32, row-major. A NaN or infinity in an adapter would silently
-/// poison every reply: it is refused here, at load.
-fn values(file: &Gguf, t: &Tensor, target: &str, half: &str) -> Result<Vec<f32>> {
-    let w = t.weights(file);
-    let mut out = vec![0.0f32; t.rows * t.cols];
-    let row_bytes = t.size / t.rows.max(1);
-    for (r, row) in out.chunks_exact_mut(t.cols.max(1)).enumerate() {
-        kostant_kernels::dequantize_row(t.ty, &w.data[r * row_bytes..(r + 1) * row_bytes], row)?;
-        if let Some(v) = row.iter().find(|v| !v.is_finite()) {
-            return Err(bad(format!("{target}.{half}: row {r} holds {v}")));
+/// A NaN or infinity in an adapter would silently poison every reply: refuse it at load (the
+/// files are small, so reading them once costs little).
+fn check_finite(file: &Gguf, pair: &LoraPair, target: &str) -> Result<()> {
+    for (half, t) in [("lora_a", &pair.a), ("lora_b", &pair.b)] {
+        let w = t.weights(file);
+        let mut row = vec![0.0f32; t.cols];
+        let row_bytes = t.size / t.rows.max(1);
+        for r in 0..t.rows {
+            kostant_kernels::dequantize_row(
+                t.ty,
+                &w.data[r * row_bytes..(r + 1) * row_bytes],
+                &mut row,
+            )?;
+            if let Some(v) = row.iter().find(|v| !v.is_finite()) {
+                return Err(bad(format!("{target}.{half}: row {r} holds {v}")));
+            }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 fn fingerprint(file: &Gguf) -> [u8; 32] {
