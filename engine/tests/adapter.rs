@@ -231,7 +231,9 @@ fn an_adapter_loaded_for_another_model_is_refused() {
     assert!(err.contains("another model"), "{err}");
     assert_eq!(s.tokens(), &[5, 6, 7], "a refused adapter changes nothing");
     assert!(s.adapter().is_none());
-    let err = s
+    // On its own model, a scale that is not a number is refused.
+    let mut own = Session::new(a.clone(), 32).unwrap();
+    let err = own
         .set_adapter(Some(ActiveAdapter {
             adapter: adapter.clone(),
             scale: f32::NAN,

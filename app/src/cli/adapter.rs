@@ -41,7 +41,7 @@ impl AdapterArgs {
 
     /// Loads the adapter, if one was given, and sets it on `session`. Returns its name.
     pub fn apply(&self, session: &mut Session) -> Result<Option<String>> {
-        let active = self.load(&session.model().clone())?;
+        let active = self.load(session.model())?;
         let name = active.as_ref().map(|a| a.adapter.name().to_string());
         session.set_adapter(active)?;
         Ok(name)

@@ -19,10 +19,10 @@ pub mod synth;
 use std::path::Path;
 use std::sync::Arc;
 
-use kostant_kernels::{GgmlType, Weights};
+use kostant_kernels::GgmlType;
 
 use crate::gguf::Gguf;
-use crate::model::weights::{linear_slot, slot_name};
+use crate::model::weights::{linear_slot, slot_name, TensorRef};
 use crate::model::Model;
 use crate::{EngineError, Result};
 
@@ -36,34 +36,13 @@ pub const MAX_RANK: usize = 1024;
 /// F16; BF16 from bf16 checkpoints) and the kernels multiply at any width.
 pub const ADAPTER_TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
 
-/// One targeted matrix's pair, as tensors of the adapter's file: A is (r x cols), B is
-/// (rows x r), both row-major as the kernels read weights.
+/// One targeted matrix's pair, as tensors of the adapter's file (never repacked): A is
+/// (r x cols), B is (rows x r), both row-major as the kernels read weights.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LoraPair {
-    pub a: Tensor,
-    pub b: Tensor,
+    pub a: TensorRef,
+    pub b: TensorRef,
     pub rank: usize,
-}
-
-/// A matrix of the adapter's file: type, byte range and shape (rows x cols).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Tensor {
-    pub ty: GgmlType,
-    pub offset: usize,
-    pub size: usize,
-    pub rows: usize,
-    pub cols: usize,
-}
-
-impl Tensor {
-    pub fn weights<'a>(&self, file: &'a Gguf) -> Weights<'a> {
-        Weights {
-            ty: self.ty,
-            data: &file.bytes()[self.offset..self.offset + self.size],
-            rows: self.rows,
-            cols: self.cols,
-        }
-    }
 }
 
 /// A LoRA adapter loaded for one base model: its file mapped, every pair checked against the
@@ -245,12 +224,14 @@ impl LoraAdapter {
                     "{target}: rank {rank} (1 to {MAX_RANK} allowed)"
                 )));
             }
-            let tensor = |t: &crate::gguf::TensorInfo| Tensor {
+            let tensor = |t: &crate::gguf::TensorInfo| TensorRef {
                 ty: t.ty,
                 offset: t.offset,
                 size: t.size,
                 rows: t.rows(),
                 cols: t.cols(),
+                packed: None,
+                slot: None,
             };
             let pair = LoraPair {
                 a: tensor(a),

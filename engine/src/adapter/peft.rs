@@ -314,16 +314,10 @@ fn read(tensors: &SafeTensors, key: &str, rows: usize, cols: usize) -> Result<Ma
             data.len()
         )));
     }
-    let value = |c: &[u8]| match ty {
-        GgmlType::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
-        GgmlType::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f32(),
-        _ => half::bf16::from_le_bytes([c[0], c[1]]).to_f32(),
-    };
-    if let Some(i) = data.chunks_exact(width).position(|c| !value(c).is_finite()) {
-        return Err(bad(format!(
-            "{key}: element {i} is {}",
-            value(&data[i * width..(i + 1) * width])
-        )));
+    let mut values = vec![0.0f32; rows * cols];
+    kostant_kernels::dequantize_row(ty, data, &mut values)?;
+    if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+        return Err(bad(format!("{key}: element {i} is {v}")));
     }
     Ok(Matrix {
         ty,

@@ -2,7 +2,7 @@
 //! (the same file loaded by both), and for measuring an adapter's cost on model shapes that
 //! have no trained adapter (`kostant synth --adapter`).
 
-use kostant_kernels::GgmlType;
+use kostant_kernels::{quantize_row, GgmlType};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -114,29 +114,14 @@ pub fn random_adapter(model: &Model, spec: &SynthAdapter) -> Result<GgufWriter> 
             &format!("{name}.lora_a"),
             &[cols, r],
             spec.ty,
-            encode(&a, spec.ty),
+            quantize_row(spec.ty, &a)?,
         );
         w.tensor(
             &format!("{name}.lora_b"),
             &[r, rows],
             spec.ty,
-            encode(&b, spec.ty),
+            quantize_row(spec.ty, &b)?,
         );
     }
     Ok(w)
-}
-
-/// `values` in `ty`'s little-endian bytes (F32, F16 or BF16).
-pub(crate) fn encode(values: &[f32], ty: GgmlType) -> Vec<u8> {
-    match ty {
-        GgmlType::F16 => values
-            .iter()
-            .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
-            .collect(),
-        GgmlType::BF16 => values
-            .iter()
-            .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
-            .collect(),
-        _ => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-    }
 }
