@@ -291,6 +291,13 @@ fn present(path: std::path::PathBuf, how: &str) -> std::path::PathBuf {
     path
 }
 
+/// `n` token ids in the tiny models' vocabulary, varied by `salt`: a deterministic prompt.
+pub fn sample_tokens(n: usize, salt: u32) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| 3 + (i * 37 + salt * 11) % 250)
+        .collect()
+}
+
 /// Tests' shorthand for the prompt path: keeps the cached prefix `prompt` starts with, decodes
 /// the rest, and returns the logits after `prompt` and how many tokens were reused.
 pub fn prefill(session: &mut crate::Session, prompt: &[u32]) -> crate::Result<(Vec<f32>, usize)> {

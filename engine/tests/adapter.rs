@@ -288,11 +288,11 @@ fn a_model_loader_refuses_an_adapter_file_and_says_what_it_is() {
     assert!(err.contains("LoRA adapter, not a model"), "{err}");
 }
 
+type Meta = Vec<(String, Value)>;
+type Tensors = Vec<(String, Vec<usize>, GgmlType, Vec<u8>)>;
+
 /// A valid adapter's writer with `edit` applied to its metadata and tensors.
-fn edited(
-    model: &Model,
-    edit: impl Fn(&mut Vec<(String, Value)>, &mut Vec<(String, Vec<usize>, GgmlType, Vec<u8>)>),
-) -> Vec<u8> {
+fn edited(model: &Model, edit: impl Fn(&mut Meta, &mut Tensors)) -> Vec<u8> {
     let g = Gguf::from_bytes(
         random_adapter(model, &SynthAdapter::new(4, 1))
             .unwrap()
@@ -300,12 +300,12 @@ fn edited(
             .unwrap(),
     )
     .unwrap();
-    let mut meta: Vec<(String, Value)> = g
+    let mut meta: Meta = g
         .metadata()
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let mut tensors: Vec<_> = g
+    let mut tensors: Tensors = g
         .tensors()
         .iter()
         .map(|t| {
@@ -328,125 +328,86 @@ fn edited(
     w.to_bytes().unwrap()
 }
 
+fn tensor<'t>(t: &'t mut Tensors, name: &str) -> &'t mut (String, Vec<usize>, GgmlType, Vec<u8>) {
+    t.iter_mut().find(|x| x.0 == name).unwrap()
+}
+
+fn rename_all(t: &mut Tensors, from: &str, to: &str) {
+    for x in t.iter_mut() {
+        x.0 = x.0.replace(from, to);
+    }
+}
+
+/// A rank-4 A for q paired with the k pair's B: shapes disagree.
+fn q_with_k_b(t: &mut Tensors) {
+    let kb = tensor(t, "blk.0.attn_k.weight.lora_b").clone();
+    let qb = tensor(t, "blk.0.attn_q.weight.lora_b");
+    (qb.1, qb.3) = (kb.1, kb.3);
+}
+
+/// An A of type Q8_0 (sized as Q8_0, so the file itself is well formed).
+fn q8_0_a(t: &mut Tensors) {
+    let a = tensor(t, "blk.0.attn_q.weight.lora_a");
+    let cols = a.1[0];
+    a.2 = GgmlType::Q8_0;
+    a.3 = vec![0u8; cols / 32 * 34 * a.1[1]];
+}
+
 #[test]
 fn hostile_or_foreign_adapter_files_are_refused_with_the_reason() {
     let (model, _) = tiny(&TinySpec::default());
-    let set = |key: &'static str, v: Value| {
-        move |m: &mut Vec<(String, Value)>, _: &mut Vec<_>| {
-            m.retain(|(k, _)| k != key);
-            m.push((key.to_string(), v.clone()));
-        }
-    };
-    type Edit =
-        Box<dyn Fn(&mut Vec<(String, Value)>, &mut Vec<(String, Vec<usize>, GgmlType, Vec<u8>)>)>;
-    let cases: Vec<(&str, Edit)> = vec![
-        (
-            "not an adapter",
-            Box::new(set("general.type", Value::String("model".into()))),
-        ),
-        (
-            "only \"lora\"",
-            Box::new(set("adapter.type", Value::String("ia3".into()))),
-        ),
-        (
-            "architecture \"qwen3\"",
-            Box::new(set("general.architecture", Value::String("qwen3".into()))),
-        ),
-        (
-            "alpha is NaN",
-            Box::new(set("adapter.lora.alpha", Value::F32(f32::NAN))),
-        ),
-        (
-            "must both be present",
-            Box::new(
-                |_: &mut _, t: &mut Vec<(String, Vec<usize>, GgmlType, Vec<u8>)>| {
-                    t.retain(|x| x.0 != "blk.1.ffn_up.weight.lora_b")
-                },
-            ),
-        ),
-        (
-            "not a LoRA tensor",
-            Box::new(
-                |_: &mut _, t: &mut Vec<(String, Vec<usize>, GgmlType, Vec<u8>)>| {
-                    t[0].0 = "blk.0.attn_q.weight.lora_c".into()
-                },
-            ),
-        ),
-        (
-            "not a matrix of the model",
-            Box::new(
-                |_: &mut _, t: &mut Vec<(String, Vec<usize>, GgmlType, Vec<u8>)>| {
-                    for x in t.iter_mut() {
-                        x.0 = x.0.replace("blk.1.", "blk.7.");
-                    }
-                },
-            ),
-        ),
-        (
-            "token embedding",
-            Box::new(
-                |_: &mut _, t: &mut Vec<(String, Vec<usize>, GgmlType, Vec<u8>)>| {
-                    for x in t.iter_mut() {
-                        x.0 = x.0.replace("blk.0.attn_q.weight", "token_embd.weight");
-                    }
-                },
-            ),
-        ),
-        (
-            "do not fit",
-            Box::new(
-                |_: &mut _, t: &mut Vec<(String, Vec<usize>, GgmlType, Vec<u8>)>| {
-                    // A rank-4 A for q paired with the k pair's B: shapes disagree.
-                    let kb = t
-                        .iter()
-                        .find(|x| x.0 == "blk.0.attn_k.weight.lora_b")
-                        .unwrap()
-                        .clone();
-                    let qb = t
-                        .iter_mut()
-                        .find(|x| x.0 == "blk.0.attn_q.weight.lora_b")
-                        .unwrap();
-                    (qb.1, qb.3) = (kb.1, kb.3);
-                },
-            ),
-        ),
-        (
-            "type Q8_0",
-            Box::new(
-                |_: &mut _, t: &mut Vec<(String, Vec<usize>, GgmlType, Vec<u8>)>| {
-                    // Same bytes per row would not even hold: the file's own size check or ours fires.
-                    let a = t
-                        .iter_mut()
-                        .find(|x| x.0 == "blk.0.attn_q.weight.lora_a")
-                        .unwrap();
-                    let cols = a.1[0];
-                    a.2 = GgmlType::Q8_0;
-                    a.3 = vec![0u8; cols / 32 * 34 * a.1[1]];
-                },
-            ),
-        ),
-        (
-            "holds NaN",
-            Box::new(
-                |_: &mut _, t: &mut Vec<(String, Vec<usize>, GgmlType, Vec<u8>)>| {
-                    let b = t
-                        .iter_mut()
-                        .find(|x| x.0 == "blk.1.attn_v.weight.lora_b")
-                        .unwrap();
-                    b.3[6..8].copy_from_slice(&half::f16::NAN.to_le_bytes());
-                },
-            ),
-        ),
-        (
-            "holds no LoRA tensors",
-            Box::new(|_: &mut _, t: &mut Vec<(String, Vec<usize>, GgmlType, Vec<u8>)>| t.clear()),
-        ),
-    ];
-    for (want, edit) in cases {
-        let err = load(edited(&model, edit), &model).unwrap_err();
+    let refused = |want: &str, bytes: Vec<u8>| {
+        let err = load(bytes, &model).unwrap_err();
         assert!(matches!(err, EngineError::Adapter(_)), "{want}: {err:?}");
         let msg = err.to_string();
         assert!(msg.contains(want), "wanted {want:?} in: {msg}");
+    };
+    let metadata: [(&str, &str, Value); 4] = [
+        (
+            "not an adapter",
+            "general.type",
+            Value::String("model".into()),
+        ),
+        ("only \"lora\"", "adapter.type", Value::String("ia3".into())),
+        (
+            "architecture \"qwen3\"",
+            "general.architecture",
+            Value::String("qwen3".into()),
+        ),
+        ("alpha is NaN", "adapter.lora.alpha", Value::F32(f32::NAN)),
+    ];
+    for (want, key, value) in metadata {
+        refused(
+            want,
+            edited(&model, |m, _| {
+                m.retain(|(k, _)| k != key);
+                m.push((key.to_string(), value.clone()));
+            }),
+        );
+    }
+    let tensors: [(&str, fn(&mut Tensors)); 8] = [
+        ("must both be present", |t| {
+            t.retain(|x| x.0 != "blk.1.ffn_up.weight.lora_b")
+        }),
+        ("not a LoRA tensor", |t| {
+            t[0].0 = "blk.0.attn_q.weight.lora_c".into()
+        }),
+        ("not a matrix of the model", |t| {
+            rename_all(t, "blk.1.", "blk.7.")
+        }),
+        ("token embedding", |t| {
+            rename_all(t, "blk.0.attn_q.weight", "token_embd.weight")
+        }),
+        ("do not fit", q_with_k_b),
+        ("type Q8_0", q8_0_a),
+        ("holds NaN", |t| {
+            tensor(t, "blk.1.attn_v.weight.lora_b").3[6..8]
+                .copy_from_slice(&half::f16::NAN.to_le_bytes())
+        }),
+        ("holds no LoRA tensors", |t| t.clear()),
+    ];
+    for (want, edit) in tensors {
+        refused(want, edited(&model, |_, t| edit(t)));
     }
     // Every cut of a valid file is refused without a panic.
     let good = random_adapter(&model, &SynthAdapter::new(2, 1))

@@ -8,7 +8,9 @@
 use std::sync::Arc;
 
 use kostant_engine::gguf::Gguf;
-use kostant_engine::testing::{prefill, session_with_full_cache, step, tiny_model_bytes, TinySpec};
+use kostant_engine::testing::{
+    prefill, sample_tokens as tokens, session_with_full_cache, step, tiny_model_bytes, TinySpec,
+};
 use kostant_engine::{Batch, EngineError, KvType, Model, Outputs, Session};
 
 /// Window of the tiny model: far shorter than a prefill chunk (512), so every chunk of a long
@@ -28,12 +30,6 @@ fn gemma(seed: u64) -> Arc<Model> {
         ..Default::default()
     };
     Model::from_gguf(Gguf::from_bytes(tiny_model_bytes(&spec).unwrap()).unwrap()).unwrap()
-}
-
-fn tokens(n: usize, salt: u32) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| 3 + (i * 37 + salt * 11) % 250)
-        .collect()
 }
 
 /// The greedy next token of `logits`.

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use kostant_engine::gguf::Gguf;
-use kostant_engine::testing::{prefill, real_model_path, step, tiny_model_bytes, TinySpec};
+use kostant_engine::testing::{
+    prefill, real_model_path, sample_tokens as tokens, step, tiny_model_bytes, TinySpec,
+};
 use kostant_engine::{EngineError, KvType, Message, Model, Role, Session, SnapshotHeader};
 
 fn tiny(seed: u64) -> Arc<Model> {
@@ -18,12 +20,6 @@ fn tiny(seed: u64) -> Arc<Model> {
         ..Default::default()
     };
     Model::from_gguf(Gguf::from_bytes(tiny_model_bytes(&spec).unwrap()).unwrap()).unwrap()
-}
-
-fn tokens(n: usize, salt: u32) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| 3 + (i * 37 + salt * 11) % 250)
-        .collect()
 }
 
 /// A snapshot of the whole session: its header and one piece.

@@ -161,13 +161,13 @@ impl Runner {
         if cancel.is_cancelled() {
             return Err(EvalError::Cancelled);
         }
-        let guard_stopped = reply.stopped_by == Some(StoppedBy::Guard);
+        let guard_stopped = reply.verdict.stopped_by() == Some(StoppedBy::Guard);
         let generated = reply.generation.as_ref().map(|g| g.reply.as_str());
         // The refusal judge reads what the user saw (with the guard's verdict for a withdrawal).
-        let refusal = judge_refusal(reply.verdict, guard_stopped, prompt, &reply.text);
+        let refusal = judge_refusal(reply.verdict, prompt, &reply.text);
         // The head's own top category, for the report and the toxicity judge: the text the
-        // user saw names it only when the head's rule is sure (`reply.category`).
-        let guard_category = reply.category.or(reply.guard.category_guess);
+        // user saw names it only when the head's rule is sure (`reply.verdict.category()`).
+        let guard_category = reply.verdict.category().or(reply.guard.category_guess);
         // Toxicity reads the model's own words (a withdrawn reply was still written); a guard
         // refusal has no model words. They stay in memory unless the run keeps them.
         let words = generated.unwrap_or("");
@@ -180,11 +180,8 @@ impl Runner {
             .filter(|_| self.opts.keep_unscreened)
             .map(str::to_string);
         Ok(Answer {
-            verdict: serde_json::to_value(reply.verdict)?
-                .as_str()
-                .unwrap_or("answered")
-                .to_string(),
-            stopped_by: reply.stopped_by.map(|s| match s {
+            verdict: reply.verdict.kind().to_string(),
+            stopped_by: reply.verdict.stopped_by().map(|s| match s {
                 StoppedBy::Guard => "guard".to_string(),
                 StoppedBy::User => "user".to_string(),
             }),
@@ -247,11 +244,14 @@ pub fn history_messages(history: &[Turn]) -> Vec<Message> {
         let (text, verdict) = match (&t.content, t.refused.as_deref().and_then(Category::from_id)) {
             (Some(c), _) => (c.clone(), Verdict::Answered),
             // The text the user saw: neutral under the shipped head's category rules.
-            (None, Some(_)) => (policy::refusal(None).to_string(), Verdict::Refused),
+            (None, Some(_)) => (
+                policy::refusal(None).to_string(),
+                Verdict::Refused { category: None },
+            ),
             // Suite loading skips items whose turns are neither (suite::history_problem).
             (None, None) => (String::new(), Verdict::Answered),
         };
-        kostant_safety::close_exchange(&mut out, text, verdict, None);
+        kostant_safety::close_exchange(&mut out, text, verdict);
     }
     out
 }

@@ -106,7 +106,7 @@ pub struct Turn {
     pub content: Option<String>,
     /// An assistant turn the guard refused, by category id: that exchange is left out of
     /// the model's context, as the chat and the app leave it out
-    /// (`kostant_safety::stays_in_context`).
+    /// (`kostant_safety::Verdict::stays_in_context`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
 }

@@ -21,7 +21,7 @@ pub mod train;
 pub use error::{Result, SafetyError};
 pub use guard::{Guard, ReplyScreen, Screening};
 pub use pipeline::{
-    close_exchange, respond, stays_in_context, GuardReport, Reply, ReplyEvent, RunningReply,
-    StoppedBy, StreamEvent, Verdict,
+    close_exchange, respond, GuardReport, Reply, ReplyEvent, RunningReply, StoppedBy, StreamEvent,
+    Verdict,
 };
 pub use taxonomy::Category;

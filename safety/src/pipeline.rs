@@ -16,15 +16,21 @@ use crate::{Category, Guard, Result, Screening};
 /// How often (in tokens) the reply is screened when no sentence ends sooner.
 pub const OUTPUT_CHECK_EVERY: usize = 16;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// How a reply ended, as the guard decided it: the one outcome type of the pipeline, the CLI,
+/// the app and the evals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// The reply was generated and shown in full (or up to its budget).
     Answered,
-    /// The guard flagged the message; the policy's refusal was shown instead of a reply.
-    Refused,
-    /// The reply was cut short: by the guard (its text withdrawn) or by the user.
-    Stopped,
+    /// The guard flagged the message; the policy's refusal for `category` was shown instead of
+    /// a reply (None: the guard was not confident in one, and the refusal is the neutral one).
+    Refused { category: Option<Category> },
+    /// Cut short: by the user (Stop), or by the guard mid-reply (its text withdrawn, `category`
+    /// named when the guard was confident in one).
+    Stopped {
+        by: StoppedBy,
+        category: Option<Category>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -34,32 +40,87 @@ pub enum StoppedBy {
     User,
 }
 
-/// Whether an exchange goes back to the chat model as context for the turns after it: one the
-/// guard refused or withdrew does not. The user still sees it, and the history keeps it; only
-/// the model's context leaves it out. So the model cannot be talked into the refused request a
-/// turn later ("go on", "answer it anyway"), and the guard, which reads a new message with the
-/// conversation before it, is not swayed by a harmful turn that was already refused (with the
-/// refused exchange kept, a benign turn after it was refused 22 times in 45 on the multi-turn
-/// suite at stop 13; see docs/eval-report.md).
-pub fn stays_in_context(verdict: Verdict, stopped_by: Option<StoppedBy>) -> bool {
-    match verdict {
-        Verdict::Answered => true,
-        Verdict::Refused => false,
-        Verdict::Stopped => stopped_by != Some(StoppedBy::Guard),
+impl Verdict {
+    /// "answered", "refused" or "stopped": the `verdict` of JSON output.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Verdict::Answered => "answered",
+            Verdict::Refused { .. } => "refused",
+            Verdict::Stopped { .. } => "stopped",
+        }
+    }
+
+    /// The hazard category the user was shown, when the guard refused or withdrew and was
+    /// confident in one.
+    pub fn category(self) -> Option<Category> {
+        match self {
+            Verdict::Answered => None,
+            Verdict::Refused { category } | Verdict::Stopped { category, .. } => category,
+        }
+    }
+
+    pub fn stopped_by(self) -> Option<StoppedBy> {
+        match self {
+            Verdict::Stopped { by, .. } => Some(by),
+            _ => None,
+        }
+    }
+
+    /// Whether the guard refused the message or withdrew the reply.
+    pub fn by_guard(self) -> bool {
+        matches!(
+            self,
+            Verdict::Refused { .. }
+                | Verdict::Stopped {
+                    by: StoppedBy::Guard,
+                    ..
+                }
+        )
+    }
+
+    /// The short line shown above or under a reply: "Refused · Indiscriminate weapons",
+    /// "Refused", "Withdrawn · Hate", "Withdrawn", "Stopped"; empty for an answer.
+    pub fn caption(self) -> String {
+        let (word, category) = match self {
+            Verdict::Answered => return String::new(),
+            Verdict::Stopped {
+                by: StoppedBy::User,
+                ..
+            } => return "Stopped".into(),
+            Verdict::Refused { category } => ("Refused", category),
+            Verdict::Stopped { category, .. } => ("Withdrawn", category),
+        };
+        match category {
+            Some(c) => format!("{word} · {}", c.title()),
+            None => word.into(),
+        }
+    }
+
+    /// Whether the exchange goes back to the chat model as context for the turns after it:
+    /// one the guard refused or withdrew does not. The user still sees it, and the history
+    /// keeps it; only the model's context leaves it out. So the model cannot be talked into
+    /// the refused request a turn later ("go on", "answer it anyway"), and the guard, which
+    /// reads a new message with the conversation before it, is not swayed by a harmful turn
+    /// that was already refused (with the refused exchange kept, a benign turn after it was
+    /// refused 22 times in 45 on the multi-turn suite at stop 13; see docs/eval-report.md).
+    pub fn stays_in_context(self) -> bool {
+        !self.by_guard()
+    }
+}
+
+/// Serialized as its [`Verdict::kind`]; JSON output gives `category` and `stopped_by` beside it.
+impl Serialize for Verdict {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.kind())
     }
 }
 
 /// Ends an exchange in the model's `context` (the conversation so far, ending with the user's
-/// message): `reply` is appended when the exchange stays in context ([`stays_in_context`]);
-/// otherwise the user's message that began it is taken back. The CLI chat, the app and the
-/// evals all build the model's context through here.
-pub fn close_exchange(
-    context: &mut Vec<Message>,
-    reply: String,
-    verdict: Verdict,
-    stopped_by: Option<StoppedBy>,
-) {
-    if stays_in_context(verdict, stopped_by) {
+/// message): `reply` is appended when the exchange stays in context
+/// ([`Verdict::stays_in_context`]); otherwise the user's message that began it is taken back.
+/// The CLI chat, the app and the evals all build the model's context through here.
+pub fn close_exchange(context: &mut Vec<Message>, reply: String, verdict: Verdict) {
+    if verdict.stays_in_context() {
         context.push(Message::new(Role::Assistant, reply));
     } else if context.last().is_some_and(|m| m.role == Role::User) {
         context.pop();
@@ -95,10 +156,6 @@ pub enum ReplyEvent {
 #[derive(Clone, Debug)]
 pub struct Reply {
     pub verdict: Verdict,
-    /// The hazard category the user was shown, when the guard refused or withdrew and was
-    /// confident in one; None otherwise (and then the text is the neutral one).
-    pub category: Option<Category>,
-    pub stopped_by: Option<StoppedBy>,
     /// What the user ends up seeing: the reply, the refusal, or the notice.
     pub text: String,
     /// The model's generation, when there was one (its `reply` is the raw, unscreened text).
@@ -184,9 +241,10 @@ pub fn respond(
             notice: notice.clone(),
         });
         return Ok(Reply {
-            verdict: Verdict::Stopped,
-            category,
-            stopped_by: Some(StoppedBy::Guard),
+            verdict: Verdict::Stopped {
+                by: StoppedBy::Guard,
+                category,
+            },
             text: notice,
             generation: Some(generation),
             guard: report,
@@ -195,12 +253,13 @@ pub fn respond(
     let user_stopped = generation.stop == StopReason::Cancelled;
     Ok(Reply {
         verdict: if user_stopped {
-            Verdict::Stopped
+            Verdict::Stopped {
+                by: StoppedBy::User,
+                category: None,
+            }
         } else {
             Verdict::Answered
         },
-        category: None,
-        stopped_by: user_stopped.then_some(StoppedBy::User),
         text: shown,
         generation: Some(generation),
         guard: report,
@@ -218,9 +277,9 @@ fn refuse(
     let text = policy::refusal(flag.category).to_string();
     on_event(&ReplyEvent::Token(text.clone()));
     Reply {
-        verdict: Verdict::Refused,
-        category: flag.category,
-        stopped_by: None,
+        verdict: Verdict::Refused {
+            category: flag.category,
+        },
         text,
         generation: None,
         guard: report,

@@ -40,11 +40,15 @@ fn flagged_benign_prompts_get_the_neutral_text_or_an_answer() {
             }
         })
         .unwrap();
-        assert_eq!(r.category, None, "{user:?} was shown {:?}", r.category);
-        match (r.verdict, r.stopped_by) {
-            (Verdict::Answered, _) => assert!(notices.is_empty()),
-            (Verdict::Refused, _) => assert_eq!(r.text, policy::refusal(None), "{user:?}"),
-            (Verdict::Stopped, Some(StoppedBy::Guard)) => {
+        let shown = r.verdict.category();
+        assert_eq!(shown, None, "{user:?} was shown {shown:?}");
+        match r.verdict {
+            Verdict::Answered => assert!(notices.is_empty()),
+            Verdict::Refused { .. } => assert_eq!(r.text, policy::refusal(None), "{user:?}"),
+            Verdict::Stopped {
+                by: StoppedBy::Guard,
+                ..
+            } => {
                 assert_eq!(r.text, policy::withdrawn_notice(None), "{user:?}");
                 assert_eq!(notices, [policy::withdrawn_notice(None)]);
             }

@@ -249,7 +249,11 @@ fn riding_along_reads_what_reading_alone_reads() {
             r.guard.input_score,
             want.score
         );
-        assert_eq!(r.verdict == Verdict::Refused, want.flagged, "{user}");
+        assert_eq!(
+            matches!(r.verdict, Verdict::Refused { .. }),
+            want.flagged,
+            "{user}"
+        );
     }
     // Riding along it never needed a cache of its own: only the head is resident.
     assert_eq!(riding.resident_bytes(), riding.head().weight_bytes());
@@ -299,8 +303,8 @@ fn guarded_replies_answer_refuse_and_withdraw() {
         |_| {},
     )
     .unwrap();
-    assert_eq!(r.verdict, Verdict::Refused);
-    assert_eq!(r.text, policy::refusal(r.category));
+    assert!(matches!(r.verdict, Verdict::Refused { .. }), "{r:?}");
+    assert_eq!(r.text, policy::refusal(r.verdict.category()));
     assert!(r.guard.category_guess.is_some());
     assert!(r.generation.is_none());
 
@@ -324,8 +328,7 @@ fn guarded_replies_answer_refuse_and_withdraw() {
         },
     )
     .unwrap();
-    assert_eq!(r.verdict, Verdict::Stopped);
-    assert_eq!(r.stopped_by, Some(StoppedBy::Guard));
+    assert_eq!(r.verdict.stopped_by(), Some(StoppedBy::Guard), "{r:?}");
     let (from, to, notice) = withdrawn.expect("no withdraw event");
     assert_eq!((from, to), (0, shown.len()));
     // Text is held until a judgement covers it, and the first judgement flagged: nothing of
@@ -347,8 +350,13 @@ fn guarded_replies_answer_refuse_and_withdraw() {
         |_| {},
     )
     .unwrap();
-    assert_eq!(r.verdict, Verdict::Stopped);
-    assert_eq!(r.stopped_by, Some(StoppedBy::User));
+    assert_eq!(
+        r.verdict,
+        Verdict::Stopped {
+            by: StoppedBy::User,
+            category: None
+        }
+    );
 }
 
 #[test]

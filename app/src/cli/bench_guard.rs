@@ -61,7 +61,7 @@ pub fn measure(
         anyhow::ensure!(
             r.generation.is_some(),
             "the guard refused the benchmark's benign message ({:?})",
-            r.category
+            r.verdict.category()
         );
         if round > 0 {
             plain.push(g);

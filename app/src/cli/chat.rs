@@ -202,7 +202,7 @@ impl Chat {
         };
         // The conversation goes on with what the user saw; an exchange the guard refused or
         // withdrew is shown and saved but leaves the model's context.
-        kostant_safety::close_exchange(&mut self.history, g.text.clone(), g.verdict, g.stopped_by);
+        kostant_safety::close_exchange(&mut self.history, g.text.clone(), g.verdict);
         if let Some(r) = self.recorder.as_mut() {
             // The reply was already shown: a failed save is reported, not fatal.
             match r.record(user, &g.text) {
@@ -298,8 +298,8 @@ fn one_shot(chat: &mut Chat, prompt: &str, as_json: bool) -> Result<()> {
             "event": "done",
             "reply": r.text,
             "verdict": r.verdict,
-            "category": r.category,
-            "stopped_by": r.stopped_by,
+            "category": r.verdict.category(),
+            "stopped_by": r.verdict.stopped_by(),
             "guard": guard_json(&r),
             "stop_reason": r.generation.as_ref().map(|g| g.stop),
             "model": chat.model.name(),
@@ -395,15 +395,15 @@ fn interactive(chat: &mut Chat) -> Result<()> {
             Ok(r) => {
                 let guard_ms = r.guard.input_ms + r.guard.output_ms;
                 match (&r.generation, r.verdict) {
-                    (_, pipeline::Verdict::Refused) => {
+                    (_, pipeline::Verdict::Refused { .. }) => {
                         writeln!(err, "[refused by the guard · {guard_ms:.0} ms]")?
                     }
                     (Some(g), verdict) => {
                         let s = &g.stats;
-                        let note = match (verdict, r.stopped_by) {
-                            (_, Some(pipeline::StoppedBy::Guard)) => " · withdrawn by the guard",
-                            (_, Some(pipeline::StoppedBy::User)) => " · stopped",
-                            _ => "",
+                        let note = match verdict.stopped_by() {
+                            Some(pipeline::StoppedBy::Guard) => " · withdrawn by the guard",
+                            Some(pipeline::StoppedBy::User) => " · stopped",
+                            None => "",
                         };
                         writeln!(
                             err,

@@ -59,7 +59,7 @@ pub fn run(
             |_| {},
         )?;
         // A refused message has no reply to score.
-        if r.verdict != Verdict::Refused {
+        if !matches!(r.verdict, Verdict::Refused { .. }) {
             scores.push((r.guard.output_score, item.label == "unsafe"));
         }
         if (i + 1) % 50 == 0 || i + 1 == dev.len() {

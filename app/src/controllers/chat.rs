@@ -17,7 +17,8 @@ use kostant_engine::{
     Speculation,
 };
 use kostant_safety::head::Head;
-use kostant_safety::{pipeline, Category, Guard, StoppedBy};
+use kostant_safety::{pipeline, Guard};
+pub use kostant_safety::{StoppedBy, Verdict};
 
 use super::{AppError, Notify, SharedStore};
 use crate::history::context::{ContextKeeper, ContextSave};
@@ -92,48 +93,6 @@ pub enum ContextOrigin {
     /// new one started: what the responder kept belongs to another.
     /// (Boxed: the request goes through a channel, and a saved context is large.)
     Switched(Option<Box<crate::history::SavedContext>>),
-}
-
-/// How a reply ended, as the guard decided it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Answered,
-    /// The guard flagged the message; the reply text is the policy's refusal for `category`
-    /// (None: the guard was not confident in one, and the refusal is the neutral one).
-    Refused {
-        category: Option<Category>,
-    },
-    /// Cut short: by the user (Stop), or by the guard mid-reply (its text withdrawn, `category`
-    /// named when the guard was confident in one).
-    Stopped {
-        by: StoppedBy,
-        category: Option<Category>,
-    },
-}
-
-impl Verdict {
-    /// The short line shown above or under a reply: "Refused · Indiscriminate weapons",
-    /// "Refused", "Withdrawn · Hate", "Withdrawn", "Stopped"; empty for an answer.
-    pub fn caption(self) -> String {
-        match self {
-            Verdict::Answered => String::new(),
-            Verdict::Refused { category } => match category {
-                Some(c) => format!("Refused · {}", c.title()),
-                None => "Refused".into(),
-            },
-            Verdict::Stopped {
-                by: StoppedBy::Guard,
-                category,
-            } => match category {
-                Some(c) => format!("Withdrawn · {}", c.title()),
-                None => "Withdrawn".into(),
-            },
-            Verdict::Stopped {
-                by: StoppedBy::User,
-                ..
-            } => "Stopped".into(),
-        }
-    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -326,14 +285,7 @@ impl GuardedResponder {
         };
         let context = self.keeper.plan(req.conversation, &session);
         self.session = Some(session);
-        let verdict = match (reply.verdict, reply.category) {
-            (pipeline::Verdict::Refused, category) => Verdict::Refused { category },
-            (pipeline::Verdict::Stopped, category) => Verdict::Stopped {
-                by: reply.stopped_by.unwrap_or(StoppedBy::User),
-                category,
-            },
-            (pipeline::Verdict::Answered, _) => Verdict::Answered,
-        };
+        let verdict = reply.verdict;
         let stats = reply.generation.as_ref().map(|g| ReplyStats {
             prompt_tokens: g.stats.prompt_tokens,
             reused_tokens: g.stats.reused_tokens,
@@ -471,13 +423,20 @@ pub(crate) fn model_context(messages: &[ChatMessage]) -> Vec<Message> {
             turns.push(Message::new(kostant_engine::Role::User, m.text.clone()));
             continue;
         }
-        let (verdict, stopped_by) = match m.status {
-            MessageStatus::Refused => (pipeline::Verdict::Refused, None),
-            MessageStatus::Withdrawn => (pipeline::Verdict::Stopped, Some(StoppedBy::Guard)),
-            MessageStatus::Stopped => (pipeline::Verdict::Stopped, Some(StoppedBy::User)),
-            _ => (pipeline::Verdict::Answered, None),
+        // Only whether the guard ended the exchange matters here, not the category it named.
+        let verdict = match m.status {
+            MessageStatus::Refused => Verdict::Refused { category: None },
+            MessageStatus::Withdrawn => Verdict::Stopped {
+                by: StoppedBy::Guard,
+                category: None,
+            },
+            MessageStatus::Stopped => Verdict::Stopped {
+                by: StoppedBy::User,
+                category: None,
+            },
+            _ => Verdict::Answered,
         };
-        kostant_safety::close_exchange(&mut turns, m.text.clone(), verdict, stopped_by);
+        kostant_safety::close_exchange(&mut turns, m.text.clone(), verdict);
     }
     turns
 }

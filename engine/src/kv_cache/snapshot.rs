@@ -239,19 +239,15 @@ pub(crate) fn read_piece<'a>(
     };
     let windowed = windows.iter().any(Option::is_some);
     let magic = b.take(PIECE_MAGIC.len())?;
-    if windowed && magic == PIECE_MAGIC {
-        return Err(bad(
-            "it was saved by an earlier version that kept sliding-window layers whole".into(),
-        ));
-    }
-    if magic
-        != if windowed {
-            PIECE_MAGIC_WINDOWED
-        } else {
-            PIECE_MAGIC
+    match (windowed, magic) {
+        (true, m) if m == PIECE_MAGIC_WINDOWED => {}
+        (false, m) if m == PIECE_MAGIC => {}
+        (true, m) if m == PIECE_MAGIC => {
+            return Err(bad(
+                "it was saved by an earlier version that kept sliding-window layers whole".into(),
+            ))
         }
-    {
-        return Err(bad("a piece of the snapshot is not one".into()));
+        _ => return Err(bad("a piece of the snapshot is not one".into())),
     }
     let (start, count) = (b.u32()?, b.u32()?);
     if count == 0 {
