@@ -23,8 +23,9 @@ pub const Q8_0_BLOCK: usize = 32;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KvBlockQ8_0 {
-    d: f16,
-    qs: [i8; Q8_0_BLOCK],
+    // Crate-visible for `attention_q4`, whose scores read a Q8_0 query.
+    pub(crate) d: f16,
+    pub(crate) qs: [i8; Q8_0_BLOCK],
 }
 const _: () = assert!(size_of::<KvBlockQ8_0>() == 34);
 
