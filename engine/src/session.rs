@@ -29,7 +29,7 @@ impl Session {
         Session::with_kv_type(model, n_ctx, KvType::F16)
     }
 
-    /// [`Session::new`] with the cache stored as `kv_type`. Q8_0 fails with
+    /// [`Session::new`] with the cache stored as `kv_type`. Q8_0 and Q4_0 fail with
     /// [`EngineError::InvalidRequest`] for a model whose head size is not a multiple of 32.
     pub fn with_kv_type(model: Arc<Model>, n_ctx: usize, kv_type: KvType) -> Result<Session> {
         let windows = model.hparams.windows();

@@ -131,7 +131,7 @@ fn a_decode_step_allocates_nothing() {
     // 480 positions: attention over them (9 heads x 64 wide) is past the size at which the
     // pass splits a token's heads over the pool.
     for (name, model, prompt_len) in [("tiny", &tiny, 8), ("real", &real, 480)] {
-        for kv in [KvType::F16, KvType::Q8_0] {
+        for kv in [KvType::F16, KvType::Q8_0, KvType::Q4_0] {
             let n = allocations_while_decoding(model, kv, prompt_len, 12, &[], None);
             assert_eq!(
                 n, 0,

@@ -1,5 +1,5 @@
 //! Context snapshots: a restored session continues exactly as the one it was taken from (the
-//! next logits bit for bit, f16 and q8_0 caches), pieces appended after each turn restore the
+//! next logits bit for bit, f16, q8_0 and q4_0 caches), pieces appended after each turn restore the
 //! same context as one whole piece, and hostile or foreign snapshots are refused with a reason
 //! and leave an empty session, never a panic.
 
@@ -37,7 +37,7 @@ fn snapshot_err(r: Result<usize, EngineError>) -> String {
 #[test]
 fn a_restored_session_continues_bit_for_bit() {
     let model = tiny(1);
-    for kv in [KvType::F16, KvType::Q8_0] {
+    for kv in [KvType::F16, KvType::Q8_0, KvType::Q4_0] {
         let mut a = Session::with_kv_type(model.clone(), 64, kv).unwrap();
         prefill(&mut a, &tokens(20, 1)).unwrap();
         step(&mut a, 7).unwrap();
@@ -108,6 +108,16 @@ fn foreign_snapshots_are_refused_with_the_reason() {
     let mut q8 = Session::with_kv_type(model.clone(), 64, KvType::Q8_0).unwrap();
     let msg = snapshot_err(q8.restore(&header, &[&piece]));
     assert!(msg.contains("f16") && msg.contains("q8_0"), "{msg}");
+    // q4_0 rows into a q8_0 session: the blocks differ in size, and the header says so first.
+    let mut q4 = Session::with_kv_type(model.clone(), 64, KvType::Q4_0).unwrap();
+    prefill(&mut q4, &tokens(10, 1)).unwrap();
+    let (h4, p4) = whole(&q4);
+    let msg = snapshot_err(q8.restore(&h4, &[&p4]));
+    assert!(msg.contains("q4_0") && msg.contains("q8_0"), "{msg}");
+    assert_eq!(
+        SnapshotHeader::from_bytes(&h4).unwrap().kv_type,
+        KvType::Q4_0
+    );
 
     // An adapter it was not made under.
     let mut h = SnapshotHeader::from_bytes(&header).unwrap();
@@ -182,6 +192,48 @@ fn hostile_snapshots_fail_cleanly_and_leave_an_empty_session() {
     refuse(&h, &[&piece]);
     // And the real one still restores.
     assert_eq!(s.restore(&header, &[&piece]).unwrap(), 6);
+}
+
+/// Block caches read hostile bytes too: every cut of a piece, and a block whose f16 scale is
+/// not a finite number (first key block, last value block), are refused and leave an empty
+/// session; an unknown kv type code in the header is refused by name.
+#[test]
+fn hostile_block_snapshots_fail_cleanly_and_leave_an_empty_session() {
+    let model = tiny(6);
+    for (kv, block) in [(KvType::Q8_0, 34), (KvType::Q4_0, 18)] {
+        let mut a = Session::with_kv_type(model.clone(), 64, kv).unwrap();
+        prefill(&mut a, &tokens(6, 1)).unwrap();
+        let (header, piece) = whole(&a);
+        let mut s = Session::with_kv_type(model.clone(), 64, kv).unwrap();
+        let mut refuse = |h: &[u8], p: &[&[u8]]| {
+            prefill(&mut s, &tokens(3, 2)).unwrap();
+            let msg = snapshot_err(s.restore(h, p));
+            assert!(s.tokens().is_empty(), "{kv}: a failed restore left tokens");
+            msg
+        };
+        for n in 0..piece.len() {
+            refuse(&header, &[&piece[..n]]);
+        }
+        // The rows start after the magic, start, count and 6 token ids.
+        let first = 16 + 4 * 6;
+        let last = piece.len() - block;
+        for (at, bad) in [(first, half::f16::NAN), (last, half::f16::INFINITY)] {
+            let mut p = piece.clone();
+            p[at..at + 2].copy_from_slice(&bad.to_le_bytes());
+            let msg = refuse(&header, &[&p]);
+            assert!(msg.contains("not a finite number"), "{kv}: {msg}");
+        }
+        // The kv type code sits after the magic (8 bytes) and the fingerprint (32).
+        let mut h = header.clone();
+        h[40] = 9;
+        assert!(refuse(&h, &[&piece]).contains("unknown kv cache type code 9"));
+        // Any codes are valid: changing one restores; the real piece then steps as `a` does.
+        let mut p = piece.clone();
+        p[first + 2] ^= 0x11;
+        assert_eq!(s.restore(&header, &[&p]).unwrap(), 6, "{kv}");
+        assert_eq!(s.restore(&header, &[&piece]).unwrap(), 6, "{kv}");
+        assert_eq!(step(&mut s, 9).unwrap(), step(&mut a, 9).unwrap(), "{kv}");
+    }
 }
 
 /// The user-facing case on the real default model: a chat's context restored from a snapshot

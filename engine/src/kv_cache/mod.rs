@@ -4,8 +4,9 @@
 //! Storage is f16 by default, as llama.cpp keeps it: half the memory of f32, and the same
 //! rounding, so greedy decoding follows the reference token for token. [`KvType::Q8_0`] keeps
 //! each row as ggml's Q8_0 blocks instead (34 bytes per 32 values, 17/32 of f16) for contexts
-//! that would not fit otherwise; its attention reads the blocks in place through
-//! `kostant_kernels::attention_q8`. The whole context is allocated and written (zeroed) when
+//! that would not fit otherwise, and [`KvType::Q4_0`] as ggml's Q4_0 blocks (18 bytes per 32
+//! values, 9/32 of f16) at a larger rounding; their attention reads the blocks in place through
+//! `kostant_kernels::attention_q8` and `attention_q4`. The whole context is allocated and written (zeroed) when
 //! the cache is made, as llama.cpp clears its cache buffer: the memory a session will need is
 //! claimed, and counted, at the start, and no token ever allocates. A sliding-window layer
 //! (Gemma 3) allocates only its window, [`ROLLBACK_SLACK`] and one prefill chunk
@@ -23,6 +24,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use half::f16;
+use kostant_kernels::attention_q4::KvBlockQ4_0;
 use kostant_kernels::attention_q8::{KvBlockQ8_0, Q8_0_BLOCK};
 
 use crate::model::PREFILL_CHUNK;
@@ -44,6 +46,9 @@ pub enum KvType {
     /// ggml's Q8_0 blocks: 32 i8 codes and an f16 scale. 17/32 of the f16 cache's memory; the
     /// scores and outputs move by the codes' rounding (half a step of `max|x| / 127`).
     Q8_0,
+    /// ggml's Q4_0 blocks: 32 4-bit codes and an f16 scale. 9/32 of the f16 cache's memory;
+    /// the rounding is up to a step of `max|x| / 8`, sixteen times Q8_0's.
+    Q4_0,
 }
 
 impl KvType {
@@ -51,15 +56,22 @@ impl KvType {
         match self {
             KvType::F16 => "f16",
             KvType::Q8_0 => "q8_0",
+            KvType::Q4_0 => "q4_0",
         }
     }
 
-    /// Bytes of `n` cached values (`n` a whole number of blocks for Q8_0).
+    /// Bytes of `n` cached values (`n` a whole number of blocks for Q8_0 and Q4_0).
     pub(crate) fn bytes_for(self, n: usize) -> usize {
         match self {
             KvType::F16 => n * size_of::<f16>(),
             KvType::Q8_0 => n / Q8_0_BLOCK * size_of::<KvBlockQ8_0>(),
+            KvType::Q4_0 => n / Q8_0_BLOCK * size_of::<KvBlockQ4_0>(),
         }
+    }
+
+    /// Whether rows are stored as 32-value blocks, which must not straddle two heads.
+    fn is_blocked(self) -> bool {
+        matches!(self, KvType::Q8_0 | KvType::Q4_0)
     }
 }
 
@@ -76,8 +88,9 @@ impl FromStr for KvType {
         match s.to_ascii_lowercase().as_str() {
             "f16" => Ok(KvType::F16),
             "q8_0" => Ok(KvType::Q8_0),
+            "q4_0" => Ok(KvType::Q4_0),
             _ => Err(EngineError::InvalidRequest(format!(
-                "unknown kv cache type {s:?} (expected f16 or q8_0)"
+                "unknown kv cache type {s:?} (expected f16, q8_0 or q4_0)"
             ))),
         }
     }
@@ -169,7 +182,7 @@ pub(crate) struct LayerView<'a> {
 
 impl<'a> LayerView<'a> {
     /// Kv head g's keys and values for every held position, `first..filled`: (positions,
-    /// head_dim) each, contiguous, in values for f16 and in 32-value blocks for Q8_0.
+    /// head_dim) each, contiguous, in values for f16 and in 32-value blocks for Q8_0 and Q4_0.
     pub(crate) fn head(&self, g: usize) -> HeadView<'a> {
         let Shape {
             head_dim: hd, rows, ..
@@ -182,6 +195,10 @@ impl<'a> LayerView<'a> {
                 v: &v[span(hd)],
             },
             Store::Q8_0 { k, v } => HeadView::Q8_0 {
+                k: &k[span(hd / Q8_0_BLOCK)],
+                v: &v[span(hd / Q8_0_BLOCK)],
+            },
+            Store::Q4_0 { k, v } => HeadView::Q4_0 {
                 k: &k[span(hd / Q8_0_BLOCK)],
                 v: &v[span(hd / Q8_0_BLOCK)],
             },
@@ -200,6 +217,10 @@ pub(crate) enum HeadView<'a> {
         k: &'a [KvBlockQ8_0],
         v: &'a [KvBlockQ8_0],
     },
+    Q4_0 {
+        k: &'a [KvBlockQ4_0],
+        v: &'a [KvBlockQ4_0],
+    },
 }
 
 /// One layer's rows of a snapshot piece: positions `first..` up to the piece's end, laid out
@@ -217,8 +238,8 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// A cache of `kv_type` for `n_layer` global layers. Q8_0 blocks must not straddle two
-    /// heads, so it needs a head size that is a multiple of 32.
+    /// A cache of `kv_type` for `n_layer` global layers. Q8_0 and Q4_0 blocks must not
+    /// straddle two heads, so they need a head size that is a multiple of 32.
     pub fn with_type(
         kv_type: KvType,
         n_layer: usize,
@@ -238,9 +259,9 @@ impl KvCache {
         head_dim: usize,
         n_ctx: usize,
     ) -> Result<KvCache> {
-        if kv_type == KvType::Q8_0 && (head_dim == 0 || !head_dim.is_multiple_of(Q8_0_BLOCK)) {
+        if kv_type.is_blocked() && (head_dim == 0 || !head_dim.is_multiple_of(Q8_0_BLOCK)) {
             return Err(EngineError::InvalidRequest(format!(
-                "the q8_0 kv cache needs a head size that is a multiple of {Q8_0_BLOCK}, but this model's heads are {head_dim} wide (use the f16 cache)"
+                "the {kv_type} kv cache needs a head size that is a multiple of {Q8_0_BLOCK}, but this model's heads are {head_dim} wide (use the f16 cache)"
             )));
         }
         if head_dim == 0 || !kv_dim.is_multiple_of(head_dim) {
@@ -466,6 +487,16 @@ mod tests {
         out
     }
 
+    fn dequantized_q4(blocks: &[KvBlockQ4_0]) -> Vec<f32> {
+        let mut out = vec![0.0; blocks.len() * Q8_0_BLOCK];
+        for (b, o) in blocks.iter().zip(out.chunks_exact_mut(Q8_0_BLOCK)) {
+            let mut tmp = [0.0; Q8_0_BLOCK];
+            b.dequantize(&mut tmp);
+            o.copy_from_slice(&tmp);
+        }
+        out
+    }
+
     /// Keys and values of one layer as f32, whatever the storage, as the rows they were
     /// appended as: (positions, kv_dim), a position's heads side by side.
     fn read_back(c: &KvCache, layer: usize) -> (Vec<f32>, Vec<f32>) {
@@ -482,6 +513,7 @@ mod tests {
                     v.iter().map(|x| x.to_f32()).collect(),
                 ),
                 HeadView::Q8_0 { k, v } => (dequantized(k), dequantized(v)),
+                HeadView::Q4_0 { k, v } => (dequantized_q4(k), dequantized_q4(v)),
             })
             .collect();
         // Side `s` (0 keys, 1 values) of every head, interleaved back into rows.
@@ -511,10 +543,38 @@ mod tests {
             .collect()
     }
 
+    /// Largest error a Q4_0 block allows its values: one step `max|x| / 8` (a step, not half
+    /// of one, for the values past 7.5 steps on the side opposite the largest, whose code
+    /// clamps at 15), plus the f16 rounding of the stored scale (2^-11 relative, over up to 8
+    /// codes).
+    fn q4_budget(x: &[f32]) -> Vec<f32> {
+        x.chunks_exact(Q8_0_BLOCK)
+            .flat_map(|b| {
+                let amax = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let tol = amax / 8.0 * (1.0 + 8.0 * 2f32.powi(-11)) * 1.001;
+                std::iter::repeat_n(tol, Q8_0_BLOCK)
+            })
+            .collect()
+    }
+
+    /// The budget a cache type's read-back values must meet (f16's rounding is within Q8_0's).
+    fn budget(ty: KvType, x: &[f32]) -> Vec<f32> {
+        match ty {
+            KvType::F16 | KvType::Q8_0 => q8_budget(x),
+            KvType::Q4_0 => q4_budget(x),
+        }
+    }
+
     #[test]
-    fn q8_0_rows_read_back_within_the_block_error() {
+    fn q8_0_and_q4_0_rows_read_back_within_the_block_error() {
+        for ty in [KvType::Q8_0, KvType::Q4_0] {
+            rows_read_back_within_the_block_error(ty);
+        }
+    }
+
+    fn rows_read_back_within_the_block_error(ty: KvType) {
         let (n_layer, kv_dim, hd) = (2, 128, 64);
-        let mut c = KvCache::with_type(KvType::Q8_0, n_layer, kv_dim, hd, 16).unwrap();
+        let mut c = KvCache::with_type(ty, n_layer, kv_dim, hd, 16).unwrap();
         let (k1, v1) = (values(3 * kv_dim, 1), values(3 * kv_dim, 2));
         let (k2, v2) = (values(2 * kv_dim, 3), values(2 * kv_dim, 4));
         for l in 0..n_layer {
@@ -532,8 +592,8 @@ mod tests {
             let (k, v) = read_back(&c, l);
             assert_eq!(k.len(), 5 * kv_dim);
             for (got, want) in [(&k, &want_k), (&v, &want_v)] {
-                for ((g, w), tol) in got.iter().zip(want.iter()).zip(q8_budget(want)) {
-                    assert!((g - w).abs() <= tol, "layer {l}: {w} read back as {g}");
+                for ((g, w), tol) in got.iter().zip(want.iter()).zip(budget(ty, want)) {
+                    assert!((g - w).abs() <= tol, "{ty} layer {l}: {w} read back as {g}");
                 }
             }
             // The codes are not just f16 in disguise: something moved.
@@ -570,7 +630,7 @@ mod tests {
 
     #[test]
     fn truncate_forgets_positions_and_the_next_append_overwrites_them() {
-        for ty in [KvType::F16, KvType::Q8_0] {
+        for ty in [KvType::F16, KvType::Q8_0, KvType::Q4_0] {
             let kv_dim = 64;
             let mut c = KvCache::with_type(ty, 1, kv_dim, 32, 8).unwrap();
             c.append(0, &values(4 * kv_dim, 5), &values(4 * kv_dim, 6));
@@ -593,7 +653,7 @@ mod tests {
             };
             assert_eq!(&k[..2 * kv_dim], &kept[..2 * kv_dim], "{ty}");
             let row2 = &k[2 * kv_dim..];
-            for ((g, w), tol) in row2.iter().zip(&new_k).zip(q8_budget(&new_k)) {
+            for ((g, w), tol) in row2.iter().zip(&new_k).zip(budget(ty, &new_k)) {
                 assert!((g - w).abs() <= tol, "{ty}: {w} read back as {g}");
             }
         }
@@ -602,7 +662,7 @@ mod tests {
     #[test]
     fn bytes_are_the_planned_bytes() {
         let (n_layer, kv_dim, n_ctx) = (3, 256, 40);
-        for ty in [KvType::F16, KvType::Q8_0] {
+        for ty in [KvType::F16, KvType::Q8_0, KvType::Q4_0] {
             let c = KvCache::with_type(ty, n_layer, kv_dim, 64, n_ctx).unwrap();
             let globals = vec![None; n_layer];
             assert_eq!(
@@ -615,6 +675,8 @@ mod tests {
         let q8 = KvCache::planned_bytes(&globals, kv_dim, n_ctx, KvType::Q8_0);
         assert_eq!(f16, 2 * n_layer * n_ctx * kv_dim * 2);
         assert_eq!(q8 * 64, f16 * 34);
+        let q4 = KvCache::planned_bytes(&globals, kv_dim, n_ctx, KvType::Q4_0);
+        assert_eq!(q4 * 64, f16 * 18);
         // A windowed layer holds its window, the slack and a prefill chunk, when that is
         // shorter than the context.
         let windows = [Some(16), None];
@@ -633,7 +695,7 @@ mod tests {
     /// them keeps the length, and further back empties the cache.
     #[test]
     fn a_windowed_layer_keeps_its_last_positions_in_order() {
-        for ty in [KvType::F16, KvType::Q8_0] {
+        for ty in [KvType::F16, KvType::Q8_0, KvType::Q4_0] {
             let (kv_dim, w, n_ctx) = (64, 4, 2000);
             let mut c = KvCache::with_windows(ty, &[Some(w), None], kv_dim, 32, n_ctx).unwrap();
             let rows = layer_rows(Some(w), n_ctx);
@@ -658,7 +720,7 @@ mod tests {
             for ((g, want), tol) in v
                 .iter()
                 .zip(&all_v[held.clone()])
-                .zip(q8_budget(&all_v[held]))
+                .zip(budget(ty, &all_v[held]))
             {
                 assert!((g - want).abs() <= tol, "{ty}");
             }
@@ -670,24 +732,28 @@ mod tests {
     }
 
     #[test]
-    fn q8_0_refuses_heads_that_are_not_whole_blocks() {
-        let err = KvCache::with_type(KvType::Q8_0, 2, 64, 16, 8)
-            .err()
-            .expect("a 16-wide head cannot hold q8_0 blocks");
-        assert!(matches!(err, EngineError::InvalidRequest(_)));
-        let msg = err.to_string();
-        assert!(msg.contains("q8_0") && msg.contains("16"), "{msg}");
+    fn q8_0_and_q4_0_refuse_heads_that_are_not_whole_blocks() {
+        for ty in [KvType::Q8_0, KvType::Q4_0] {
+            let err = KvCache::with_type(ty, 2, 64, 16, 8)
+                .err()
+                .expect("a 16-wide head cannot hold 32-value blocks");
+            assert!(matches!(err, EngineError::InvalidRequest(_)));
+            let msg = err.to_string();
+            assert!(msg.contains(ty.name()) && msg.contains("16"), "{msg}");
+        }
         // f16 has no such constraint.
         assert!(KvCache::with_type(KvType::F16, 2, 64, 16, 8).is_ok());
     }
 
     #[test]
     fn kv_types_parse_and_print_their_cli_names() {
-        for ty in [KvType::F16, KvType::Q8_0] {
+        for ty in [KvType::F16, KvType::Q8_0, KvType::Q4_0] {
             assert_eq!(ty.to_string().parse::<KvType>().unwrap(), ty);
         }
         assert_eq!("Q8_0".parse::<KvType>().unwrap(), KvType::Q8_0);
+        assert_eq!("Q4_0".parse::<KvType>().unwrap(), KvType::Q4_0);
         assert_eq!(KvType::default(), KvType::F16);
-        assert!("q4_0".parse::<KvType>().is_err());
+        let err = "q4_1".parse::<KvType>().unwrap_err().to_string();
+        assert!(err.contains("q4_0") && err.contains("q4_1"), "{err}");
     }
 }

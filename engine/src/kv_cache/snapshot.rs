@@ -103,6 +103,7 @@ fn kv_type_code(t: KvType) -> u8 {
     match t {
         KvType::F16 => 1,
         KvType::Q8_0 => 2,
+        KvType::Q4_0 => 3,
     }
 }
 
@@ -135,6 +136,7 @@ impl SnapshotHeader {
         let kv_type = match b.take(1)?[0] {
             1 => KvType::F16,
             2 => KvType::Q8_0,
+            3 => KvType::Q4_0,
             other => return Err(bad(format!("unknown kv cache type code {other}"))),
         };
         let (n_ctx, n_layer, kv_dim, head_dim) = (b.u32()?, b.u32()?, b.u32()?, b.u32()?);

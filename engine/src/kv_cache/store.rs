@@ -3,9 +3,49 @@
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+use kostant_kernels::attention_q4::{quantize_q4_0_kv, KvBlockQ4_0};
 use kostant_kernels::attention_q8::{quantize_q8_0_kv, KvBlockQ8_0, Q8_0_BLOCK};
 
 use super::KvType;
+
+/// A 32-value block type of the cache: the block formats share every step of storing,
+/// copying and loading rows but the quantizer and the byte coding, which this names.
+trait KvBlock: Copy {
+    /// Bytes of one block in a snapshot.
+    const BYTES: usize;
+    /// Quantizes `x` (32 values a block) into `out`.
+    fn quantize(x: &[f32], out: &mut [Self]);
+    /// Appends the block's bytes.
+    fn put(&self, out: &mut Vec<u8>);
+    /// A block from exactly [`KvBlock::BYTES`] bytes; None when they are not one.
+    fn read(b: &[u8]) -> Option<Self>;
+}
+
+impl KvBlock for KvBlockQ8_0 {
+    const BYTES: usize = KvBlockQ8_0::BYTES;
+    fn quantize(x: &[f32], out: &mut [Self]) {
+        quantize_q8_0_kv(x, out);
+    }
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+    fn read(b: &[u8]) -> Option<Self> {
+        KvBlockQ8_0::from_bytes(b.try_into().ok()?)
+    }
+}
+
+impl KvBlock for KvBlockQ4_0 {
+    const BYTES: usize = KvBlockQ4_0::BYTES;
+    fn quantize(x: &[f32], out: &mut [Self]) {
+        quantize_q4_0_kv(x, out);
+    }
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+    fn read(b: &[u8]) -> Option<Self> {
+        KvBlockQ4_0::from_bytes(b.try_into().ok()?)
+    }
+}
 
 /// One layer's keys and values in the cache's type, (kv head, slot, value): head g's rows
 /// are the `rows` slots from `g * rows` on (a slot holds one position; see `LayerCache`).
@@ -17,6 +57,10 @@ pub(super) enum Store {
     Q8_0 {
         k: Vec<KvBlockQ8_0>, // (n_head_kv, rows, head_dim / 32)
         v: Vec<KvBlockQ8_0>, // (n_head_kv, rows, head_dim / 32)
+    },
+    Q4_0 {
+        k: Vec<KvBlockQ4_0>, // (n_head_kv, rows, head_dim / 32)
+        v: Vec<KvBlockQ4_0>, // (n_head_kv, rows, head_dim / 32)
     },
 }
 
@@ -30,11 +74,12 @@ pub(super) struct Shape {
 }
 
 impl Shape {
-    /// Stored elements per row of one head: values for f16, 32-value blocks for Q8_0.
+    /// Stored elements per row of one head: values for f16, 32-value blocks for Q8_0 and
+    /// Q4_0.
     fn per_row(self, ty: &Store) -> usize {
         match ty {
             Store::F16 { .. } => self.head_dim,
-            Store::Q8_0 { .. } => self.head_dim / Q8_0_BLOCK,
+            Store::Q8_0 { .. } | Store::Q4_0 { .. } => self.head_dim / Q8_0_BLOCK,
         }
     }
 }
@@ -59,6 +104,10 @@ impl Store {
                 k: written(n_values / Q8_0_BLOCK, KvBlockQ8_0::default()),
                 v: written(n_values / Q8_0_BLOCK, KvBlockQ8_0::default()),
             },
+            KvType::Q4_0 => Store::Q4_0 {
+                k: written(n_values / Q8_0_BLOCK, KvBlockQ4_0::default()),
+                v: written(n_values / Q8_0_BLOCK, KvBlockQ4_0::default()),
+            },
         }
     }
 
@@ -66,6 +115,7 @@ impl Store {
         match self {
             Store::F16 { k, v } => (k.len() + v.len()) * size_of::<f16>(),
             Store::Q8_0 { k, v } => (k.len() + v.len()) * size_of::<KvBlockQ8_0>(),
+            Store::Q4_0 { k, v } => (k.len() + v.len()) * size_of::<KvBlockQ4_0>(),
         }
     }
 
@@ -89,11 +139,8 @@ impl Store {
                         k[at..at + hd].convert_from_f32_slice(hk);
                         v[at..at + hd].convert_from_f32_slice(hv);
                     }
-                    Store::Q8_0 { k, v } => {
-                        let (at, nb) = (at / Q8_0_BLOCK, hd / Q8_0_BLOCK);
-                        quantize_q8_0_kv(hk, &mut k[at..at + nb]);
-                        quantize_q8_0_kv(hv, &mut v[at..at + nb]);
-                    }
+                    Store::Q8_0 { k, v } => write_blocks(k, v, at, hk, hv),
+                    Store::Q4_0 { k, v } => write_blocks(k, v, at, hk, hv),
                 }
             }
         }
@@ -122,13 +169,15 @@ impl Store {
         match self {
             Store::F16 { k, v } => each([k, v], heads, stride, from, n),
             Store::Q8_0 { k, v } => each([k, v], heads, stride, from, n),
+            Store::Q4_0 { k, v } => each([k, v], heads, stride, from, n),
         }
     }
 }
 
 /// Keys and values of slots `from..to` of one layer as bytes, appended to `out`: the keys
 /// of kv head 0, 1, … in position order, then the values the same way. f16 values are
-/// little-endian; Q8_0 rows are their blocks ([`KvBlockQ8_0::to_bytes`]).
+/// little-endian; Q8_0 and Q4_0 rows are their blocks ([`KvBlockQ8_0::to_bytes`],
+/// [`KvBlockQ4_0::to_bytes`]).
 impl Store {
     pub(super) fn copy_rows(&self, shape: Shape, from: usize, to: usize, out: &mut Vec<u8>) {
         let n_heads = shape.kv_dim / shape.head_dim;
@@ -142,15 +191,8 @@ impl Store {
                     }
                 }
             }
-            Store::Q8_0 { k, v } => {
-                let nb = shape.head_dim / Q8_0_BLOCK;
-                for side in [k, v] {
-                    for g in 0..n_heads {
-                        let rows = &side[(g * shape.rows + from) * nb..(g * shape.rows + to) * nb];
-                        out.extend(rows.iter().flat_map(|b| b.to_bytes()));
-                    }
-                }
-            }
+            Store::Q8_0 { k, v } => copy_blocks([k, v], shape, from, to, out),
+            Store::Q4_0 { k, v } => copy_blocks([k, v], shape, from, to, out),
         }
     }
 
@@ -189,27 +231,64 @@ impl Store {
                     }
                 }
             }
-            Store::Q8_0 { k, v } => {
-                let nb = shape.head_dim / Q8_0_BLOCK;
-                let mut src = bytes.chunks_exact(KvBlockQ8_0::BYTES);
-                for (s, side) in [k, v].into_iter().enumerate() {
-                    for g in 0..n_heads {
-                        let rows =
-                            &mut side[(g * shape.rows + at) * nb..(g * shape.rows + at + n) * nb];
-                        for x in rows.iter_mut() {
-                            // Invariant: the caller checked there are n positions of bytes.
-                            let b = src.next().unwrap();
-                            *x = KvBlockQ8_0::from_bytes(b.try_into().unwrap()).ok_or_else(|| {
-                                format!(
-                                    "a {} block of kv head {g} has a scale that is not a finite number",
-                                    ["key", "value"][s]
-                                )
-                            })?;
-                        }
-                    }
-                }
-            }
+            Store::Q8_0 { k, v } => load_blocks([k, v], shape, at, n, bytes)?,
+            Store::Q4_0 { k, v } => load_blocks([k, v], shape, at, n, bytes)?,
         }
         Ok(())
     }
+}
+
+/// [`Store::write`] for a block type: one head's key and value piece `hk`, `hv` quantized into
+/// the blocks from value `at` on.
+fn write_blocks<B: KvBlock>(k: &mut [B], v: &mut [B], at: usize, hk: &[f32], hv: &[f32]) {
+    let (at, nb) = (at / Q8_0_BLOCK, hk.len() / Q8_0_BLOCK);
+    B::quantize(hk, &mut k[at..at + nb]);
+    B::quantize(hv, &mut v[at..at + nb]);
+}
+
+/// [`Store::copy_rows`] for a block type.
+fn copy_blocks<B: KvBlock>(
+    sides: [&Vec<B>; 2],
+    shape: Shape,
+    from: usize,
+    to: usize,
+    out: &mut Vec<u8>,
+) {
+    let (n_heads, nb) = (shape.kv_dim / shape.head_dim, shape.head_dim / Q8_0_BLOCK);
+    for side in sides {
+        for g in 0..n_heads {
+            let rows = &side[(g * shape.rows + from) * nb..(g * shape.rows + to) * nb];
+            for b in rows {
+                b.put(out);
+            }
+        }
+    }
+}
+
+/// [`Store::load_rows`] for a block type: fails on a block whose scale is not a finite number.
+fn load_blocks<B: KvBlock>(
+    sides: [&mut Vec<B>; 2],
+    shape: Shape,
+    at: usize,
+    n: usize,
+    bytes: &[u8],
+) -> Result<(), String> {
+    let (n_heads, nb) = (shape.kv_dim / shape.head_dim, shape.head_dim / Q8_0_BLOCK);
+    let mut src = bytes.chunks_exact(B::BYTES);
+    for (s, side) in sides.into_iter().enumerate() {
+        for g in 0..n_heads {
+            let rows = &mut side[(g * shape.rows + at) * nb..(g * shape.rows + at + n) * nb];
+            for x in rows.iter_mut() {
+                // Invariant: the caller checked there are n positions of bytes.
+                let b = src.next().unwrap_or(&[]);
+                *x = B::read(b).ok_or_else(|| {
+                    format!(
+                        "a {} block of kv head {g} has a scale that is not a finite number",
+                        ["key", "value"][s]
+                    )
+                })?;
+            }
+        }
+    }
+    Ok(())
 }

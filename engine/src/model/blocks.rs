@@ -12,6 +12,7 @@ use rayon::prelude::*;
 
 use kostant_kernels::attention::{hsum8, F16SumOrder};
 use kostant_kernels::attention_group::{dot_f16_rows_group, weighted_sum_f16_rows_group};
+use kostant_kernels::attention_q4::{dot_q4_0_rows, weighted_sum_q4_0_rows};
 use kostant_kernels::attention_q8::{
     dot_q8_0_rows, quantize_q8_0_kv, weighted_sum_q8_0_rows, KvBlockQ8_0, Q8_0_BLOCK,
 };
@@ -497,6 +498,19 @@ pub(super) fn attention<'s>(
                     dot_q8_0_rows(q_blocks, k, stride, 0, scale, probs);
                     softmax(probs);
                     weighted_sum_q8_0_rows(probs, v, stride, 0, o_h);
+                }
+            }
+            HeadView::Q4_0 { k, v } => {
+                // As for Q8_0: the query as Q8_0 blocks, so each block's dot against the
+                // 4-bit keys is exact in integers (llama.cpp's pairing for a q4_0 K cache).
+                let probs = &mut probs[..visible];
+                let stride = hd / Q8_0_BLOCK;
+                let (k, v) = (&k[skip * stride..], &v[skip * stride..]);
+                for (q_src, o_h) in q_group.chunks_exact(hd).zip(o.chunks_exact_mut(hd)) {
+                    quantize_q8_0_kv(q_src, q_blocks);
+                    dot_q4_0_rows(q_blocks, k, stride, 0, scale, probs);
+                    softmax(probs);
+                    weighted_sum_q4_0_rows(probs, v, stride, 0, o_h);
                 }
             }
         }

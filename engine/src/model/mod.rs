@@ -303,22 +303,32 @@ mod tests {
     }
 
     #[test]
-    fn the_q8_0_plan_counts_the_smaller_cache_and_the_budget_follows_it() {
+    fn the_q8_0_and_q4_0_plans_count_the_smaller_cache_and_the_budget_follows_them() {
         let model = tiny();
         let f16 = model.memory_plan(128);
         let q8 = model.memory_plan_with_kv(128, KvType::Q8_0);
-        assert_eq!((f16.kv_type, q8.kv_type), (KvType::F16, KvType::Q8_0));
-        assert_eq!(q8.kv * 64, f16.kv * 34);
-        assert_eq!((q8.weights, q8.scratch), (f16.weights, f16.scratch));
-        // A budget the q8_0 plan fits but the f16 plan does not.
-        let budget = q8.total();
-        assert!(model.check_memory_budget(128, budget).is_err());
+        let q4 = model.memory_plan_with_kv(128, KvType::Q4_0);
         assert_eq!(
-            model
-                .check_memory_budget_with_kv(128, KvType::Q8_0, budget)
-                .unwrap(),
-            q8
+            (f16.kv_type, q8.kv_type, q4.kv_type),
+            (KvType::F16, KvType::Q8_0, KvType::Q4_0)
         );
+        assert_eq!(q8.kv * 64, f16.kv * 34);
+        assert_eq!(q4.kv * 64, f16.kv * 18);
+        assert_eq!((q8.weights, q8.scratch), (f16.weights, f16.scratch));
+        assert_eq!((q4.weights, q4.scratch), (f16.weights, f16.scratch));
+        // A budget the q8_0 plan fits but the f16 plan does not, and one only q4_0 fits.
+        for (ty, plan, bigger) in [(KvType::Q8_0, q8, f16), (KvType::Q4_0, q4, q8)] {
+            let budget = plan.total();
+            assert!(model
+                .check_memory_budget_with_kv(128, bigger.kv_type, budget)
+                .is_err());
+            assert_eq!(
+                model
+                    .check_memory_budget_with_kv(128, ty, budget)
+                    .unwrap(),
+                plan
+            );
+        }
     }
 
     #[test]
