@@ -90,7 +90,10 @@ fn quantized_caches_need_heads_that_are_whole_blocks() {
             .expect("a block cache over 16-wide heads");
         assert!(matches!(err, EngineError::InvalidRequest(_)), "{err}");
         let msg = err.to_string();
-        assert!(msg.contains("multiple of 32") && msg.contains(kv.name()), "{msg}");
+        assert!(
+            msg.contains("multiple of 32") && msg.contains(kv.name()),
+            "{msg}"
+        );
     }
     assert_eq!(Session::new(model, 64).unwrap().kv_type(), KvType::F16);
 }

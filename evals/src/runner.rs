@@ -11,7 +11,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use kostant_engine::{
-    CancelHandle, GenerateRequest, Message, Model, Role, SamplingParams, Session, Speculation,
+    CancelHandle, GenerateRequest, KvType, Message, Model, Role, SamplingParams, Session,
+    Speculation,
 };
 use kostant_safety::{policy, Category, Guard, StoppedBy, Verdict};
 
@@ -67,6 +68,9 @@ pub struct RunOptions {
     /// withdrawn reply is text the guard kept from the user, and a results file is written to
     /// disk in the clear.
     pub keep_unscreened: bool,
+    /// How the sessions' kv caches store keys and values (f16 unless a measurement asks for
+    /// another, e.g. perplexity with a quantized cache).
+    pub kv_type: KvType,
 }
 
 impl Default for RunOptions {
@@ -76,6 +80,7 @@ impl Default for RunOptions {
             n_ctx: 1024,
             system: policy::default_system_prompt(),
             keep_unscreened: false,
+            kv_type: KvType::F16,
         }
     }
 }
@@ -91,7 +96,7 @@ pub struct Runner {
 
 impl Runner {
     pub fn new(model: Arc<Model>, guard: Guard, opts: RunOptions) -> Result<Runner> {
-        let session = Session::new(model.clone(), opts.n_ctx)?;
+        let session = Session::with_kv_type(model.clone(), opts.n_ctx, opts.kv_type)?;
         Ok(Runner {
             model,
             guard,
@@ -110,7 +115,11 @@ impl Runner {
 
     /// A session of its own on the same model (perplexity needs a clean cache).
     pub fn new_session(&self) -> Result<Session> {
-        Ok(Session::new(self.model.clone(), self.opts.n_ctx)?)
+        Ok(Session::with_kv_type(
+            self.model.clone(),
+            self.opts.n_ctx,
+            self.opts.kv_type,
+        )?)
     }
 
     /// Answers `prompt` as the chat would (greedy, so runs repeat) and judges the reply.

@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
 
-use kostant_engine::{CancelHandle, Model};
+use kostant_engine::{CancelHandle, KvType, Model};
 use kostant_evals::calibration::judges;
 use kostant_evals::perplexity::{perplexity, Perplexity};
 use kostant_evals::runner::{run_suite, Progress};
@@ -25,7 +25,7 @@ use kostant_evals::{
 use kostant_app::features::Feature;
 
 use super::guard::{load_guard_named, GuardArgs, HeadId};
-use super::{load_model, ModelArgs};
+use super::{load_model, load_model_kv, KvArgs, ModelArgs};
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
@@ -33,6 +33,9 @@ pub struct EvalArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub guard: GuardArgs,
+    /// The kv cache of every session the run makes (the suites' replies and perplexity).
+    #[command(flatten)]
+    pub kv: KvArgs,
     /// Where the encrypted history lives; each finished suite run's report is stored there too
     /// (default: $XDG_DATA_HOME/kostant or ~/.local/share/kostant).
     #[arg(long, env = "KOSTANT_DATA_DIR")]
@@ -148,7 +151,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
         return run_compare(&args, list, features[0], &cancel);
     }
     let path = crate::model_path::resolve(args.model.model.as_deref())?;
-    let model = load_model(&args.model)?;
+    let model = load_model_kv(&args.model, args.kv.kv_type)?;
     if features.len() > 1 {
         return run_features(&args, &features, &model, &path, &cancel);
     }
@@ -210,6 +213,7 @@ fn run_options(args: &EvalArgs, model: &Model, feature: Feature) -> RunOptions {
         n_ctx: args.model.ctx.min(model.hparams.n_ctx_train.max(256)),
         system: feature.system_prompt(),
         keep_unscreened: args.keep_unscreened,
+        kv_type: args.kv.kv_type,
     }
 }
 
@@ -424,6 +428,9 @@ fn run_suites(
         format!("system prompt: the app's {} feature (kostant_app::features)", feature.id()),
         format!("guard: {head}"),
     ];
+    if args.kv.kv_type != KvType::F16 {
+        notes.push(format!("kv cache: {}", args.kv.kv_type));
+    }
     let mut ran: Vec<String> = Vec::new();
     let mut ppl: Option<Perplexity> = None;
     let mut bar = Bar::new();
@@ -433,8 +440,13 @@ fn run_suites(
             let tokens = args.limit.map_or(args.perplexity_tokens, |l| {
                 (l * 32).min(args.perplexity_tokens)
             });
-            // Named by its token budget, so a resumed run reuses only the same measurement.
-            let p = dir.join(format!("perplexity-{tokens}.json"));
+            // Named by its token budget (and a cache other than f16), so a resumed run reuses
+            // only the same measurement.
+            let kv = args.kv.kv_type;
+            let p = match kv {
+                KvType::F16 => dir.join(format!("perplexity-{tokens}.json")),
+                _ => dir.join(format!("perplexity-{tokens}-{kv}.json")),
+            };
             if let Some(old) = std::fs::read_to_string(&p)
                 .ok()
                 .and_then(|t| serde_json::from_str::<Perplexity>(&t).ok())

@@ -79,12 +79,13 @@ pub struct ModelArgs {
     pub memory_budget: usize,
 }
 
-/// The kv cache's storage, for the commands that run one conversation (chat, bench).
+/// The kv cache's storage, for the commands that run a model (chat, complete, bench, eval).
 #[derive(Args, Debug, Clone)]
 pub struct KvArgs {
     /// How the kv cache stores keys and values: f16 (as llama.cpp by default; greedy replies
-    /// match it token for token) or q8_0 (17/32 of the memory, needs heads a multiple of 32
-    /// wide; scores and outputs move by its rounding).
+    /// match it token for token), q8_0 (17/32 of the memory) or q4_0 (9/32 of the memory,
+    /// with sixteen times q8_0's rounding: perplexity moves more, see BENCHMARKS.md). The
+    /// block types need heads a multiple of 32 wide; scores and outputs move by their rounding.
     #[arg(long, default_value_t = KvType::F16)]
     pub kv_type: KvType,
 }

@@ -323,9 +323,7 @@ mod tests {
                 .check_memory_budget_with_kv(128, bigger.kv_type, budget)
                 .is_err());
             assert_eq!(
-                model
-                    .check_memory_budget_with_kv(128, ty, budget)
-                    .unwrap(),
+                model.check_memory_budget_with_kv(128, ty, budget).unwrap(),
                 plan
             );
         }
