@@ -290,6 +290,8 @@ fn a_model_loader_refuses_an_adapter_file_and_says_what_it_is() {
 
 type Meta = Vec<(String, Value)>;
 type Tensors = Vec<(String, Vec<usize>, GgmlType, Vec<u8>)>;
+/// One hostile edit of an adapter's tensors (a named function, so a table of them reads simply).
+type TensorEdit = fn(&mut Tensors);
 
 /// A valid adapter's writer with `edit` applied to its metadata and tensors.
 fn edited(model: &Model, edit: impl Fn(&mut Meta, &mut Tensors)) -> Vec<u8> {
@@ -385,7 +387,7 @@ fn hostile_or_foreign_adapter_files_are_refused_with_the_reason() {
             }),
         );
     }
-    let tensors: [(&str, fn(&mut Tensors)); 8] = [
+    let tensors: [(&str, TensorEdit); 8] = [
         ("must both be present", |t| {
             t.retain(|x| x.0 != "blk.1.ffn_up.weight.lora_b")
         }),
