@@ -148,10 +148,13 @@ fn bench_reports_the_q8_0_kv_cache() {
         "--model",
         model.to_str().unwrap(),
         "--kv-type",
-        "q4_0",
+        "q3_k",
     ]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("q4_0") && err.contains("f16 or q8_0"), "{err}");
+    assert!(
+        err.contains("q3_k") && err.contains("f16, q8_0 or q4_0"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

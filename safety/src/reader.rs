@@ -109,13 +109,17 @@ impl Features {
     }
 }
 
-/// Tokens each window shares with the one before it, so no phrase is only ever read cut in two.
-const WINDOW_OVERLAP: usize = 16;
+/// Tokens each window shares with the one before it: half the window, so any phrase of up to
+/// half a window (a request buried in pasted text, say) lies whole inside one window and is
+/// never read only cut in two or diluted by the text around it.
+pub fn window_overlap(window: usize) -> usize {
+    window / 2
+}
 
 /// The windows a message of tokens `begin..end` is read in: runs of at most `window` tokens,
-/// each starting `WINDOW_OVERLAP` tokens before the previous one ends; one run when it fits.
+/// each starting [`window_overlap`] tokens before the previous one ends; one run when it fits.
 pub fn window_ranges(begin: usize, end: usize, window: usize) -> Vec<Range<usize>> {
-    let step = window.saturating_sub(WINDOW_OVERLAP).max(1);
+    let step = window.saturating_sub(window_overlap(window)).max(1);
     let mut out = Vec::new();
     let mut at = begin;
     loop {
@@ -324,15 +328,19 @@ mod tests {
 
     #[test]
     fn windows_cover_the_message_with_overlap() {
-        assert_eq!(window_ranges(3, 10, 512), vec![3..10]);
-        let w = window_ranges(10, 1210, 512);
+        assert_eq!(window_ranges(3, 10, 128), vec![3..10]);
+        let w = window_ranges(10, 1210, 128);
         assert_eq!(w.first().unwrap().start, 10);
         assert_eq!(w.last().unwrap().end, 1210);
         for pair in w.windows(2) {
-            assert_eq!(pair[0].end - pair[1].start, WINDOW_OVERLAP);
-            assert!(pair[0].len() == 512);
+            assert_eq!(pair[0].end - pair[1].start, window_overlap(128));
+            assert!(pair[0].len() == 128);
         }
-        assert!(w.iter().all(|r| r.len() <= 512));
+        assert!(w.iter().all(|r| r.len() <= 128));
+        // Any run of half a window lies whole inside some window.
+        for at in 10..1210 - 64 {
+            assert!(w.iter().any(|r| r.start <= at && at + 64 <= r.end), "{at}");
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::confidence::{pick_rules, CategoryRules, Flagged, RuleReport};
 use crate::head::{self, Example, Head, HeadInfo, TrainConfig};
 use crate::normalize::normalize;
-use crate::reader::{FeatureSpec, Reader};
+use crate::reader::{window_overlap, FeatureSpec, Reader};
 use crate::replies::{reply_checkpoints, reply_session, ReplyPlan};
 use crate::{Category, Result, SafetyError};
 
@@ -107,7 +107,9 @@ pub fn default_spec() -> FeatureSpec {
         taps: vec![16, 20],
         system_prompt: crate::policy::default_system_prompt(),
         // Longer than nearly every training prompt, so the head learns whole messages; a longer
-        // message is judged window by window.
+        // message is judged window by window. (`guard train --window 128` tries shorter
+        // windows, in which a buried request fills more of the window that holds it:
+        // scripts/safety-data/pending/README.md, stop 19.)
         window: 512,
     }
 }
@@ -502,30 +504,47 @@ pub fn pick_categories(
 }
 
 /// Each text with its target (None = safe); a safe text longer than the guard's window becomes
-/// one item per window. The live guard reads a long message window by window and the worst
-/// window decides, so each window of a benign text is a benign message to it, and a head that
-/// saw only short messages flags long prose (stop 13: 51 of 52 long benign texts refused). An
-/// unsafe text stays whole and is read by its first window, as before: which of its windows
-/// holds the harm is not known.
+/// one item per window ([`training_windows`]). The live guard reads a long message window by
+/// window and the worst window decides, so each window of a benign text is a benign message to
+/// it, and a head that saw only short messages flags long prose (stop 13: 51 of 52 long benign
+/// texts refused). A long unsafe text is read by its last window: the long unsafe prompts in
+/// the data give their context first and ask last.
 fn labelled(reader: &Reader, items: &[LabelledText]) -> Result<Vec<(String, Option<Category>)>> {
     let mut out = Vec::with_capacity(items.len());
     for t in items {
         // Invariant: read_jsonl rejected every line whose target does not parse.
         let target = t.target().unwrap();
+        let windows = training_windows(reader, &t.prompt)?;
         match target {
-            None => {
-                let windows = reader.windows(&normalize(&t.prompt))?;
-                if windows.len() > 1 {
-                    out.extend(windows.into_iter().map(|w| (w, None)));
-                } else {
-                    out.push((t.prompt.clone(), None));
-                }
+            None if windows.len() > 1 => out.extend(windows.into_iter().map(|w| (w, None))),
+            Some(_) if windows.len() > 1 => {
+                // Invariant: windows has more than one element here.
+                out.push((windows.last().unwrap().clone(), target));
             }
-            Some(_) => out.push((t.prompt.clone(), target)),
+            _ => out.push((t.prompt.clone(), target)),
         }
     }
     Ok(out)
 }
+
+/// The windows of a long text that training reads: at most [`MAX_WINDOWS_PER_TEXT`], evenly
+/// spaced from the first to the last (windows overlap by half, so neighbours say nearly the
+/// same thing); the text itself when it fits one window.
+fn training_windows(reader: &Reader, text: &str) -> Result<Vec<String>> {
+    let windows = reader.windows(&normalize(text))?;
+    let n = windows.len();
+    if n <= MAX_WINDOWS_PER_TEXT {
+        return Ok(windows);
+    }
+    let k = MAX_WINDOWS_PER_TEXT;
+    Ok((0..k)
+        .map(|i| windows[i * (n - 1) / (k - 1)].clone())
+        .collect())
+}
+
+/// Windows read per long text in training: enough to see its beginning, middle and end, few
+/// enough that a hundred long texts do not outweigh thousands of short prompts.
+const MAX_WINDOWS_PER_TEXT: usize = 6;
 
 /// Copies of the windows of the long safe texts in `items` with one of the split's unsafe
 /// requests buried in each (at its start, middle or end in turn), labelled with the request's
@@ -547,7 +566,7 @@ fn buried_windows(
         if let Some(c) = t.target().unwrap() {
             let text = normalize(&t.prompt);
             let n = tok.encode(text.trim(), false)?.len();
-            if (1..=MAX_BURIED_TOKENS).contains(&n) {
+            if (1..=window_overlap(window)).contains(&n) {
                 requests.push((text.trim().to_string(), n, c));
             }
         }
@@ -557,7 +576,7 @@ fn buried_windows(
     }
     let mut out = Vec::new();
     for t in items.iter().filter(|t| t.label == "safe") {
-        let windows = reader.windows(&normalize(&t.prompt))?;
+        let windows = training_windows(reader, &t.prompt)?;
         if windows.len() < 2 {
             continue;
         }
@@ -591,10 +610,6 @@ fn buried_windows(
     }
     Ok(out)
 }
-
-/// The longest unsafe request [`buried_windows`] buries (in tokens): most requests are far
-/// shorter, and a long one would leave little prose around it.
-const MAX_BURIED_TOKENS: usize = 96;
 
 /// What a training run produced.
 pub struct Trained {
@@ -748,7 +763,7 @@ pub fn train_head(
             "dev": n_dev_buried,
             "dev_recall": dev_buried_scores.recall,
             "per_window": opts.buried_per_window,
-            "rule": "each window of a long safe text also copied with one of the split's unsafe requests of at most 96 tokens buried in it (start, middle or end in turn), labelled with its category",
+            "rule": "each window of a long safe text also copied with one of the split's unsafe requests of at most half a window buried in it (start, middle or end in turn), labelled with its category",
         }) },
         "roles": if reply_scores.is_some() { vec!["input", "reply"] } else { vec!["input"] },
         "replies": reply_scores.as_ref().map(|(plan, t, checkpoints, dev)| serde_json::json!({
@@ -827,7 +842,12 @@ mod tests {
     fn buried_requests_sit_whole_inside_one_window_of_prose() {
         let model = Model::load(&kostant_engine::testing::real_model_path())
             .expect("run scripts/setup.sh first");
-        let reader = Reader::new(model, default_spec()).unwrap();
+        // Short windows, as `guard train --window 128` reads: many of them in the text below.
+        let spec = FeatureSpec {
+            window: 128,
+            ..default_spec()
+        };
+        let reader = Reader::new(model, spec).unwrap();
         let prose = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/evals/perplexity.txt"),
         )
@@ -845,8 +865,29 @@ mod tests {
             line("b", "What is the capital of France?", "safe", None),
             line("c", request, "unsafe", Some("indiscriminate_weapons")),
         ];
-        let n_windows = reader.windows(&long).unwrap().len();
-        assert!(n_windows >= 2);
+        // Many windows, of which training reads a few, evenly spaced, first and last included.
+        let all = reader.windows(&long).unwrap();
+        assert!(all.len() > MAX_WINDOWS_PER_TEXT);
+        let read = training_windows(&reader, &long).unwrap();
+        assert_eq!(read.len(), MAX_WINDOWS_PER_TEXT);
+        assert_eq!((&read[0], read.last()), (&all[0], all.last()));
+        let n_windows = read.len();
+        // Each read window is a safe item; short texts stay whole; a long unsafe text is read
+        // by its last window, where the data's long unsafe prompts ask.
+        let asked_last = format!("{long} {request}");
+        let mut with_long_unsafe = items.clone();
+        with_long_unsafe.push(line(
+            "d",
+            &asked_last,
+            "unsafe",
+            Some("indiscriminate_weapons"),
+        ));
+        let l = labelled(&reader, &with_long_unsafe).unwrap();
+        assert_eq!(l.len(), n_windows + 3);
+        assert!(l[..n_windows].iter().all(|(_, c)| c.is_none()));
+        let (last, c) = l.last().unwrap();
+        assert!(last.ends_with(request) && c.is_some());
+        assert_eq!(reader.windows(last).unwrap().len(), 1);
         let buried = buried_windows(&reader, &items, 2).unwrap();
         // Two per window of the long text; the short safe text gets none.
         assert_eq!(buried.len(), n_windows * 2);
@@ -866,7 +907,7 @@ mod tests {
         }
         // No unsafe request short enough: nothing to bury.
         assert!(buried_windows(&reader, &items[..2], 2).unwrap().is_empty());
-        // None asked for: none made (the committed head was trained so).
+        // None asked for: none made.
         assert!(buried_windows(&reader, &items, 0).unwrap().is_empty());
     }
 

@@ -73,6 +73,10 @@ pub enum GuardCommand {
         /// the same split buried in it, this many per window (0: none, as the committed head).
         #[arg(long, default_value_t = 0)]
         buried_per_window: usize,
+        /// Most tokens of a message read in one window (a longer one is read in windows
+        /// overlapping by half, the worst deciding); the default is the spec new heads ship with.
+        #[arg(long)]
+        window: Option<usize>,
         /// Layers whose hidden states the head reads, comma-separated (0 = the embeddings,
         /// n_layer = after the final norm); the default is the spec new heads ship with.
         #[arg(long, value_delimiter = ',')]
@@ -221,6 +225,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             max_dev_reply_false_positive,
             features_cache,
             buried_per_window,
+            window,
             taps,
         } => {
             let model = load_model(&args.model)?;
@@ -228,6 +233,9 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             opts.buried_per_window = buried_per_window;
             if let Some(taps) = taps {
                 opts.spec.taps = taps;
+            }
+            if let Some(window) = window {
+                opts.spec.window = window;
             }
             opts.config.hidden = hidden;
             opts.config.epochs = epochs;
