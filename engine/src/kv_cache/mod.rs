@@ -477,21 +477,12 @@ mod tests {
             .collect()
     }
 
-    fn dequantized(blocks: &[KvBlockQ8_0]) -> Vec<f32> {
+    /// Blocks of 32 values as f32, each decoded by `dequantize`.
+    fn dequantized<B>(blocks: &[B], dequantize: impl Fn(&B, &mut [f32; Q8_0_BLOCK])) -> Vec<f32> {
         let mut out = vec![0.0; blocks.len() * Q8_0_BLOCK];
         for (b, o) in blocks.iter().zip(out.chunks_exact_mut(Q8_0_BLOCK)) {
             let mut tmp = [0.0; Q8_0_BLOCK];
-            b.dequantize(&mut tmp);
-            o.copy_from_slice(&tmp);
-        }
-        out
-    }
-
-    fn dequantized_q4(blocks: &[KvBlockQ4_0]) -> Vec<f32> {
-        let mut out = vec![0.0; blocks.len() * Q8_0_BLOCK];
-        for (b, o) in blocks.iter().zip(out.chunks_exact_mut(Q8_0_BLOCK)) {
-            let mut tmp = [0.0; Q8_0_BLOCK];
-            b.dequantize(&mut tmp);
+            dequantize(b, &mut tmp);
             o.copy_from_slice(&tmp);
         }
         out
@@ -512,8 +503,14 @@ mod tests {
                     k.iter().map(|x| x.to_f32()).collect(),
                     v.iter().map(|x| x.to_f32()).collect(),
                 ),
-                HeadView::Q8_0 { k, v } => (dequantized(k), dequantized(v)),
-                HeadView::Q4_0 { k, v } => (dequantized_q4(k), dequantized_q4(v)),
+                HeadView::Q8_0 { k, v } => (
+                    dequantized(k, KvBlockQ8_0::dequantize),
+                    dequantized(v, KvBlockQ8_0::dequantize),
+                ),
+                HeadView::Q4_0 { k, v } => (
+                    dequantized(k, KvBlockQ4_0::dequantize),
+                    dequantized(v, KvBlockQ4_0::dequantize),
+                ),
             })
             .collect();
         // Side `s` (0 keys, 1 values) of every head, interleaved back into rows.
