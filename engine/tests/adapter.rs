@@ -577,12 +577,14 @@ fn a_peft_adapter_imports_to_the_same_side_paths() {
 fn bad_peft_directories_are_refused_with_the_reason() {
     let (model, _) = tiny(&TinySpec::default());
     let good = peft_tensors(&model, 4);
-    let with_config = |c: &str| {
-        import(peft_dir(c, &good).path(), &model, None)
+    // The reason a PEFT directory of `config` and `tensors` is refused.
+    let refusal = |config: &str, tensors: &[(String, Vec<usize>, Vec<f32>)]| {
+        import(peft_dir(config, tensors).path(), &model, None)
             .err()
             .unwrap()
             .to_string()
     };
+    let with_config = |c: &str| refusal(c, &good);
     assert!(with_config(&CONFIG.replace("\"r\": 4", "\"r\": 8")).contains("expected [8,"));
     assert!(
         with_config(&CONFIG.replace("\"lora_alpha\": 8,", "")).contains("lora_alpha is missing")
@@ -594,32 +596,16 @@ fn bad_peft_directories_are_refused_with_the_reason() {
     assert!(with_config("{not json").contains("adapter_config.json"));
     let mut missing = good.clone();
     missing.retain(|t| !t.0.ends_with("layers.1.mlp.up_proj.lora_B.weight"));
-    assert!(import(peft_dir(CONFIG, &missing).path(), &model, None)
-        .err()
-        .unwrap()
-        .to_string()
-        .contains("must both be present"));
+    assert!(refusal(CONFIG, &missing).contains("must both be present"));
     let mut nan = good.clone();
     nan[3].2[5] = f32::INFINITY;
-    assert!(import(peft_dir(CONFIG, &nan).path(), &model, None)
-        .err()
-        .unwrap()
-        .to_string()
-        .contains("element 5 is inf"));
+    assert!(refusal(CONFIG, &nan).contains("element 5 is inf"));
     let mut far = good.clone();
     far[0].0 = far[0].0.replace("layers.0.", "layers.9.");
-    assert!(import(peft_dir(CONFIG, &far).path(), &model, None)
-        .err()
-        .unwrap()
-        .to_string()
-        .contains("layer 9"));
+    assert!(refusal(CONFIG, &far).contains("layer 9"));
     let mut odd = good.clone();
     odd[0].0 = odd[0].0.replace("q_proj", "qkv_proj");
-    assert!(import(peft_dir(CONFIG, &odd).path(), &model, None)
-        .err()
-        .unwrap()
-        .to_string()
-        .contains("not a LoRA weight"));
+    assert!(refusal(CONFIG, &odd).contains("not a LoRA weight"));
     let empty = tempdir::Dir::new();
     let err = import(empty.path(), &model, None).err().unwrap();
     assert!(matches!(err, EngineError::Io { .. }), "{err:?}");

@@ -514,13 +514,10 @@ fn labelled(reader: &Reader, items: &[LabelledText]) -> Result<Vec<(String, Opti
     for t in items {
         // Invariant: read_jsonl rejected every line whose target does not parse.
         let target = t.target().unwrap();
-        let windows = training_windows(reader, &t.prompt)?;
-        match target {
-            None if windows.len() > 1 => out.extend(windows.into_iter().map(|w| (w, None))),
-            Some(_) if windows.len() > 1 => {
-                // Invariant: windows has more than one element here.
-                out.push((windows.last().unwrap().clone(), target));
-            }
+        let mut windows = training_windows(reader, &t.prompt)?;
+        match (target, windows.len() > 1) {
+            (None, true) => out.extend(windows.into_iter().map(|w| (w, None))),
+            (Some(_), true) => out.extend(windows.pop().map(|w| (w, target))),
             _ => out.push((t.prompt.clone(), target)),
         }
     }
