@@ -24,7 +24,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use half::f16;
-use kostant_kernels::attention_q4::KvBlockQ4_0;
+use kostant_kernels::attention_q4::{KvBlockQ4_0, Q4_0_BLOCK};
 use kostant_kernels::attention_q8::{KvBlockQ8_0, Q8_0_BLOCK};
 
 use crate::model::PREFILL_CHUNK;
@@ -32,6 +32,11 @@ use crate::{EngineError, Result};
 
 mod snapshot;
 mod store;
+
+/// Values per block in either block cache: ggml's Q8_0 and Q4_0 blocks both hold 32, so a
+/// head's row is the same number of blocks whichever the cache keeps.
+pub(crate) const KV_BLOCK: usize = Q8_0_BLOCK;
+const _: () = assert!(Q4_0_BLOCK == KV_BLOCK);
 
 pub(crate) use snapshot::{piece_bytes, read_piece};
 pub use snapshot::{SnapshotHeader, SNAPSHOT_FORMAT};
@@ -64,8 +69,8 @@ impl KvType {
     pub(crate) fn bytes_for(self, n: usize) -> usize {
         match self {
             KvType::F16 => n * size_of::<f16>(),
-            KvType::Q8_0 => n / Q8_0_BLOCK * size_of::<KvBlockQ8_0>(),
-            KvType::Q4_0 => n / Q8_0_BLOCK * size_of::<KvBlockQ4_0>(),
+            KvType::Q8_0 => n / KV_BLOCK * size_of::<KvBlockQ8_0>(),
+            KvType::Q4_0 => n / KV_BLOCK * size_of::<KvBlockQ4_0>(),
         }
     }
 
@@ -195,12 +200,12 @@ impl<'a> LayerView<'a> {
                 v: &v[span(hd)],
             },
             Store::Q8_0 { k, v } => HeadView::Q8_0 {
-                k: &k[span(hd / Q8_0_BLOCK)],
-                v: &v[span(hd / Q8_0_BLOCK)],
+                k: &k[span(hd / KV_BLOCK)],
+                v: &v[span(hd / KV_BLOCK)],
             },
             Store::Q4_0 { k, v } => HeadView::Q4_0 {
-                k: &k[span(hd / Q8_0_BLOCK)],
-                v: &v[span(hd / Q8_0_BLOCK)],
+                k: &k[span(hd / KV_BLOCK)],
+                v: &v[span(hd / KV_BLOCK)],
             },
         }
     }
@@ -259,9 +264,9 @@ impl KvCache {
         head_dim: usize,
         n_ctx: usize,
     ) -> Result<KvCache> {
-        if kv_type.is_blocked() && (head_dim == 0 || !head_dim.is_multiple_of(Q8_0_BLOCK)) {
+        if kv_type.is_blocked() && (head_dim == 0 || !head_dim.is_multiple_of(KV_BLOCK)) {
             return Err(EngineError::InvalidRequest(format!(
-                "the {kv_type} kv cache needs a head size that is a multiple of {Q8_0_BLOCK}, but this model's heads are {head_dim} wide (use the f16 cache)"
+                "the {kv_type} kv cache needs a head size that is a multiple of {KV_BLOCK}, but this model's heads are {head_dim} wide (use the f16 cache)"
             )));
         }
         if head_dim == 0 || !kv_dim.is_multiple_of(head_dim) {
@@ -478,10 +483,10 @@ mod tests {
     }
 
     /// Blocks of 32 values as f32, each decoded by `dequantize`.
-    fn dequantized<B>(blocks: &[B], dequantize: impl Fn(&B, &mut [f32; Q8_0_BLOCK])) -> Vec<f32> {
-        let mut out = vec![0.0; blocks.len() * Q8_0_BLOCK];
-        for (b, o) in blocks.iter().zip(out.chunks_exact_mut(Q8_0_BLOCK)) {
-            let mut tmp = [0.0; Q8_0_BLOCK];
+    fn dequantized<B>(blocks: &[B], dequantize: impl Fn(&B, &mut [f32; KV_BLOCK])) -> Vec<f32> {
+        let mut out = vec![0.0; blocks.len() * KV_BLOCK];
+        for (b, o) in blocks.iter().zip(out.chunks_exact_mut(KV_BLOCK)) {
+            let mut tmp = [0.0; KV_BLOCK];
             dequantize(b, &mut tmp);
             o.copy_from_slice(&tmp);
         }
@@ -531,11 +536,11 @@ mod tests {
     /// Largest error a Q8_0 block allows its values: half a step `max|x| / 127`, plus the f16
     /// rounding of the stored scale (2^-11 relative, over up to 127 codes).
     fn q8_budget(x: &[f32]) -> Vec<f32> {
-        x.chunks_exact(Q8_0_BLOCK)
+        x.chunks_exact(KV_BLOCK)
             .flat_map(|b| {
                 let amax = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                 let tol = amax / 127.0 * (0.5 + 127.0 * 2f32.powi(-11)) * 1.001;
-                std::iter::repeat_n(tol, Q8_0_BLOCK)
+                std::iter::repeat_n(tol, KV_BLOCK)
             })
             .collect()
     }
@@ -545,11 +550,11 @@ mod tests {
     /// clamps at 15), plus the f16 rounding of the stored scale (2^-11 relative, over up to 8
     /// codes).
     fn q4_budget(x: &[f32]) -> Vec<f32> {
-        x.chunks_exact(Q8_0_BLOCK)
+        x.chunks_exact(KV_BLOCK)
             .flat_map(|b| {
                 let amax = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                 let tol = amax / 8.0 * (1.0 + 8.0 * 2f32.powi(-11)) * 1.001;
-                std::iter::repeat_n(tol, Q8_0_BLOCK)
+                std::iter::repeat_n(tol, KV_BLOCK)
             })
             .collect()
     }

@@ -4,9 +4,9 @@
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use kostant_kernels::attention_q4::{quantize_q4_0_kv, KvBlockQ4_0};
-use kostant_kernels::attention_q8::{quantize_q8_0_kv, KvBlockQ8_0, Q8_0_BLOCK};
+use kostant_kernels::attention_q8::{quantize_q8_0_kv, KvBlockQ8_0};
 
-use super::KvType;
+use super::{KvType, KV_BLOCK};
 
 /// A 32-value block type of the cache: the block formats share every step of storing,
 /// copying and loading rows but the quantizer and the byte coding, which this names.
@@ -79,7 +79,7 @@ impl Shape {
     fn per_row(self, ty: &Store) -> usize {
         match ty {
             Store::F16 { .. } => self.head_dim,
-            Store::Q8_0 { .. } | Store::Q4_0 { .. } => self.head_dim / Q8_0_BLOCK,
+            Store::Q8_0 { .. } | Store::Q4_0 { .. } => self.head_dim / KV_BLOCK,
         }
     }
 }
@@ -101,12 +101,12 @@ impl Store {
                 v: written(n_values, f16::ZERO),
             },
             KvType::Q8_0 => Store::Q8_0 {
-                k: written(n_values / Q8_0_BLOCK, KvBlockQ8_0::default()),
-                v: written(n_values / Q8_0_BLOCK, KvBlockQ8_0::default()),
+                k: written(n_values / KV_BLOCK, KvBlockQ8_0::default()),
+                v: written(n_values / KV_BLOCK, KvBlockQ8_0::default()),
             },
             KvType::Q4_0 => Store::Q4_0 {
-                k: written(n_values / Q8_0_BLOCK, KvBlockQ4_0::default()),
-                v: written(n_values / Q8_0_BLOCK, KvBlockQ4_0::default()),
+                k: written(n_values / KV_BLOCK, KvBlockQ4_0::default()),
+                v: written(n_values / KV_BLOCK, KvBlockQ4_0::default()),
             },
         }
     }
@@ -241,7 +241,7 @@ impl Store {
 /// [`Store::write`] for a block type: one head's key and value piece `hk`, `hv` quantized into
 /// the blocks from value `at` on.
 fn write_blocks<B: KvBlock>(k: &mut [B], v: &mut [B], at: usize, hk: &[f32], hv: &[f32]) {
-    let (at, nb) = (at / Q8_0_BLOCK, hk.len() / Q8_0_BLOCK);
+    let (at, nb) = (at / KV_BLOCK, hk.len() / KV_BLOCK);
     B::quantize(hk, &mut k[at..at + nb]);
     B::quantize(hv, &mut v[at..at + nb]);
 }
@@ -254,7 +254,7 @@ fn copy_blocks<B: KvBlock>(
     to: usize,
     out: &mut Vec<u8>,
 ) {
-    let (n_heads, nb) = (shape.kv_dim / shape.head_dim, shape.head_dim / Q8_0_BLOCK);
+    let (n_heads, nb) = (shape.kv_dim / shape.head_dim, shape.head_dim / KV_BLOCK);
     for side in sides {
         for g in 0..n_heads {
             let rows = &side[(g * shape.rows + from) * nb..(g * shape.rows + to) * nb];
@@ -273,7 +273,7 @@ fn load_blocks<B: KvBlock>(
     n: usize,
     bytes: &[u8],
 ) -> Result<(), String> {
-    let (n_heads, nb) = (shape.kv_dim / shape.head_dim, shape.head_dim / Q8_0_BLOCK);
+    let (n_heads, nb) = (shape.kv_dim / shape.head_dim, shape.head_dim / KV_BLOCK);
     let mut src = bytes.chunks_exact(B::BYTES);
     for (s, side) in sides.into_iter().enumerate() {
         for g in 0..n_heads {
