@@ -760,3 +760,53 @@ fn models_lists_what_runs_and_why_the_rest_does_not() {
     assert_eq!(c["supported"], false);
     assert!(c["why_not"].as_str().unwrap().contains("cannot fit"), "{c}");
 }
+
+#[test]
+fn a_draft_model_drafts_without_changing_the_reply() {
+    let model_path = model();
+    let model = model_path.to_str().unwrap();
+    let prompt = "Fix the typos: Teh meeting is on tuesday at noon in the big room.";
+    let base = [
+        "chat",
+        "--prompt",
+        prompt,
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "24",
+        "--json",
+        "--no-history",
+    ];
+    let done = |out: &Output| {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        json_lines(out).pop().unwrap()
+    };
+    let plain = done(&kostant(
+        &[&base[..], &["--speculative", "off"]].concat(),
+        None,
+    ));
+    let drafted = done(&kostant(
+        &[&base[..], &["--draft-model", model]].concat(),
+        None,
+    ));
+    assert_eq!(drafted["reply"], plain["reply"]);
+    assert_eq!(drafted["stats"]["speculative"], "draft-model");
+    assert_eq!(drafted["stats"]["draft_model"], plain["model"]);
+    assert_eq!(plain["stats"]["draft_model"], serde_json::Value::Null);
+
+    // Another vocabulary's model cannot draft; plain decoding has nothing to draft for.
+    let gemma = kostant_engine::testing::gemma3_model_path();
+    let gemma = gemma.to_str().unwrap();
+    let out = kostant(&[&base[..], &["--draft-model", gemma]].concat(), None);
+    assert_clean_failure(&out, "vocabulary");
+    let out = kostant(
+        &[&base[..], &["--draft-model", model, "--speculative", "off"]].concat(),
+        None,
+    );
+    assert_clean_failure(&out, "--draft-model");
+    let out = kostant(
+        &[&base[..], &["--draft-model", "/nonexistent.gguf"]].concat(),
+        None,
+    );
+    assert_clean_failure(&out, "draft model");
+}

@@ -97,6 +97,10 @@ impl CancelHandle {
     }
 }
 
+/// While drafting does not pay, a drafter that is not cheap (a draft model) is still asked for
+/// one token every this many passes, so its hit rate and cost stay known.
+const PROBE_EVERY: usize = 8;
+
 fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
@@ -188,6 +192,26 @@ pub fn generate_with(
     req: &GenerateRequest,
     cancel: &CancelHandle,
     riders: Riders,
+    on_token: impl FnMut(Option<u32>, &str),
+) -> Result<Generation> {
+    // The session's own drafter, when one is attached, drafts in lookup's place; it goes back
+    // into the session however the generation ends.
+    let mut attached = session.take_drafter();
+    let own: Option<&mut dyn Drafter> = match attached.as_mut() {
+        Some(d) => Some(&mut **d),
+        None => None,
+    };
+    let result = generate_riding(session, req, cancel, riders, own, on_token);
+    session.set_drafter(attached);
+    result
+}
+
+fn generate_riding(
+    session: &mut Session,
+    req: &GenerateRequest,
+    cancel: &CancelHandle,
+    riders: Riders,
+    attached: Option<&mut dyn Drafter>,
     mut on_token: impl FnMut(Option<u32>, &str),
 ) -> Result<Generation> {
     let Riders {
@@ -198,7 +222,7 @@ pub fn generate_with(
     let mut lookup = PromptLookup::default();
     let mut drafter: Option<&mut dyn Drafter> = match (drafter, req.speculation) {
         (Some(d), _) => Some(d),
-        (None, Speculation::Lookup) => Some(&mut lookup),
+        (None, Speculation::Lookup) => Some(attached.unwrap_or(&mut lookup)),
         (None, Speculation::Off) => None,
     };
     let mut sampler = Sampler::new(req.sampling.clone())?;
@@ -244,6 +268,8 @@ pub fn generate_with(
     // A cheap drafter's guess for the next token while the policy drafts nothing, checked when
     // that token is sampled.
     let mut shadow: Option<u32> = None;
+    // Passes with a drafter at hand, for probing a costly drafter now and then.
+    let mut passes_run = 0usize;
     let mut drafts = Vec::new();
     let mut batch = Vec::new();
     // One token's hidden states, cut out of a verification pass's rows.
@@ -321,17 +347,24 @@ pub fn generate_with(
                 let want = policy.get().min(room).min(budget);
                 // A drafter that fails (a draft model out of room, say) costs the reply its
                 // speed, not its answer: decoding goes on plainly.
+                passes_run += 1;
                 if want > 0 {
+                    let t = Instant::now();
                     if d.draft(&history, want, &mut drafts).is_err() {
                         drafts.clear();
                         drafter = None;
                     }
+                    policy.drafted(drafts.len(), ms_since(t));
                     // Nothing follows an end of turn in this reply.
                     let end = drafts.iter().position(|t| stop_ids.contains(t));
                     drafts.truncate(end.map_or(want, |e| e + 1).min(want));
-                } else if d.is_cheap() && budget > 0 {
+                } else if budget > 0 && (d.is_cheap() || passes_run.is_multiple_of(PROBE_EVERY)) {
+                    // Keep the acceptance (and a costly drafter's time) measured while no
+                    // draft is verified, so the policy notices when drafting starts to pay.
+                    let t = Instant::now();
                     if d.draft(&history, 1, &mut drafts).is_ok() {
                         shadow = drafts.first().copied();
+                        policy.drafted(drafts.len(), ms_since(t));
                     }
                     drafts.clear();
                 }

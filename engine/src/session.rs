@@ -8,6 +8,7 @@ use crate::adapter::ActiveAdapter;
 use crate::batch::{Batch, LogitRows, Outputs};
 use crate::kv_cache::{piece_bytes, read_piece, KvCache, KvType, SnapshotHeader};
 use crate::model::{forward, Model, Pass, Workspace, PREFILL_CHUNK};
+use crate::speculative::Drafter;
 use crate::{EngineError, Result};
 
 pub struct Session {
@@ -20,6 +21,10 @@ pub struct Session {
     /// The forward pass's buffers, planned here once for a prefill chunk and reused by every
     /// pass: a decode step allocates nothing.
     ws: Workspace,
+    /// The drafter this session's speculative generations use instead of prompt lookup (a
+    /// small draft model, `--draft-model`). It travels with the session, as the adapter does,
+    /// so every way a reply is run (the CLI, the app's worker thread) drafts with it.
+    drafter: Option<Box<dyn Drafter>>,
 }
 
 impl Session {
@@ -66,6 +71,7 @@ impl Session {
             tokens: Vec::with_capacity(n_ctx),
             adapter: None,
             ws,
+            drafter: None,
         })
     }
 
@@ -125,6 +131,24 @@ impl Session {
         }
         self.adapter = adapter;
         Ok(())
+    }
+
+    /// Attaches the drafter speculative generations on this session use instead of prompt
+    /// lookup (None: back to lookup). Replies are the same either way; only their speed
+    /// changes. Plain decoding (`Speculation::Off`) never drafts.
+    pub fn set_drafter(&mut self, drafter: Option<Box<dyn Drafter>>) {
+        self.drafter = drafter;
+    }
+
+    /// Whether a drafter of its own is attached ([`Session::set_drafter`]).
+    pub fn has_drafter(&self) -> bool {
+        self.drafter.is_some()
+    }
+
+    /// Takes the attached drafter out for one generation (it drafts while the session
+    /// verifies, so both cannot be borrowed from the session at once).
+    pub(crate) fn take_drafter(&mut self) -> Option<Box<dyn Drafter>> {
+        self.drafter.take()
     }
 
     /// Forgets the conversation.

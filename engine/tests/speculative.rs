@@ -469,6 +469,32 @@ fn a_real_reply_that_quotes_its_input_is_the_plain_reply_in_fewer_passes() {
     let (drafted, _, _) = run(&model, 512, KvType::F16, &req, Some(&mut draft), None);
     assert_eq!(drafted.tokens, plain.tokens);
     assert_eq!(drafted.stats.accepted, drafted.stats.drafted);
+
+    // Attached to the session (`--draft-model`), it drafts in lookup's place, and it stays
+    // attached after the reply for the next one.
+    let mut s = Session::new(model.clone(), 512).unwrap();
+    let draft = DraftModel::new(model.clone(), &model, 512).unwrap();
+    s.set_drafter(Some(Box::new(draft)));
+    let riders = Riders {
+        fixed_draft: Some(4),
+        ..Riders::default()
+    };
+    let attached = generate_with(&mut s, &req, &CancelHandle::new(), riders, |_, _| {}).unwrap();
+    assert_eq!(attached.tokens, plain.tokens);
+    assert!(attached.stats.drafted > 0, "{:?}", attached.stats);
+    assert_eq!(attached.stats.accepted, attached.stats.drafted);
+    assert!(s.has_drafter());
+    // Plain decoding never drafts, drafter or not.
+    req.speculation = Speculation::Off;
+    let off = generate_with(
+        &mut s,
+        &req,
+        &CancelHandle::new(),
+        Riders::default(),
+        |_, _| {},
+    )
+    .unwrap();
+    assert_eq!((off.tokens, off.stats.drafted), (plain.tokens, 0));
 }
 
 #[test]

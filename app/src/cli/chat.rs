@@ -41,6 +41,15 @@ pub fn run(args: ChatArgs) -> Result<()> {
     let (guard, head) = super::guard::load_guard_named(&args.guard, &model, &path)?;
     let mut session = Session::with_kv_type(model.clone(), args.model.ctx, args.kv.kv_type)?;
     let adapter = args.adapter.apply(&mut session)?;
+    let draft_model = match &args.draft_model {
+        Some(path) => {
+            let draft = super::load_draft(path, &model, &args.model)?;
+            let name = draft.model_name();
+            session.set_drafter(Some(Box::new(draft)));
+            Some(name)
+        }
+        None => None,
+    };
     // The tone rules ride along with any system prompt, the user's own included.
     let system = match &args.system {
         Some(s) => format!("{s}\n\n{}", policy::TONE_RULES),
@@ -54,6 +63,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         guard: Some(guard),
         head,
         adapter,
+        draft_model,
         history: Vec::new(),
         system: Some(system),
         sampling,
@@ -81,6 +91,8 @@ struct Chat {
     head: HeadId,
     /// The adapter's name, when one is on (`--adapter`).
     adapter: Option<String>,
+    /// The draft model's name, when one drafts (`--draft-model`).
+    draft_model: Option<String>,
     history: Vec<Message>,
     system: Option<String>,
     sampling: SamplingParams,
@@ -227,6 +239,7 @@ fn stats_json(
     g: Option<&Generation>,
     head: &HeadId,
     speculation: Speculation,
+    draft_model: Option<&str>,
     restored_tokens: usize,
 ) -> serde_json::Value {
     let Some(g) = g else {
@@ -251,7 +264,11 @@ fn stats_json(
         "max_held_tokens": s.max_held_tokens,
         "prefill_tok_s": s.prefill_tok_s,
         "decode_tok_s": s.decode_tok_s,
-        "speculative": speculation.name(),
+        "speculative": match (speculation, draft_model) {
+            (Speculation::Lookup, Some(_)) => "draft-model",
+            _ => speculation.name(),
+        },
+        "draft_model": draft_model,
         "drafted": s.drafted,
         "accepted": s.accepted,
         "passes": s.passes,
@@ -308,6 +325,7 @@ fn one_shot(chat: &mut Chat, prompt: &str, as_json: bool) -> Result<()> {
                 r.generation.as_ref(),
                 &chat.head,
                 chat.speculation,
+                chat.draft_model.as_deref(),
                 chat.restored_tokens
             ),
         });
@@ -332,6 +350,13 @@ fn interactive(chat: &mut Chat) -> Result<()> {
     writeln!(err, "guard: {}", chat.head)?;
     if let Some(a) = &chat.adapter {
         writeln!(err, "adapter: {a}")?;
+    }
+    if let Some(d) = &chat.draft_model {
+        writeln!(
+            err,
+            "draft model: {d} (the reply is the one {} writes alone)",
+            chat.model.name()
+        )?;
     }
     match &chat.recorder {
         Some(r) => writeln!(err, "{}", r.notice())?,

@@ -130,6 +130,10 @@ pub struct ChatArgs {
     /// either way (greedy: token for token; sampled: in distribution).
     #[arg(long, default_value_t = Speculation::default())]
     pub speculative: Speculation,
+    /// A smaller model of the same vocabulary (a smaller file of the same family) drafts the
+    /// tokens instead of lookup; the reply is the one the main model would write alone.
+    #[arg(long, value_name = "FILE", conflicts_with = "speculative")]
+    pub draft_model: Option<PathBuf>,
     #[command(flatten)]
     pub guard: guard::GuardArgs,
     /// Do not save this conversation to the encrypted history.
@@ -208,6 +212,24 @@ pub struct BenchArgs {
 
 /// Sets the kernel thread count, finds the model and maps it, its budget checked with the
 /// default f16 kv cache.
+/// The draft model at `path` for `model` (`--draft-model`): it must load, fit the memory
+/// budget and share the model's vocabulary, each refused with a reason.
+pub fn load_draft(
+    path: &std::path::Path,
+    model: &kostant_engine::Model,
+    args: &ModelArgs,
+) -> anyhow::Result<kostant_engine::speculative::draft::DraftModel> {
+    use anyhow::Context;
+    let draft = kostant_engine::Model::load(path)
+        .with_context(|| format!("cannot load the draft model {}", path.display()))?;
+    draft
+        .check_memory_budget_with_kv(args.ctx, KvType::F16, args.memory_budget << 20)
+        .with_context(|| format!("cannot load the draft model {}", path.display()))?;
+    Ok(kostant_engine::speculative::draft::DraftModel::new(
+        draft, model, args.ctx,
+    )?)
+}
+
 pub fn load_model(args: &ModelArgs) -> anyhow::Result<std::sync::Arc<kostant_engine::Model>> {
     load_model_kv(args, KvType::F16)
 }

@@ -28,6 +28,13 @@ impl DraftModel {
     }
 }
 
+impl DraftModel {
+    /// The draft model's name, as the CLI and `--json` report it.
+    pub fn model_name(&self) -> String {
+        self.session.model().name()
+    }
+}
+
 /// A draft model must share the target's vocabulary, id for id, and its special tokens (as
 /// llama.cpp's compatibility check asks), or its guesses would be other words.
 pub fn check_compatible(draft: &Model, target: &Model) -> Result<()> {
