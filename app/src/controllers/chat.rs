@@ -20,6 +20,7 @@ use kostant_safety::head::Head;
 use kostant_safety::{pipeline, Guard};
 pub use kostant_safety::{StoppedBy, Verdict};
 
+use super::prefixes::SystemPrefixes;
 use super::{AppError, Notify, SharedStore};
 use crate::history::context::{ContextKeeper, ContextSave};
 use crate::history::Role;
@@ -170,6 +171,8 @@ pub struct GuardedResponder {
     session: Option<Session>,
     /// What of the session's context is saved for which conversation.
     keeper: ContextKeeper,
+    /// The system prompts already read, so a new chat starts after its own.
+    prefixes: SystemPrefixes,
 }
 
 impl GuardedResponder {
@@ -190,9 +193,15 @@ impl GuardedResponder {
                 guard,
                 session: None,
                 keeper: ContextKeeper::new(),
+                prefixes: SystemPrefixes::default(),
             },
             summary,
         ))
+    }
+
+    /// How often a system prompt was read, and how often a kept one served a new chat.
+    pub fn system_prompts(&self) -> super::prefixes::PrefixCounts {
+        self.prefixes.counts()
     }
 
     /// The guard, to tune its thresholds (a test forces a withdrawal with an output threshold
@@ -242,6 +251,17 @@ impl GuardedResponder {
                 return Err(e.into());
             }
         };
+        match self.prefixes.prepare(&mut session, &req.system, &prompt) {
+            Ok(None) => {}
+            // The session now holds only the system prompt: what was saved of it is gone.
+            Ok(Some(_)) => self.keeper.forget(),
+            Err(e) => {
+                self.keeper.forget();
+                session.reset();
+                self.session = Some(session);
+                return Err(e);
+            }
+        }
         let budget = req
             .settings
             .max_tokens

@@ -10,6 +10,7 @@ pub mod chat;
 pub mod evals;
 pub mod history;
 pub mod network;
+pub mod prefixes;
 pub mod settings;
 
 use std::cell::RefCell;
