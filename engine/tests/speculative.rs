@@ -134,6 +134,11 @@ fn run<'a>(
     (g, s, shown)
 }
 
+/// One generation with no riders but the session's own: the adaptive policy, as chat runs it.
+fn as_chat_runs_it(s: &mut Session, req: &GenerateRequest) -> Generation {
+    generate_with(s, req, &CancelHandle::new(), Riders::default(), |_, _| {}).unwrap()
+}
+
 /// The logits of one more step after `token`: equal bits mean equal caches.
 fn next_logits(s: &mut Session, token: u32) -> Vec<f32> {
     step(s, token).unwrap()
@@ -454,14 +459,7 @@ fn a_real_reply_that_quotes_its_input_is_the_plain_reply_in_fewer_passes() {
 
     // The product's path: lookup with the adaptive policy (no fixed length), as chat runs it.
     let mut s = Session::new(model.clone(), 512).unwrap();
-    let adaptive = generate_with(
-        &mut s,
-        &req,
-        &CancelHandle::new(),
-        Riders::default(),
-        |_, _| {},
-    )
-    .unwrap();
+    let adaptive = as_chat_runs_it(&mut s, &req);
     assert_eq!(adaptive.tokens, plain.tokens);
 
     // The default model drafting for itself agrees with itself on every greedy token.
@@ -486,14 +484,7 @@ fn a_real_reply_that_quotes_its_input_is_the_plain_reply_in_fewer_passes() {
     assert!(s.has_drafter());
     // Plain decoding never drafts, drafter or not.
     req.speculation = Speculation::Off;
-    let off = generate_with(
-        &mut s,
-        &req,
-        &CancelHandle::new(),
-        Riders::default(),
-        |_, _| {},
-    )
-    .unwrap();
+    let off = as_chat_runs_it(&mut s, &req);
     assert_eq!((off.tokens, off.stats.drafted), (plain.tokens, 0));
 }
 
