@@ -227,6 +227,9 @@ fn hostile_block_snapshots_fail_cleanly_and_leave_an_empty_session() {
         let mut h = header.clone();
         h[40] = 9;
         assert!(refuse(&h, &[&piece]).contains("unknown kv cache type code 9"));
+        // A q4_0 cache saved before its blocks were stored rotated is refused by name.
+        h[40] = 3;
+        assert!(refuse(&h, &[&piece]).contains("older version"));
         // Any codes are valid: changing one restores; the real piece then steps as `a` does.
         let mut p = piece.clone();
         p[first + 2] ^= 0x11;

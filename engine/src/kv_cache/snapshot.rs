@@ -103,7 +103,9 @@ fn kv_type_code(t: KvType) -> u8 {
     match t {
         KvType::F16 => 1,
         KvType::Q8_0 => 2,
-        KvType::Q4_0 => 3,
+        // 3 was the Q4_0 cache before its blocks were stored rotated (stop 20): its rows
+        // would restore without error and attend wrongly, so it is refused below.
+        KvType::Q4_0 => 4,
     }
 }
 
@@ -136,7 +138,13 @@ impl SnapshotHeader {
         let kv_type = match b.take(1)?[0] {
             1 => KvType::F16,
             2 => KvType::Q8_0,
-            3 => KvType::Q4_0,
+            4 => KvType::Q4_0,
+            3 => {
+                return Err(bad(
+                    "its q4_0 cache was saved by an older version, which stored it differently"
+                        .into(),
+                ))
+            }
             other => return Err(bad(format!("unknown kv cache type code {other}"))),
         };
         let (n_ctx, n_layer, kv_dim, head_dim) = (b.u32()?, b.u32()?, b.u32()?, b.u32()?);

@@ -20,10 +20,11 @@ use kostant_kernels::norm::{rms_norm_row, rms_scale};
 use kostant_kernels::{dequantize_row, exp_f32, matmul_input, matvec_fused, Input, PackedWeights};
 
 use super::hparams::{HParams, RopeLayout};
+use super::kv_rotation;
 use super::weights::{LayerWeights, TensorRef};
 use super::Model;
 use crate::adapter::{add_side_path, ActiveAdapter};
-use crate::kv_cache::{HeadView, KvCache};
+use crate::kv_cache::{HeadView, KvCache, KvType};
 use crate::{EngineError, Result};
 
 /// Looks up each token's row of the embedding table into `x`: (n, n_embd).
@@ -436,6 +437,11 @@ pub(super) fn attention<'s>(
         }
         false => hp.attn_scale,
     };
+    if kv.kv_type() == KvType::Q4_0 {
+        // Stored rotated (see kv_rotation): the queries and the output are rotated to match.
+        kv_rotation::rotate(k);
+        kv_rotation::rotate(v);
+    }
     kv.append(l, k, v);
     let q = &*q;
 
@@ -506,11 +512,15 @@ pub(super) fn attention<'s>(
                 let probs = &mut probs[..visible];
                 let stride = hd / Q8_0_BLOCK;
                 let (k, v) = (&k[skip * stride..], &v[skip * stride..]);
+                let q_rot = &mut q_h[..hd];
                 for (q_src, o_h) in q_group.chunks_exact(hd).zip(o.chunks_exact_mut(hd)) {
-                    quantize_q8_0_kv(q_src, q_blocks);
+                    q_rot.copy_from_slice(q_src);
+                    kv_rotation::rotate(q_rot);
+                    quantize_q8_0_kv(q_rot, q_blocks);
                     dot_q4_0_rows(q_blocks, k, stride, 0, scale, probs);
                     softmax(probs);
                     weighted_sum_q4_0_rows(probs, v, stride, 0, o_h);
+                    kv_rotation::unrotate(o_h);
                 }
             }
         }
