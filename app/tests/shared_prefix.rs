@@ -68,13 +68,13 @@ fn new_chats_start_after_their_system_prompt_and_inherit_nothing() {
     let (d, d_ms) = new_chat(&mut r, Feature::Summarize, summary_q);
     let counts = r.system_prompts();
     assert_eq!((counts.read, counts.restored), (2, 2));
+    let model = kostant_engine::Model::load(&real_model_path()).unwrap();
     for (o, feature) in [
         (&a, Feature::Chat),
         (&b, Feature::Summarize),
         (&c, Feature::Chat),
         (&d, Feature::Summarize),
     ] {
-        let model = kostant_engine::Model::load(&real_model_path()).unwrap();
         let system = model
             .chat_template
             .render(

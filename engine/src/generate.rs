@@ -345,9 +345,9 @@ fn generate_riding(
                 let room = session.n_ctx() - session.tokens().len() - 1;
                 let budget = req.max_tokens - tokens.len();
                 let want = policy.get().min(room).min(budget);
+                passes_run += 1;
                 // A drafter that fails (a draft model out of room, say) costs the reply its
                 // speed, not its answer: decoding goes on plainly.
-                passes_run += 1;
                 if want > 0 {
                     let t = Instant::now();
                     if d.draft(&history, want, &mut drafts).is_err() {

@@ -210,8 +210,6 @@ pub struct BenchArgs {
     pub snapshot: bool,
 }
 
-/// Sets the kernel thread count, finds the model and maps it, its budget checked with the
-/// default f16 kv cache.
 /// The draft model at `path` for `model` (`--draft-model`): it must load, fit the memory
 /// budget and share the model's vocabulary, each refused with a reason.
 pub fn load_draft(
@@ -230,6 +228,8 @@ pub fn load_draft(
     )?)
 }
 
+/// Sets the kernel thread count, finds the model and maps it, its budget checked with the
+/// default f16 kv cache.
 pub fn load_model(args: &ModelArgs) -> anyhow::Result<std::sync::Arc<kostant_engine::Model>> {
     load_model_kv(args, KvType::F16)
 }

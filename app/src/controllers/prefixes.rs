@@ -69,18 +69,13 @@ impl SystemPrefixes {
             .iter()
             .position(|p| p.tokens == tokens && p.header == header);
         if let Some(i) = found {
+            // Taken out and put back newest; a prefix that will not restore is dropped and
+            // read again below: it costs time, not the reply.
             let p = self.kept.remove(i);
-            let restored = session.restore(&p.header, &[&p.piece]);
-            self.kept.push(p);
-            match restored {
-                Ok(n) => {
-                    self.counts.restored += 1;
-                    return Ok(Some(n));
-                }
-                // Read it again below: a prefix that will not restore costs time, not the reply.
-                Err(_) => {
-                    self.kept.pop();
-                }
+            if let Ok(n) = session.restore(&p.header, &[&p.piece]) {
+                self.kept.push(p);
+                self.counts.restored += 1;
+                return Ok(Some(n));
             }
         }
         session.reset();
@@ -99,12 +94,8 @@ impl SystemPrefixes {
         Ok(Some(0))
     }
 
+    /// How often a system prompt was read, and how often kept rows served instead.
     pub fn counts(&self) -> PrefixCounts {
         self.counts
-    }
-
-    /// Forgets every kept prefix (the model or its adapter changed).
-    pub fn clear(&mut self) {
-        self.kept.clear();
     }
 }

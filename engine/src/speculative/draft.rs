@@ -26,9 +26,7 @@ impl DraftModel {
             out: Outputs::new(),
         })
     }
-}
 
-impl DraftModel {
     /// The draft model's name, as the CLI and `--json` report it.
     pub fn model_name(&self) -> String {
         self.session.model().name()
