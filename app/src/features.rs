@@ -4,7 +4,8 @@
 
 use kostant_safety::policy;
 
-/// A task with its own system prompt (and, later, its own adapter).
+/// A task with its own system prompt and, for all but chat, its own shipped adapter
+/// ([`crate::feature_adapters`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Feature {
     Chat,
@@ -24,14 +25,8 @@ impl Feature {
         Feature::Proofread,
     ];
 
-    /// The features the chat screen offers as chips. Proofread waits for its chip until the
-    /// phone layout has room for a fifth one (issue 20).
-    pub const CHIPS: [Feature; 4] = [
-        Feature::Chat,
-        Feature::Summarize,
-        Feature::Reply,
-        Feature::Rewrite,
-    ];
+    /// The features the chat screen offers as chips, in order (the phone scrolls the row).
+    pub const CHIPS: [Feature; 5] = Feature::ALL;
 
     pub fn label(self) -> &'static str {
         match self {

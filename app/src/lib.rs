@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 
 pub mod controllers;
+pub mod feature_adapters;
 pub mod features;
 pub mod history;
 pub mod ui;

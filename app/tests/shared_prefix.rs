@@ -14,6 +14,7 @@ use kostant_engine::{CancelHandle, Message, Role};
 fn new_chat(r: &mut GuardedResponder, feature: Feature, user: &str) -> (ReplyOutcome, f64) {
     let req = ReplyRequest {
         system: feature.system_prompt(),
+        feature,
         turns: vec![Message::new(Role::User, user)],
         settings: GenerationSettings {
             temperature: 0.0,

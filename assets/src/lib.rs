@@ -146,6 +146,90 @@ pub fn sha256_file(path: &Path) -> Result<String, AssetError> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+const ADAPTERS_JSON: &str = include_str!("../adapters/manifest.json");
+
+/// The feature adapters' files, compiled in like the guard head (a few MB each), by the
+/// manifest's `file` names.
+const ADAPTER_FILES: [(&str, &[u8]); 4] = [
+    (
+        "summarize/summarize.gguf",
+        include_bytes!("../adapters/summarize/summarize.gguf"),
+    ),
+    (
+        "proofread/proofread.gguf",
+        include_bytes!("../adapters/proofread/proofread.gguf"),
+    ),
+    (
+        "reply/reply.gguf",
+        include_bytes!("../adapters/reply/reply.gguf"),
+    ),
+    (
+        "rewrite/rewrite.gguf",
+        include_bytes!("../adapters/rewrite/rewrite.gguf"),
+    ),
+];
+
+/// One shipped feature adapter (assets/adapters/manifest.json).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct AdapterEntry {
+    /// The feature it serves (summarize, proofread, reply, rewrite).
+    pub feature: String,
+    /// Under assets/adapters/.
+    pub file: String,
+    pub size: u64,
+    pub sha256: String,
+    pub rank: usize,
+    pub alpha: f32,
+    /// The adapted layers, lowest and highest.
+    pub layers: [usize; 2],
+    /// The model it was trained on, by name, and that model's `Model::fingerprint` in hex:
+    /// it applies to that model only.
+    pub base: String,
+    pub base_fingerprint: String,
+    pub license: String,
+    /// The commands that made it.
+    pub made_by: String,
+}
+
+#[derive(Deserialize)]
+struct AdapterManifest {
+    adapters: Vec<AdapterEntry>,
+}
+
+/// A shipped adapter: its manifest entry and its bytes.
+#[derive(Clone, Debug)]
+pub struct BuiltinAdapter {
+    pub entry: AdapterEntry,
+    pub bytes: &'static [u8],
+}
+
+/// Every shipped feature adapter with its bytes. A manifest entry without its file (or the
+/// reverse) is a malformed manifest.
+pub fn builtin_adapters() -> Result<Vec<BuiltinAdapter>, AssetError> {
+    let m: AdapterManifest =
+        serde_json::from_str(ADAPTERS_JSON).map_err(|e| AssetError::Manifest(e.to_string()))?;
+    if m.adapters.len() != ADAPTER_FILES.len() {
+        return Err(AssetError::Manifest(format!(
+            "the adapter manifest lists {} adapters, the build carries {}",
+            m.adapters.len(),
+            ADAPTER_FILES.len()
+        )));
+    }
+    m.adapters
+        .into_iter()
+        .map(|entry| {
+            let bytes = ADAPTER_FILES
+                .iter()
+                .find(|(file, _)| *file == entry.file)
+                .map(|(_, b)| *b)
+                .ok_or_else(|| {
+                    AssetError::Manifest(format!("adapter file {:?} is not built in", entry.file))
+                })?;
+            Ok(BuiltinAdapter { entry, bytes })
+        })
+        .collect()
+}
+
 /// The guard's trained head (`kostant guard train` writes it; see assets/safety/MANIFEST.md).
 /// Compiled in so that the guard can never be missing.
 pub const GUARD_HEAD: &[u8] = include_bytes!("../safety/guard-head.bin");
@@ -162,6 +246,20 @@ mod tests {
         assert_eq!(d.sha256.len(), 64);
         assert!(d.sha256.chars().all(|c| c.is_ascii_hexdigit()));
         assert_eq!(d.license, "Apache-2.0");
+    }
+
+    #[test]
+    fn every_shipped_adapter_matches_its_manifest_entry() {
+        let adapters = builtin_adapters().unwrap();
+        let mut features: Vec<&str> = adapters.iter().map(|a| a.entry.feature.as_str()).collect();
+        features.sort_unstable();
+        assert_eq!(features, ["proofread", "reply", "rewrite", "summarize"]);
+        for a in &adapters {
+            assert_eq!(a.bytes.len() as u64, a.entry.size, "{}", a.entry.file);
+            assert_eq!(sha256_hex(a.bytes), a.entry.sha256, "{}", a.entry.file);
+            assert_eq!(a.entry.base_fingerprint.len(), 64);
+            assert!(a.entry.layers[0] <= a.entry.layers[1]);
+        }
     }
 
     #[test]

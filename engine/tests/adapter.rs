@@ -523,7 +523,7 @@ fn a_peft_adapter_imports_to_the_same_side_paths() {
     let (model, _) = tiny(&TinySpec::default());
     let tensors = peft_tensors(&model, 4);
     let dir = peft_dir(CONFIG, &tensors);
-    let imported = import(dir.path(), &model, Some("proofread")).unwrap();
+    let imported = import(dir.path(), &model, Some("proofread"), None).unwrap();
     assert_eq!(
         (imported.rank, imported.alpha, imported.name.as_str()),
         (4, 8.0, "proofread")
@@ -574,12 +574,55 @@ fn a_peft_adapter_imports_to_the_same_side_paths() {
 }
 
 #[test]
+fn an_import_as_f16_rounds_every_value_and_refuses_what_f16_cannot_hold() {
+    let (model, _) = tiny(&TinySpec::default());
+    let tensors = peft_tensors(&model, 4);
+    let imported = import(peft_dir(CONFIG, &tensors).path(), &model, None, Some(GgmlType::F16)).unwrap();
+    let g = Gguf::from_bytes(imported.writer.to_bytes().unwrap()).unwrap();
+    let a = g.tensor("blk.1.ffn_down.weight.lora_a").unwrap();
+    assert_eq!(a.ty, GgmlType::F16);
+    let peft_a = &tensors
+        .iter()
+        .find(|t| t.0.ends_with("layers.1.mlp.down_proj.lora_A.weight"))
+        .unwrap()
+        .2;
+    let rounded: Vec<f32> = peft_a
+        .iter()
+        .map(|&x| half::f16::from_f32(x).to_f32())
+        .collect();
+    assert_eq!(f32s(g.tensor_data(a), GgmlType::F16), rounded);
+    assert_ne!(rounded, *peft_a, "the test values must need rounding");
+    // Half the bytes of the F32 import, and it loads as an adapter.
+    let f32_bytes = import(peft_dir(CONFIG, &tensors).path(), &model, None, None)
+        .unwrap()
+        .writer
+        .to_bytes()
+        .unwrap()
+        .len();
+    let f16_bytes = imported.writer.to_bytes().unwrap().len();
+    assert!(f16_bytes * 10 < f32_bytes * 6, "{f16_bytes} vs {f32_bytes}");
+    LoraAdapter::from_gguf(g, "x", &model).unwrap();
+    let mut huge = tensors.clone();
+    huge[2].2[7] = 1e6;
+    let err = import(peft_dir(CONFIG, &huge).path(), &model, None, Some(GgmlType::F16))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("element 7 is 1000000") && err.contains("F32"), "{err}");
+    let err = import(peft_dir(CONFIG, &tensors).path(), &model, None, Some(GgmlType::Q8_0))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("F32 or F16"), "{err}");
+}
+
+#[test]
 fn bad_peft_directories_are_refused_with_the_reason() {
     let (model, _) = tiny(&TinySpec::default());
     let good = peft_tensors(&model, 4);
     // The reason a PEFT directory of `config` and `tensors` is refused.
     let refusal = |config: &str, tensors: &[(String, Vec<usize>, Vec<f32>)]| {
-        import(peft_dir(config, tensors).path(), &model, None)
+        import(peft_dir(config, tensors).path(), &model, None, None)
             .err()
             .unwrap()
             .to_string()
@@ -607,11 +650,11 @@ fn bad_peft_directories_are_refused_with_the_reason() {
     odd[0].0 = odd[0].0.replace("q_proj", "qkv_proj");
     assert!(refusal(CONFIG, &odd).contains("not a LoRA weight"));
     let empty = tempdir::Dir::new();
-    let err = import(empty.path(), &model, None).err().unwrap();
+    let err = import(empty.path(), &model, None, None).err().unwrap();
     assert!(matches!(err, EngineError::Io { .. }), "{err:?}");
     std::fs::write(empty.path().join("adapter_config.json"), CONFIG).unwrap();
     std::fs::write(empty.path().join("adapter_model.bin"), b"pickle").unwrap();
-    assert!(import(empty.path(), &model, None)
+    assert!(import(empty.path(), &model, None, None)
         .err()
         .unwrap()
         .to_string()
@@ -621,5 +664,5 @@ fn bad_peft_directories_are_refused_with_the_reason() {
         b"\x10\0\0\0\0\0\0\0{}",
     )
     .unwrap();
-    assert!(import(empty.path(), &model, None).is_err());
+    assert!(import(empty.path(), &model, None, None).is_err());
 }

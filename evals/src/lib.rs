@@ -7,9 +7,11 @@
 
 pub mod calibration;
 pub mod error;
+pub mod feature_eval;
 pub mod judge;
 pub mod metrics;
 pub mod perplexity;
+pub mod quality;
 pub mod report;
 pub mod runner;
 pub mod stats;

@@ -19,6 +19,8 @@ pub struct Meta {
     pub suites: Vec<String>,
     /// The app feature whose system prompt the replies ran under (chat, summarize, …).
     pub feature: String,
+    /// The LoRA adapter the replies ran under (the feature's own), if any.
+    pub adapter: Option<String>,
     pub max_tokens: usize,
     pub n_ctx: usize,
     /// Items per suite, when limited.
@@ -71,8 +73,13 @@ impl RunReport {
         );
         let _ = writeln!(
             o,
-            "- generation: greedy, at most {} tokens per reply, context {}; feature: {} (its system prompt)",
-            m.max_tokens, m.n_ctx, m.feature
+            "- generation: greedy, at most {} tokens per reply, context {}; feature: {} (its system prompt{})",
+            m.max_tokens,
+            m.n_ctx,
+            m.feature,
+            m.adapter
+                .as_ref()
+                .map_or(String::new(), |a| format!(" and its adapter {a}"))
         );
         let _ = writeln!(
             o,
@@ -718,6 +725,7 @@ mod tests {
                 quantization: "Q4_1".into(),
                 suites: vec!["harmful".into()],
                 feature: "proofread".into(),
+                adapter: None,
                 max_tokens: 64,
                 n_ctx: 1024,
                 limit: Some(2),

@@ -11,7 +11,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use kostant_engine::{
-    CancelHandle, GenerateRequest, KvType, Message, Model, Role, SamplingParams, Session,
+    ActiveAdapter, CancelHandle, GenerateRequest, KvType, Message, Model, Role, SamplingParams, Session,
     Speculation,
 };
 use kostant_safety::{policy, Category, Guard, StoppedBy, Verdict};
@@ -71,6 +71,9 @@ pub struct RunOptions {
     /// How the sessions' kv caches store keys and values (f16 unless a measurement asks for
     /// another, e.g. perplexity with a quantized cache).
     pub kv_type: KvType,
+    /// The LoRA adapter replies run under (a feature's, for `kostant eval --feature` and the
+    /// feature evals; None: the base model).
+    pub adapter: Option<ActiveAdapter>,
 }
 
 impl Default for RunOptions {
@@ -81,6 +84,7 @@ impl Default for RunOptions {
             system: policy::default_system_prompt(),
             keep_unscreened: false,
             kv_type: KvType::F16,
+            adapter: None,
         }
     }
 }
@@ -96,7 +100,8 @@ pub struct Runner {
 
 impl Runner {
     pub fn new(model: Arc<Model>, guard: Guard, opts: RunOptions) -> Result<Runner> {
-        let session = Session::with_kv_type(model.clone(), opts.n_ctx, opts.kv_type)?;
+        let mut session = Session::with_kv_type(model.clone(), opts.n_ctx, opts.kv_type)?;
+        session.set_adapter(opts.adapter.clone())?;
         Ok(Runner {
             model,
             guard,
@@ -115,11 +120,10 @@ impl Runner {
 
     /// A session of its own on the same model (perplexity needs a clean cache).
     pub fn new_session(&self) -> Result<Session> {
-        Ok(Session::with_kv_type(
-            self.model.clone(),
-            self.opts.n_ctx,
-            self.opts.kv_type,
-        )?)
+        let mut session =
+            Session::with_kv_type(self.model.clone(), self.opts.n_ctx, self.opts.kv_type)?;
+        session.set_adapter(self.opts.adapter.clone())?;
+        Ok(session)
     }
 
     /// Answers `prompt` as the chat would (greedy, so runs repeat) and judges the reply.

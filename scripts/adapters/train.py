@@ -11,8 +11,17 @@ Base weights: models/SmolLM2-135M-Instruct.Q4_1.gguf (the default model the app 
 dequantized to f32 with the `gguf` package; they stay frozen. The forward pass is the llama
 architecture as llama.cpp/the engine run it on that file: RMSNorm, GQA attention (9 query heads,
 3 KV heads, head size 64), RoPE theta 1e5, SwiGLU, tied output embedding. Each of the seven
-projections of every layer (q, k, v, o, gate, up, down) gets y += (alpha/r) * (x A^T) B^T, with
-A [r, in] (normal, std 1/sqrt(in)) and B [out, r] (zeros), as PEFT's LoRA does.
+projections of layers --first-layer..29 (q, k, v, o, gate, up, down) gets
+y += (alpha/r) * (x A^T) B^T, with A [r, in] (normal, std 1/sqrt(in)) and B [out, r] (zeros), as
+PEFT's LoRA does.
+
+WHY ONLY THE TOP LAYERS (--first-layer, default 21)
+The guard rides on the chat model's own pass and reads the residual stream at layers 16 and 20
+(`kostant guard info`: taps). An adapter that starts above the deepest tap leaves every state
+the guard reads as the base computes it, so the guard keeps riding (safety's Guard::rides_on)
+at no extra cost; one that starts lower sends the guard to a second, unadapted pass. The
+frozen layers below the adapter are run once per example before training, and their output
+is cached, so each step runs only the adapted layers.
 
 Examples are rendered with the model's ChatML template under the feature's exact system prompt
 (common.py, checked against app/src/features.rs); the loss is the mean cross-entropy over the
@@ -70,6 +79,8 @@ def parse_args():
     p.add_argument("--model", default=MODEL)
     p.add_argument("--rank", type=int, default=16)
     p.add_argument("--alpha", type=float, default=32.0)
+    p.add_argument("--first-layer", type=int, default=21,
+                   help="lowest adapted layer (default 21: above the guard's deepest tap, 20, so the guard still rides)")
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--warmup", type=int, default=10, help="linear warm-up steps")
     p.add_argument("--batch", type=int, default=8)
@@ -147,12 +158,11 @@ def rope(x, cos, sin):
     return jnp.stack([x0 * c - x1 * s, x0 * s + x1 * c], -1).reshape(x.shape)
 
 
-def forward(base, lora, ids, scale):
-    """Final hidden states [batch, n, E] (before the output norm)."""
-    b, n = ids.shape
+def run_layers(layers, lora, x, scale):
+    """x [batch, n, E] through the stacked `layers` (each with its LoRA pair, or none)."""
+    b, n, _ = x.shape
     cos, sin = rope_tables(n)
     causal = jnp.asarray(np.tril(np.ones((n, n), bool)))[None, None]
-    x = base["emb"][ids]
 
     def lin(w, ab, h):
         y = h @ w.T
@@ -176,13 +186,28 @@ def forward(base, lora, ids, scale):
         g = jax.nn.silu(lin(w["ffn_gate"], get("ffn_gate"), h)) * lin(w["ffn_up"], get("ffn_up"), h)
         return x + lin(w["ffn_down"], get("ffn_down"), g), None
 
-    x, _ = jax.lax.scan(jax.checkpoint(layer), x, (base["layers"], lora))
+    x, _ = jax.lax.scan(layer, x, (layers, lora))
     return x
 
 
-def loss_fn(lora, base, ids, targets, mask, scale):
-    x = rms_norm(forward(base, lora, ids, scale), base["norm"])
-    logits = x @ base["out"].T
+def split_layers(base, first):
+    """The frozen layers below `first` and the adapted ones from it up."""
+    lower = {k: v[:first] for k, v in base["layers"].items()}
+    upper = {k: v[first:] for k, v in base["layers"].items()}
+    return lower, upper
+
+
+def forward(base, lora, ids, scale):
+    """Final hidden states [batch, n, E] (before the output norm), LoRA on every layer."""
+    return run_layers(base["layers"], lora, base["emb"][ids], scale)
+
+
+def loss_fn(lora, upper, head, x, pos, targets, mask, scale):
+    """Mean cross-entropy at the reply positions `pos` [batch, m] (mask 0 on padding), given
+    the cached output `x` of the frozen layers below the adapter."""
+    x = run_layers(upper, lora, x, scale)
+    x = jnp.take_along_axis(x, pos[..., None], 1)  # only the scored positions reach the head
+    logits = rms_norm(x, head["norm"]) @ head["out"].T
     lp = jax.nn.log_softmax(logits, -1)
     nll = -jnp.take_along_axis(lp, targets[..., None], -1)[..., 0]
     return jnp.sum(nll * mask) / jnp.maximum(jnp.sum(mask), 1.0)
@@ -206,21 +231,48 @@ def load_split(tok, path):
 
 
 def batches(rows, size, rng=None):
-    """Examples of similar length together, padded to a multiple of 32 (few compilations);
-    ids[t] predicts targets[t] = seq[t+1]; mask is 1 on reply tokens and <|im_end|>."""
+    """Example indices of similar length together (few compilations), in shuffled groups."""
     order = np.argsort([len(p) + len(t) for p, t in rows], kind="stable")
     groups = [order[i:i + size] for i in range(0, len(order), size)]
     if rng is not None:
         rng.shuffle(groups)
-    for g in groups:
-        n = (max(len(rows[i][0]) + len(rows[i][1]) for i in g) - 1 + 31) // 32 * 32
-        ids, tgt, mask = np.zeros((len(g), n), np.int32), np.zeros((len(g), n), np.int32), np.zeros((len(g), n), np.float32)
+    return groups
+
+
+def pad32(n):
+    return (n + 31) // 32 * 32
+
+
+def lower_states(rows, lower_fn):
+    """The frozen layers' output for every example's sequence (all but its last token), once."""
+    cached = [None] * len(rows)
+    for g in batches(rows, 8):
+        n = pad32(max(len(rows[i][0]) + len(rows[i][1]) for i in g) - 1)
+        ids = np.zeros((len(g), n), np.int32)
         for j, i in enumerate(g):
-            p, t = rows[i]
-            seq = p + t
-            ids[j, :len(seq) - 1], tgt[j, :len(seq) - 1] = seq[:-1], seq[1:]
-            mask[j, len(p) - 1:len(seq) - 1] = 1
-        yield g, jnp.asarray(ids), jnp.asarray(tgt), jnp.asarray(mask)
+            seq = rows[i][0] + rows[i][1]
+            ids[j, :len(seq) - 1] = seq[:-1]
+        x = np.asarray(lower_fn(jnp.asarray(ids)))
+        for j, i in enumerate(g):
+            cached[i] = x[j, :len(rows[i][0]) + len(rows[i][1]) - 1].copy()
+    return cached
+
+
+def batch_arrays(rows, cached, g):
+    """Padded cached states, the scored positions (the reply and <|im_end|>: position t predicts
+    seq[t+1]), their targets and mask."""
+    n = pad32(max(len(cached[i]) for i in g))
+    m = pad32(max(len(rows[i][1]) for i in g))
+    x = np.zeros((len(g), n, E), np.float32)
+    pos, tgt, mask = (np.zeros((len(g), m), np.int32), np.zeros((len(g), m), np.int32),
+                      np.zeros((len(g), m), np.float32))
+    for j, i in enumerate(g):
+        p, t = rows[i]
+        x[j, :len(cached[i])] = cached[i]
+        pos[j, :len(t)] = np.arange(len(p) - 1, len(p) + len(t) - 1)
+        tgt[j, :len(t)] = t
+        mask[j, :len(t)] = 1
+    return jnp.asarray(x), jnp.asarray(pos), jnp.asarray(tgt), jnp.asarray(mask)
 
 
 # ---- output -----------------------------------------------------------------------------
@@ -229,23 +281,25 @@ def write_peft(lora, out):
     from safetensors.numpy import save_file
     os.makedirs(out, exist_ok=True)
     tensors = {}
+    first = ARGS.first_layer
     for k in LINEAR:
         a, b = np.asarray(lora[k][0]), np.asarray(lora[k][1])
-        for i in range(N_LAYER):
-            bi = b[i]
+        for i in range(first, N_LAYER):
+            ai, bi = a[i - first], b[i - first]
             if k == "attn_q":
                 bi = unpermute(bi, N_HEAD)
             elif k == "attn_k":
                 bi = unpermute(bi, N_KV)
             pre = f"base_model.model.model.layers.{i}.{PEFT_NAME[k]}"
-            tensors[f"{pre}.lora_A.weight"] = np.ascontiguousarray(a[i], np.float32)  # [r, in]
+            tensors[f"{pre}.lora_A.weight"] = np.ascontiguousarray(ai, np.float32)  # [r, in]
             tensors[f"{pre}.lora_B.weight"] = np.ascontiguousarray(bi, np.float32)  # [out, r]
     save_file(tensors, os.path.join(out, "adapter_model.safetensors"), metadata={"format": "pt"})
     config = {
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": BASE_MODEL_ID,
         "r": ARGS.rank, "lora_alpha": ARGS.alpha, "lora_dropout": 0.0, "bias": "none",
         "fan_in_fan_out": False, "inference_mode": True, "use_rslora": False, "use_dora": False,
-        "init_lora_weights": True, "modules_to_save": None, "layers_to_transform": None,
+        "init_lora_weights": True, "modules_to_save": None,
+        "layers_to_transform": list(range(first, N_LAYER)),
         "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     }
     with open(os.path.join(out, "adapter_config.json"), "w") as f:
@@ -253,12 +307,12 @@ def write_peft(lora, out):
         f.write("\n")
 
 
-def init_lora(base, rng):
+def init_lora(base, rng, layers):
     lora = {}
     for k in LINEAR:
         _, out_dim, in_dim = base["layers"][k].shape
-        a = rng.normal(0, 1 / np.sqrt(in_dim), (N_LAYER, ARGS.rank, in_dim)).astype(np.float32)
-        lora[k] = (jnp.asarray(a), jnp.zeros((N_LAYER, out_dim, ARGS.rank), jnp.float32))
+        a = rng.normal(0, 1 / np.sqrt(in_dim), (layers, ARGS.rank, in_dim)).astype(np.float32)
+        lora[k] = (jnp.asarray(a), jnp.zeros((layers, out_dim, ARGS.rank), jnp.float32))
     return lora
 
 
@@ -325,21 +379,35 @@ def main():
     dev = [] if ARGS.no_dev else load_split(tok, os.path.join(data, "dev.jsonl"))
     if ARGS.dev_n:
         dev = dev[:ARGS.dev_n]
+    first = ARGS.first_layer
+    if not 0 <= first < N_LAYER:
+        sys.exit(f"--first-layer {first}: the model has layers 0 to {N_LAYER - 1}")
     rng = np.random.default_rng(ARGS.seed)
-    lora = init_lora(base, rng)
+    lora = init_lora(base, rng, N_LAYER - first)
     scale = ARGS.alpha / ARGS.rank
     n_train_tok = sum(len(t) for _, t in train)
     print(f"{ARGS.feature}: train {len(train)} examples ({n_train_tok} target tokens), dev {len(dev)}; "
-          f"rank {ARGS.rank}, alpha {ARGS.alpha}, lr {ARGS.lr}, batch {ARGS.batch}, seed {ARGS.seed}", flush=True)
+          f"rank {ARGS.rank}, alpha {ARGS.alpha}, layers {first}..{N_LAYER - 1}, lr {ARGS.lr}, "
+          f"batch {ARGS.batch}, seed {ARGS.seed}", flush=True)
 
-    step_fn = jax.jit(jax.value_and_grad(loss_fn), static_argnums=(5,))
-    eval_fn = jax.jit(loss_fn, static_argnums=(5,))
+    lower, upper = split_layers(base, first)
+    head = {"norm": base["norm"], "out": base["out"]}
+    run_lower = jax.jit(lambda layers, emb, ids: run_layers(layers, None, emb[ids], scale))
+    lower_fn = lambda ids: run_lower(lower, base["emb"], ids)  # noqa: E731
+    t = time.time()
+    train_x = lower_states(train, lower_fn)
+    dev_x = lower_states(dev, lower_fn)
+    print(f"frozen layers 0..{first - 1} read once in {time.time() - t:.0f} s", flush=True)
+
+    step_fn = jax.jit(jax.value_and_grad(loss_fn), static_argnums=(7,))
+    eval_fn = jax.jit(loss_fn, static_argnums=(7,))
     update = jax.jit(adam)
 
     def dev_loss():
         tot, n = 0.0, 0
-        for _, ids, tgt, mask in batches(dev, 8):
-            tot += float(eval_fn(lora, base, ids, tgt, mask, scale)) * float(mask.sum())
+        for g in batches(dev, 8):
+            x, pos, tgt, mask = batch_arrays(dev, dev_x, g)
+            tot += float(eval_fn(lora, upper, head, x, pos, tgt, mask, scale)) * float(mask.sum())
             n += float(mask.sum())
         return tot / max(n, 1)
 
@@ -351,15 +419,16 @@ def main():
     state = (jax.tree_util.tree_map(jnp.zeros_like, lora), jax.tree_util.tree_map(jnp.zeros_like, lora))
     step, began, times = 0, time.time(), []
     while step < total:
-        for _, ids, tgt, mask in batches(train, ARGS.batch, rng):
+        for g in batches(train, ARGS.batch, rng):
             t = time.time()
-            value, grads = step_fn(lora, base, ids, tgt, mask, scale)
+            x, pos, tgt, mask = batch_arrays(train, train_x, g)
+            value, grads = step_fn(lora, upper, head, x, pos, tgt, mask, scale)
             step += 1
             lr = ARGS.lr * min(1.0, step / max(ARGS.warmup, 1)) * (0.1 + 0.9 * (1 - step / total) if total > ARGS.warmup else 1.0)
             lora, state = update(lora, grads, state, step, lr)
             value = float(value)
             times.append(time.time() - t)
-            print(f"step {step}/{total}: loss {value:.4f}, {ids.shape[0]}x{ids.shape[1]} tokens, "
+            print(f"step {step}/{total}: loss {value:.4f}, {x.shape[0]}x{x.shape[1]} tokens, "
                   f"{times[-1]:.1f} s", flush=True)
             if step >= total:
                 break

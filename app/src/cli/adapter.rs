@@ -16,6 +16,9 @@ use kostant_engine::adapter::synth::{random_adapter, SynthAdapter};
 use kostant_engine::gguf::GgmlType;
 use kostant_engine::{ActiveAdapter, LoraAdapter, Model, Session};
 
+use kostant_app::feature_adapters::{FeatureAdapters, NoAdapter};
+use kostant_app::features::Feature;
+
 use super::{load_model, ModelArgs};
 
 /// A LoRA adapter over the model, for chat, complete and bench.
@@ -45,6 +48,25 @@ impl AdapterArgs {
         let name = active.as_ref().map(|a| a.adapter.name().to_string());
         session.set_adapter(active)?;
         Ok(name)
+    }
+}
+
+/// Sets `feature`'s shipped adapter on `session` when the model is the one it was trained on,
+/// and returns its name; otherwise the feature runs on its prompt alone (saying why on stderr
+/// when an adapter ships for it).
+pub fn apply_feature(feature: Feature, session: &mut Session) -> Result<Option<String>> {
+    let mut adapters = FeatureAdapters::new(session.model().clone());
+    match adapters.get(feature)? {
+        Ok(active) => {
+            let name = active.adapter.name().to_string();
+            session.set_adapter(Some(active))?;
+            Ok(Some(name))
+        }
+        Err(NoAdapter::NoneShipped) => Ok(None),
+        Err(why) => {
+            eprintln!("kostant: {}: {why}", feature.id());
+            Ok(None)
+        }
     }
 }
 
@@ -78,6 +100,21 @@ pub enum AdapterCommand {
     /// Write a GGUF adapter with random weights for the model: for measuring what an adapter
     /// costs and for comparing with llama.cpp's --lora. Its replies mean nothing.
     Synth(SynthArgs),
+    /// List the feature adapters built into Kostant (feature, rank, layers, size, sha256, the
+    /// model each was trained on) and whether each applies to the model.
+    List(ListArgs),
+    /// Score each feature's test split with its prompt alone and with its adapter, through
+    /// the guarded pipeline (docs/adapters-report.md is its output).
+    Eval(super::adapter_eval::AdapterEvalArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// One JSON object per adapter, one per line.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -92,6 +129,10 @@ pub struct ImportArgs {
     /// Its name (default: the directory's name).
     #[arg(long)]
     pub name: Option<String>,
+    /// The matrices' type: F16 (half the size of F32; llama.cpp's converter's default), F32,
+    /// or auto (each as the PEFT file stores it).
+    #[arg(long, default_value = "F16")]
+    pub r#type: String,
 }
 
 #[derive(Args, Debug)]
@@ -135,12 +176,65 @@ pub fn run(args: AdapterCommandArgs) -> Result<()> {
         AdapterCommand::Import(a) => import(a),
         AdapterCommand::Info(a) => info(a),
         AdapterCommand::Synth(a) => synth(a),
+        AdapterCommand::List(a) => list(a),
+        AdapterCommand::Eval(a) => super::adapter_eval::run(a),
     }
+}
+
+fn list(args: ListArgs) -> Result<()> {
+    let model = load_model(&args.model)?;
+    let mut adapters = FeatureAdapters::new(model.clone());
+    for feature in Feature::ALL {
+        let Some(shipped) = kostant_app::feature_adapters::builtin(feature)? else {
+            continue;
+        };
+        let e = &shipped.entry;
+        let loaded = adapters.get(feature)?;
+        let applies = loaded.as_ref().err().map(ToString::to_string);
+        let targets = loaded.as_ref().map_or(0, |a| a.adapter.targets().len());
+        if args.json {
+            let v = json!({
+                "feature": e.feature,
+                "name": loaded.as_ref().map_or(e.feature.as_str(), |a| a.adapter.name()),
+                "rank": e.rank,
+                "alpha": e.alpha,
+                "layers": e.layers,
+                "targets": targets,
+                "bytes": e.size,
+                "sha256": e.sha256,
+                "base": e.base,
+                "applies": applies.is_none(),
+                "why_not": applies,
+                "license": e.license,
+            });
+            println!("{v}");
+        } else {
+            println!(
+                "{}: rank {}, alpha {}, layers {}-{}, {} KB, sha256 {}, trained on {}{}",
+                e.feature,
+                e.rank,
+                e.alpha,
+                e.layers[0],
+                e.layers[1],
+                e.size >> 10,
+                &e.sha256[..16],
+                e.base,
+                applies.map_or(String::new(), |why| format!(" (not for {}: {why})", model.name()))
+            );
+        }
+    }
+    Ok(())
 }
 
 fn import(args: ImportArgs) -> Result<()> {
     let model = load_model(&args.model)?;
-    let imported = peft::import(&args.peft_dir, &model, args.name.as_deref())
+    let out_type = match args.r#type.to_ascii_uppercase().as_str() {
+        "F16" => Some(GgmlType::F16),
+        "F32" => Some(GgmlType::F32),
+        "AUTO" => None,
+        other => bail!("--type {other}: use F16, F32 or auto (each tensor's own type)"),
+    };
+    let imported = peft::import(&args.peft_dir, &model, args.name.as_deref(), out_type)
         .with_context(|| format!("cannot import {}", args.peft_dir.display()))?;
     write_checked(&imported.writer.to_bytes()?, &args.out, &model)?;
     println!(

@@ -14,6 +14,8 @@ use kostant_engine::{
 use kostant_safety::pipeline::{self, Reply, ReplyEvent, StreamEvent};
 use kostant_safety::{policy, Guard};
 
+use kostant_app::features::Feature;
+
 use super::guard::HeadId;
 use super::{load_model_kv, peak_rss_mb, ChatArgs};
 
@@ -40,7 +42,12 @@ pub fn run(args: ChatArgs) -> Result<()> {
     let path = crate::model_path::resolve(args.model.model.as_deref())?;
     let (guard, head) = super::guard::load_guard_named(&args.guard, &model, &path)?;
     let mut session = Session::with_kv_type(model.clone(), args.model.ctx, args.kv.kv_type)?;
-    let adapter = args.adapter.apply(&mut session)?;
+    let adapter = match args.feature {
+        Some(f) if !args.no_adapter && args.adapter.adapter.is_none() => {
+            super::adapter::apply_feature(f, &mut session)?
+        }
+        _ => args.adapter.apply(&mut session)?,
+    };
     let draft_model = match &args.draft_model {
         Some(path) => {
             let draft = super::load_draft(path, &model, &args.model)?;
@@ -51,9 +58,10 @@ pub fn run(args: ChatArgs) -> Result<()> {
         None => None,
     };
     // The tone rules ride along with any system prompt, the user's own included.
-    let system = match &args.system {
-        Some(s) => format!("{s}\n\n{}", policy::TONE_RULES),
-        None => policy::default_system_prompt(),
+    let system = match (&args.system, args.feature) {
+        (Some(s), _) => format!("{s}\n\n{}", policy::TONE_RULES),
+        (None, Some(f)) => f.system_prompt(),
+        (None, None) => policy::default_system_prompt(),
     };
     let mut chat = Chat {
         model,
@@ -63,6 +71,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         guard: Some(guard),
         head,
         adapter,
+        feature: args.feature.unwrap_or(Feature::Chat),
         draft_model,
         history: Vec::new(),
         system: Some(system),
@@ -89,8 +98,10 @@ struct Chat {
     guard: Option<Guard>,
     /// Which head the guard runs (built in, or swapped with --guard-head), named to the user.
     head: HeadId,
-    /// The adapter's name, when one is on (`--adapter`).
+    /// The adapter's name, when one is on (`--adapter`, or `--feature`'s own).
     adapter: Option<String>,
+    /// The feature whose prompt the chat runs under (`--feature`; chat by default).
+    feature: Feature,
     /// The draft model's name, when one drafts (`--draft-model`).
     draft_model: Option<String>,
     history: Vec<Message>,
@@ -320,6 +331,7 @@ fn one_shot(chat: &mut Chat, prompt: &str, as_json: bool) -> Result<()> {
             "guard": guard_json(&r),
             "stop_reason": r.generation.as_ref().map(|g| g.stop),
             "model": chat.model.name(),
+            "feature": chat.feature.id(),
             "adapter": chat.adapter,
             "stats": stats_json(
                 r.generation.as_ref(),
@@ -348,6 +360,9 @@ fn interactive(chat: &mut Chat) -> Result<()> {
         chat.model.quantization()
     )?;
     writeln!(err, "guard: {}", chat.head)?;
+    if chat.feature != Feature::Chat {
+        writeln!(err, "feature: {}", chat.feature.label())?;
+    }
     if let Some(a) = &chat.adapter {
         writeln!(err, "adapter: {a}")?;
     }

@@ -22,6 +22,7 @@ use kostant_evals::{
     Skipped, SuiteName, SuiteSource,
 };
 
+use kostant_app::feature_adapters::{FeatureAdapters, NoAdapter};
 use kostant_app::features::Feature;
 
 use super::guard::{load_guard_named, GuardArgs, HeadId};
@@ -52,6 +53,9 @@ pub struct EvalArgs {
     /// writes features.md with them side by side.
     #[arg(long, default_value = "chat")]
     pub feature: String,
+    /// Run each feature on its system prompt alone, without its shipped adapter.
+    #[arg(long)]
+    pub no_adapter: bool,
     /// The run directory (suite runs), or the output JSONL file (with --prompts). Default:
     /// eval-runs/<model file name>.
     #[arg(long)]
@@ -110,7 +114,7 @@ pub(super) fn assets_evals_dir() -> Option<PathBuf> {
 }
 
 /// The command line as typed, for the report.
-fn command_line() -> String {
+pub(super) fn command_line() -> String {
     let mut args = std::env::args();
     args.next();
     std::iter::once("kostant".to_string())
@@ -157,7 +161,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
     }
     let feature = features[0];
     let (guard, head) = load_guard_named(&args.guard, &model, &path)?;
-    let mut runner = Runner::new(model.clone(), guard, run_options(&args, &model, feature))?;
+    let mut runner = Runner::new(model.clone(), guard, run_options(&args, &model, feature)?)?;
     if let Some(prompts) = &args.prompts {
         let out = args
             .out
@@ -206,15 +210,28 @@ fn parse_features(list: &str) -> Result<Vec<Feature>> {
     Ok(out)
 }
 
-/// Greedy replies under `feature`'s system prompt, exactly as the app sends it.
-fn run_options(args: &EvalArgs, model: &Model, feature: Feature) -> RunOptions {
-    RunOptions {
+/// Greedy replies under `feature`'s system prompt and its shipped adapter (unless
+/// --no-adapter, or the model is not the adapter's base), exactly as the app sends them.
+fn run_options(args: &EvalArgs, model: &Arc<Model>, feature: Feature) -> Result<RunOptions> {
+    let adapter = match args.no_adapter {
+        true => None,
+        false => match FeatureAdapters::new(model.clone()).get(feature)? {
+            Ok(a) => Some(a),
+            Err(NoAdapter::NoneShipped) => None,
+            Err(why) => {
+                eprintln!("kostant: {}: {why}", feature.id());
+                None
+            }
+        },
+    };
+    Ok(RunOptions {
         max_tokens: args.max_tokens,
         n_ctx: args.model.ctx.min(model.hparams.n_ctx_train.max(256)),
         system: feature.system_prompt(),
         keep_unscreened: args.keep_unscreened,
         kv_type: args.kv.kv_type,
-    }
+        adapter,
+    })
 }
 
 /// `--feature a,b,…`: the suites under each feature's system prompt, each in its own run
@@ -236,7 +253,7 @@ fn run_features(
     for &feature in features {
         eprintln!("== feature {}", feature.id());
         let (guard, head) = load_guard_named(&args.guard, model, path)?;
-        let mut runner = Runner::new(model.clone(), guard, run_options(args, model, feature))?;
+        let mut runner = Runner::new(model.clone(), guard, run_options(args, model, feature)?)?;
         let dir = root.join(feature.id());
         let r = run_suites(args, &mut runner, path, &dir, feature, &head, cancel)?;
         eprintln!("{}", headline(&r));
@@ -530,6 +547,11 @@ fn run_suites(
             quantization: model.quantization().to_string(),
             suites: ran,
             feature: feature.id().to_string(),
+            adapter: runner
+                .options()
+                .adapter
+                .as_ref()
+                .map(|a| a.adapter.name().to_string()),
             max_tokens: args.max_tokens,
             n_ctx: runner.options().n_ctx,
             limit: args.limit,
@@ -697,7 +719,7 @@ fn run_compare(args: &EvalArgs, list: &str, feature: Feature, cancel: &CancelHan
         // The guard keeps reading with its own model, as a build that requantizes only the chat
         // model would ship it.
         let (guard, head) = load_guard_named(&args.guard, &model, path)?;
-        let opts = run_options(args, &model, feature);
+        let opts = run_options(args, &model, feature)?;
         let mut runner = Runner::new(model, guard, opts)?;
         let dir = root.join(label.replace(' ', "-"));
         let r = run_suites(args, &mut runner, path, &dir, feature, &head, cancel)?;

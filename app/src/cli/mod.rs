@@ -1,6 +1,7 @@
 //! The `kostant` command line: the same jobs as the app, for terminals, scripts and CI.
 
 pub mod adapter;
+mod adapter_eval;
 pub mod bench;
 mod bench_guard;
 mod bench_snapshot;
@@ -120,8 +121,16 @@ pub struct ChatArgs {
     #[arg(long)]
     pub seed: Option<u64>,
     /// System prompt (default: Kostant's own). The tone rules are always added to it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "feature")]
     pub system: Option<String>,
+    /// What to do, as the app's feature chips do: chat, summarize, proofread, reply or
+    /// rewrite. The feature's system prompt, and its shipped adapter when the model is the one
+    /// it was trained on (see `kostant adapter list`).
+    #[arg(long, value_parser = parse_feature)]
+    pub feature: Option<kostant_app::features::Feature>,
+    /// With --feature: its system prompt only, not its adapter.
+    #[arg(long, requires = "feature", conflicts_with = "adapter")]
+    pub no_adapter: bool,
     /// One JSON object per line on stdout: a line per token, then a final "done" line.
     #[arg(long)]
     pub json: bool,
@@ -265,4 +274,9 @@ static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 /// The kernel thread count chosen by [`load_model`].
 pub fn threads() -> usize {
     THREADS.get().copied().unwrap_or(1)
+}
+
+/// `--feature`'s value parser: the error names the features there are.
+pub(crate) fn parse_feature(id: &str) -> std::result::Result<kostant_app::features::Feature, String> {
+    kostant_app::features::Feature::parse(id)
 }

@@ -113,6 +113,9 @@ fn describe(path: &Path, manifest: &ModelManifest) -> serde_json::Value {
         Ok(m) => {
             row["supported"] = json!(true);
             row["quantization"] = json!(m.quantization());
+            // What adapters and saved contexts are matched against (Model::fingerprint).
+            let hex: String = m.fingerprint().iter().map(|b| format!("{b:02x}")).collect();
+            row["fingerprint"] = json!(hex);
         }
         Err(e) => {
             row["supported"] = json!(false);

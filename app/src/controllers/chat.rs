@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use kostant_engine::{
-    CancelHandle, EngineError, GenerateRequest, Message, Model, SamplingParams, Session,
+    ActiveAdapter, CancelHandle, EngineError, GenerateRequest, Message, Model, SamplingParams, Session,
     Speculation,
 };
 use kostant_safety::head::Head;
@@ -22,6 +22,7 @@ pub use kostant_safety::{StoppedBy, Verdict};
 
 use super::prefixes::SystemPrefixes;
 use super::{AppError, Notify, SharedStore};
+use crate::feature_adapters::FeatureAdapters;
 use crate::history::context::{ContextKeeper, ContextSave};
 use crate::history::Role;
 
@@ -76,6 +77,9 @@ impl GenerationSettings {
 #[derive(Clone, Debug)]
 pub struct ReplyRequest {
     pub system: String,
+    /// The feature the reply is for: the responder puts its shipped adapter on when the model
+    /// is the one it was trained on.
+    pub feature: Feature,
     pub turns: Vec<Message>,
     pub settings: GenerationSettings,
     /// The history conversation the reply will be saved into (None: a new one).
@@ -105,6 +109,8 @@ pub struct ReplyStats {
     pub generated_tokens: usize,
     pub ttft_ms: f64,
     pub decode_tok_s: f64,
+    /// The adapter the reply ran under (its feature's), if any.
+    pub adapter: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -173,6 +179,8 @@ pub struct GuardedResponder {
     keeper: ContextKeeper,
     /// The system prompts already read, so a new chat starts after its own.
     prefixes: SystemPrefixes,
+    /// The features' shipped adapters, loaded once each.
+    adapters: FeatureAdapters,
 }
 
 impl GuardedResponder {
@@ -189,6 +197,7 @@ impl GuardedResponder {
         let summary = ModelSummary::of(&model, path);
         Ok((
             GuardedResponder {
+                adapters: FeatureAdapters::new(model.clone()),
                 model,
                 guard,
                 session: None,
@@ -224,6 +233,17 @@ impl GuardedResponder {
             Some(s) if s.n_ctx() == req.settings.n_ctx.min(self.model.hparams.n_ctx_train) => s,
             _ => Session::new(self.model.clone(), req.settings.n_ctx)?,
         };
+        // The feature's adapter goes on first: the session forgets rows computed under
+        // another, and a saved context is restored only under the adapter it was saved with.
+        let adapter = self.adapters.get(req.feature)?.ok();
+        let before = session.adapter().map(ActiveAdapter::id);
+        if let Err(e) = session.set_adapter(adapter) {
+            self.session = Some(session);
+            return Err(e.into());
+        }
+        if session.adapter().map(ActiveAdapter::id) != before {
+            self.keeper.forget();
+        }
         let mut notice = None;
         if let ContextOrigin::Switched(saved) = &req.origin {
             // The cache may keep its tokens: the next prompt reuses only the prefix it shares
@@ -304,6 +324,7 @@ impl GuardedResponder {
             }
         };
         let context = self.keeper.plan(req.conversation, &session);
+        let adapter = session.adapter().map(|a| a.adapter.name().to_string());
         self.session = Some(session);
         let verdict = reply.verdict;
         let stats = reply.generation.as_ref().map(|g| ReplyStats {
@@ -312,6 +333,7 @@ impl GuardedResponder {
             generated_tokens: g.stats.generated_tokens,
             ttft_ms: g.stats.ttft_ms,
             decode_tok_s: g.stats.decode_tok_s,
+            adapter: adapter.clone(),
         });
         emit(ReplyEvent::Done(ReplyOutcome {
             text: reply.text,
@@ -785,10 +807,16 @@ impl ChatController {
             };
         }
         match &self.last_stats {
-            Some(s) => format!(
-                "TTFT {:.0} ms · {:.1} tok/s · {} tokens",
-                s.ttft_ms, s.decode_tok_s, s.generated_tokens
-            ),
+            Some(s) => {
+                let adapter = s
+                    .adapter
+                    .as_ref()
+                    .map_or(String::new(), |a| format!(" · {a} adapter"));
+                format!(
+                    "TTFT {:.0} ms · {:.1} tok/s · {} tokens{adapter}",
+                    s.ttft_ms, s.decode_tok_s, s.generated_tokens
+                )
+            }
             None => String::new(),
         }
     }
@@ -866,6 +894,7 @@ impl ChatController {
         let turns = model_context(&self.messages);
         let req = ReplyRequest {
             system: self.feature.system_prompt(),
+            feature: self.feature,
             turns,
             settings: self.settings.clone(),
             conversation: self.conversation,

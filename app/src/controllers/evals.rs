@@ -629,6 +629,7 @@ impl SuiteRunner {
                 suites: req.suites.clone(),
                 // The screen runs under the default (Chat) system prompt.
                 feature: crate::features::Feature::Chat.id().into(),
+                adapter: None,
                 max_tokens: req.max_tokens,
                 n_ctx,
                 limit: req.limit,

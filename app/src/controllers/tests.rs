@@ -59,6 +59,7 @@ impl Responder for Scripted {
                     generated_tokens: 2,
                     ttft_ms: 12.0,
                     decode_tok_s: 34.5,
+                    adapter: (req.feature != Feature::Chat).then(|| req.feature.id().to_string()),
                 }),
                 context: None,
                 notice: None,
@@ -277,6 +278,15 @@ fn feature_chips_change_the_system_prompt() {
     }
     assert!(prompts[1].contains("Summarize"));
     assert!(prompts[3].contains("Rewrite"));
+    // Each request names its feature, so the responder can put that feature's adapter on,
+    // and the readout names the adapter a reply ran under.
+    let features: Vec<Feature> = seen.lock().unwrap().iter().map(|r| r.feature).collect();
+    assert_eq!(features, Feature::ALL);
+    assert!(c.readout().ends_with("· proofread adapter"), "{}", c.readout());
+    c.set_feature(Feature::Chat);
+    c.send("text").unwrap();
+    c.wait_idle().unwrap();
+    assert!(!c.readout().contains("adapter"), "{}", c.readout());
 }
 
 #[test]

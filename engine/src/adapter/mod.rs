@@ -63,7 +63,7 @@ pub struct LoraAdapter {
 }
 
 /// An adapter as a session applies it: the adapter and the user's scale (1.0 as trained).
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ActiveAdapter {
     pub adapter: Arc<LoraAdapter>,
     pub scale: f32,

@@ -53,7 +53,21 @@ fn bad(what: impl std::fmt::Display) -> EngineError {
 }
 
 /// Converts the PEFT adapter in `dir` for `model`; `name` defaults to the directory's name.
-pub fn import(dir: &Path, model: &Model, name: Option<&str>) -> Result<Imported> {
+/// `out_type` (F32 or F16) converts every matrix to that type, as llama.cpp's converter's
+/// `--outtype` does; None keeps each one's own type.
+pub fn import(
+    dir: &Path,
+    model: &Model,
+    name: Option<&str>,
+    out_type: Option<GgmlType>,
+) -> Result<Imported> {
+    if let Some(t) = out_type {
+        if t != GgmlType::F32 && t != GgmlType::F16 {
+            return Err(bad(format!(
+                "cannot write {t:?} matrices: F32 or F16 (or each tensor's own type)"
+            )));
+        }
+    }
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| EngineError::Io { path, source }
@@ -126,8 +140,8 @@ pub fn import(dir: &Path, model: &Model, name: Option<&str>) -> Result<Imported>
             )));
         };
         let w = model.weights.slot(slot);
-        let a = read(&tensors, &a, config.rank, w.cols)?;
-        let mut b = read(&tensors, &b, w.rows, config.rank)?;
+        let a = read(&tensors, &a, config.rank, w.cols)?.convert(out_type, &a)?;
+        let mut b = read(&tensors, &b, w.rows, config.rank)?.convert(out_type, &b)?;
         if hp.arch == Arch::Llama {
             let per = PROJECTIONS.len();
             match slot % per {
@@ -283,6 +297,7 @@ fn parse_key(key: &str, model: &Model) -> Result<(usize, usize)> {
 struct Matrix {
     ty: GgmlType,
     bytes: Vec<u8>,
+    values: Vec<f32>,
 }
 
 /// The tensor `key`, which must be (rows, cols), finite, F32, F16 or BF16.
@@ -322,7 +337,42 @@ fn read(tensors: &SafeTensors, key: &str, rows: usize, cols: usize) -> Result<Ma
     Ok(Matrix {
         ty,
         bytes: data.to_vec(),
+        values,
     })
+}
+
+impl Matrix {
+    /// The matrix as `to` (None: as it is). F16 rounds to nearest, ties to even, as PyTorch's
+    /// and NumPy's casts do; a value beyond F16's range is an error, not an infinity.
+    fn convert(self, to: Option<GgmlType>, key: &str) -> Result<Matrix> {
+        let Some(to) = to.filter(|&t| t != self.ty) else {
+            return Ok(self);
+        };
+        let bytes = match to {
+            GgmlType::F32 => self.values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            _ => {
+                if let Some((i, v)) = self
+                    .values
+                    .iter()
+                    .enumerate()
+                    .find(|(_, v)| v.abs() > f32::from(half::f16::MAX))
+                {
+                    return Err(bad(format!(
+                        "{key}: element {i} is {v}, beyond F16's range: import it as F32"
+                    )));
+                }
+                self.values
+                    .iter()
+                    .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+                    .collect()
+            }
+        };
+        Ok(Matrix {
+            ty: to,
+            bytes,
+            values: self.values,
+        })
+    }
 }
 
 /// The rows of a (rows, ..) matrix in the order llama.cpp's converter gives q and k for

@@ -1,0 +1,180 @@
+//! `kostant adapter eval`: each feature's held-out test split through the guarded pipeline,
+//! with the feature's system prompt alone and with its shipped adapter, scored against the
+//! references (kostant_evals::feature_eval), written as docs/adapters-report.{md,json}.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use kostant_app::feature_adapters::FeatureAdapters;
+use kostant_app::features::Feature;
+use kostant_engine::{ActiveAdapter, CancelHandle, Model};
+use kostant_evals::feature_eval::{self, Column, FeatureReport, FeatureRow, Task};
+use kostant_evals::{RunOptions, Runner};
+
+use super::guard::{load_guard_named, GuardArgs};
+use super::{load_model, ModelArgs};
+
+#[derive(Args, Debug)]
+pub struct AdapterEvalArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub guard: GuardArgs,
+    /// Features to score: all, or a comma-separated list of summarize, proofread, reply,
+    /// rewrite.
+    #[arg(long, default_value = "all")]
+    pub feature: String,
+    /// The split to score: test (the report's) or dev.
+    #[arg(long, default_value = "test")]
+    pub split: String,
+    /// At most this many examples per feature (the first ones).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Most tokens per reply.
+    #[arg(long, default_value_t = 192)]
+    pub max_tokens: usize,
+    /// Where the features' data is (default: assets/adapters of this repository).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Write the report here (.md, and .json beside it). Without it, print the Markdown.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+fn data_dir(args: &AdapterEvalArgs) -> Result<PathBuf> {
+    if let Some(d) = &args.data {
+        return Ok(d.clone());
+    }
+    let here = PathBuf::from("assets/adapters");
+    if here.join("proofread").is_dir() {
+        return Ok(here);
+    }
+    let exe = std::env::current_exe()?;
+    exe.ancestors()
+        .skip(1)
+        .take(4)
+        .map(|up| up.join("assets/adapters"))
+        .find(|d| d.join("proofread").is_dir())
+        .context("cannot find the features' data (assets/adapters); pass --data")
+}
+
+fn tasks(list: &str) -> Result<Vec<Task>> {
+    if list.trim() == "all" {
+        return Ok(Task::ALL.to_vec());
+    }
+    let mut out = Vec::new();
+    for id in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some(t) = Task::parse(id) else {
+            bail!("--feature {id:?}: the features with test data are summarize, proofread, reply and rewrite");
+        };
+        out.push(t);
+    }
+    if out.is_empty() {
+        bail!("--feature needs a feature");
+    }
+    Ok(out)
+}
+
+fn feature_of(task: Task) -> Feature {
+    match task {
+        Task::Summarize => Feature::Summarize,
+        Task::Proofread => Feature::Proofread,
+        Task::Reply => Feature::Reply,
+        Task::Rewrite => Feature::Rewrite,
+    }
+}
+
+pub fn run(args: AdapterEvalArgs) -> Result<()> {
+    if args.max_tokens == 0 {
+        bail!("--max-tokens must be at least 1");
+    }
+    if args.split != "test" && args.split != "dev" {
+        bail!("--split {:?}: use test or dev", args.split);
+    }
+    let tasks = tasks(&args.feature)?;
+    let dir = data_dir(&args)?;
+    let model = load_model(&args.model)?;
+    let path = crate::model_path::resolve(args.model.model.as_deref())?;
+    let mut adapters = FeatureAdapters::new(model.clone());
+    let cancel = CancelHandle::new();
+    let mut rows = Vec::new();
+    let mut head_name = String::new();
+    for task in tasks {
+        let feature = feature_of(task);
+        let split = dir.join(task.id()).join(format!("{}.jsonl", args.split));
+        let mut examples = feature_eval::load_split(&split)?;
+        if let Some(n) = args.limit {
+            examples.truncate(n);
+        }
+        let adapter = match adapters.get(feature)? {
+            Ok(a) => Some(a),
+            Err(why) => {
+                eprintln!("kostant: {}: {why}", task.id());
+                None
+            }
+        };
+        let mut score = |adapter: Option<ActiveAdapter>| -> Result<Vec<_>> {
+            let (guard, head) = load_guard_named(&args.guard, &model, &path)?;
+            head_name = head.to_string();
+            let mut runner = Runner::new(model.clone(), guard, options(&args, &model, feature, adapter))?;
+            let label = runner.options().adapter.as_ref().map_or("prompt only".into(), |a| a.adapter.name().to_string());
+            let n = examples.len();
+            Ok(feature_eval::run(&mut runner, task, &examples, &cancel, |i, s| {
+                eprintln!("{} [{label}] {}/{n}: {} {:.3}", task.id(), i + 1, task.metric(), s.score);
+            })?)
+        };
+        let base = score(None)?;
+        let adapted = match &adapter {
+            Some(a) => Some(score(Some(a.clone()))?),
+            None => None,
+        };
+        let name = adapter.as_ref().map(|a| a.adapter.name().to_string());
+        rows.push(FeatureRow {
+            feature: task,
+            metric: task.metric().into(),
+            check: task.check().into(),
+            n: examples.len(),
+            base: Column::of("prompt only", None, &base),
+            adapted: adapted.map(|s| Column::of(name.as_deref().unwrap_or(""), name.clone(), &s)),
+        });
+    }
+    let report = FeatureReport {
+        command: super::eval::command_line(),
+        model: format!("{} ({})", model.name(), model.quantization()),
+        guard_head: head_name,
+        max_tokens: args.max_tokens,
+        rows,
+    };
+    let md = report.markdown();
+    match &args.out {
+        Some(out) => {
+            std::fs::write(out, &md).with_context(|| format!("cannot write {}", out.display()))?;
+            let json = out.with_extension("json");
+            std::fs::write(&json, serde_json::to_string_pretty(&report)? + "\n")
+                .with_context(|| format!("cannot write {}", json.display()))?;
+            eprintln!("report: {} and {}", out.display(), json.display());
+        }
+        None => print!("{md}"),
+    }
+    Ok(())
+}
+
+/// Greedy replies under the feature's system prompt, as the app sends it, with or without
+/// its adapter; the context fits the longest summarize input and its reply.
+fn options(
+    args: &AdapterEvalArgs,
+    model: &Arc<Model>,
+    feature: Feature,
+    adapter: Option<ActiveAdapter>,
+) -> RunOptions {
+    RunOptions {
+        max_tokens: args.max_tokens,
+        n_ctx: args.model.ctx.min(model.hparams.n_ctx_train.max(256)),
+        system: feature.system_prompt(),
+        adapter,
+        ..Default::default()
+    }
+}

@@ -1,0 +1,91 @@
+//! The LoRA adapters that ship with Kostant, one per feature (assets/adapters/manifest.json,
+//! compiled in), loaded for the model in use. A feature's adapter applies only on the model it
+//! was trained on (the manifest's base fingerprint); on any other model the feature runs on its
+//! system prompt alone, and [`FeatureAdapters::get`] says why.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kostant_assets::BuiltinAdapter;
+use kostant_engine::gguf::Gguf;
+use kostant_engine::{ActiveAdapter, EngineError, LoraAdapter, Model};
+
+use crate::features::Feature;
+
+/// Why a feature runs without an adapter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NoAdapter {
+    /// The feature has none (chat is the base model's own job).
+    NoneShipped,
+    /// The shipped adapter was trained on another model.
+    OtherModel { trained_on: String },
+}
+
+impl std::fmt::Display for NoAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoAdapter::NoneShipped => write!(f, "no adapter ships for this feature"),
+            NoAdapter::OtherModel { trained_on } => write!(
+                f,
+                "its adapter was trained on {trained_on}, not on this model, so the feature runs on its prompt alone"
+            ),
+        }
+    }
+}
+
+/// The shipped adapters for one model, each loaded the first time its feature is asked for and
+/// then kept (a few MB each; switching features reloads nothing).
+pub struct FeatureAdapters {
+    model: Arc<Model>,
+    loaded: HashMap<Feature, Arc<LoraAdapter>>,
+}
+
+impl FeatureAdapters {
+    pub fn new(model: Arc<Model>) -> FeatureAdapters {
+        FeatureAdapters {
+            model,
+            loaded: HashMap::new(),
+        }
+    }
+
+    /// `feature`'s adapter at its trained scale, or why there is none for this model. An
+    /// embedded adapter that does not load is an error (the build is damaged), never a silent
+    /// fall back to the prompt alone.
+    pub fn get(
+        &mut self,
+        feature: Feature,
+    ) -> Result<Result<ActiveAdapter, NoAdapter>, EngineError> {
+        let Some(shipped) = builtin(feature)? else {
+            return Ok(Err(NoAdapter::NoneShipped));
+        };
+        if shipped.entry.base_fingerprint != hex(&self.model.fingerprint()) {
+            return Ok(Err(NoAdapter::OtherModel {
+                trained_on: shipped.entry.base.clone(),
+            }));
+        }
+        if let Some(a) = self.loaded.get(&feature) {
+            return Ok(Ok(ActiveAdapter {
+                adapter: a.clone(),
+                scale: 1.0,
+            }));
+        }
+        let file = Gguf::from_bytes(shipped.bytes.to_vec())?;
+        let adapter = LoraAdapter::from_gguf(file, feature.id(), &self.model)?;
+        self.loaded.insert(feature, adapter.clone());
+        Ok(Ok(ActiveAdapter {
+            adapter,
+            scale: 1.0,
+        }))
+    }
+}
+
+/// The adapter shipped for `feature`, if any.
+pub fn builtin(feature: Feature) -> Result<Option<BuiltinAdapter>, EngineError> {
+    let all = kostant_assets::builtin_adapters()
+        .map_err(|e| EngineError::Adapter(format!("the built-in adapters: {e}")))?;
+    Ok(all.into_iter().find(|a| a.entry.feature == feature.id()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
