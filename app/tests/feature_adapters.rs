@@ -28,7 +28,11 @@ fn kostant(model: &Path, args: &[&str]) -> Output {
 
 /// The final "done" line of `chat --json`.
 fn done(out: &Output) -> serde_json::Value {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last = stdout.lines().last().expect("a done line");
     serde_json::from_str(last).expect("JSON")
@@ -86,7 +90,10 @@ fn proofread_runs_its_adapter_and_corrects_what_the_prompt_alone_does_not() {
             "We was planning to visit are grandparents next weekend.",
             "We were planning to visit our grandparents next weekend.",
         ),
-        ("My brother dont like coffe.", "My brother doesn't like coffee."),
+        (
+            "My brother dont like coffe.",
+            "My brother doesn't like coffee.",
+        ),
     ] {
         let with = proofread(&model, text, &[]);
         assert_eq!(with["feature"], "proofread");
@@ -135,7 +142,10 @@ fn adapter_list_and_eval_report_the_shipped_adapters() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let features: Vec<&str> = rows.iter().map(|r| r["feature"].as_str().unwrap()).collect();
+    let features: Vec<&str> = rows
+        .iter()
+        .map(|r| r["feature"].as_str().unwrap())
+        .collect();
     assert_eq!(features, ["summarize", "reply", "rewrite", "proofread"]);
     for r in &rows {
         assert_eq!(r["applies"], true, "{r}");
@@ -164,7 +174,11 @@ fn adapter_list_and_eval_report_the_shipped_adapters() {
             report.to_str().unwrap(),
         ],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let md = std::fs::read_to_string(&report).unwrap();
     assert!(md.contains("| proofread | 2 | exact match |"), "{md}");
     let json: serde_json::Value =
@@ -175,5 +189,7 @@ fn adapter_list_and_eval_report_the_shipped_adapters() {
     assert_eq!(row["base"]["metric"]["n"], 2);
     let out = kostant(&model, &["adapter", "eval", "--feature", "chat"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("summarize, proofread, reply and rewrite"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("summarize, proofread, reply and rewrite")
+    );
 }

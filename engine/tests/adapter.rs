@@ -577,7 +577,13 @@ fn a_peft_adapter_imports_to_the_same_side_paths() {
 fn an_import_as_f16_rounds_every_value_and_refuses_what_f16_cannot_hold() {
     let (model, _) = tiny(&TinySpec::default());
     let tensors = peft_tensors(&model, 4);
-    let imported = import(peft_dir(CONFIG, &tensors).path(), &model, None, Some(GgmlType::F16)).unwrap();
+    let imported = import(
+        peft_dir(CONFIG, &tensors).path(),
+        &model,
+        None,
+        Some(GgmlType::F16),
+    )
+    .unwrap();
     let g = Gguf::from_bytes(imported.writer.to_bytes().unwrap()).unwrap();
     let a = g.tensor("blk.1.ffn_down.weight.lora_a").unwrap();
     assert_eq!(a.ty, GgmlType::F16);
@@ -604,15 +610,28 @@ fn an_import_as_f16_rounds_every_value_and_refuses_what_f16_cannot_hold() {
     LoraAdapter::from_gguf(g, "x", &model).unwrap();
     let mut huge = tensors.clone();
     huge[2].2[7] = 1e6;
-    let err = import(peft_dir(CONFIG, &huge).path(), &model, None, Some(GgmlType::F16))
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(err.contains("element 7 is 1000000") && err.contains("F32"), "{err}");
-    let err = import(peft_dir(CONFIG, &tensors).path(), &model, None, Some(GgmlType::Q8_0))
-        .err()
-        .unwrap()
-        .to_string();
+    let err = import(
+        peft_dir(CONFIG, &huge).path(),
+        &model,
+        None,
+        Some(GgmlType::F16),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        err.contains("element 7 is 1000000") && err.contains("F32"),
+        "{err}"
+    );
+    let err = import(
+        peft_dir(CONFIG, &tensors).path(),
+        &model,
+        None,
+        Some(GgmlType::Q8_0),
+    )
+    .err()
+    .unwrap()
+    .to_string();
     assert!(err.contains("F32 or F16"), "{err}");
 }
 

@@ -50,9 +50,11 @@ fn the_shipped_adapters_follow_llama_cpps_lora_token_by_token() {
     let (mut differs_from_base, mut agreed, mut positions) = (0, 0, 0);
     for case in fx["cases"].as_array().unwrap() {
         let feature = case["feature"].as_str().unwrap();
-        let adapter =
-            LoraAdapter::load(&assets.join(feature).join(format!("{feature}.gguf")), &model)
-                .unwrap();
+        let adapter = LoraAdapter::load(
+            &assets.join(feature).join(format!("{feature}.gguf")),
+            &model,
+        )
+        .unwrap();
         let hex: String = adapter
             .fingerprint()
             .iter()

@@ -223,9 +223,38 @@ pub struct FeatureRow {
     pub n: usize,
     pub base: Column,
     pub adapted: Option<Column>,
+    /// The headline metric over the examples the guard stopped in neither run: what each
+    /// writes when it gets to write (prompt only, adapter).
+    #[serde(default)]
+    pub answered_both: Option<(Mean, Mean)>,
 }
 
 impl FeatureRow {
+    /// The row for `feature` from the scored replies of both runs (same examples, same order).
+    pub fn new(feature: Task, base: &[Scored], adapted: Option<(&str, &[Scored])>) -> FeatureRow {
+        let answered_both = adapted.map(|(_, a)| {
+            let both: Vec<(f64, f64)> = base
+                .iter()
+                .zip(a)
+                .filter(|(b, a)| !b.stopped && !a.stopped)
+                .map(|(b, a)| (b.score, a.score))
+                .collect();
+            (
+                Mean::bootstrap(&both.iter().map(|p| p.0).collect::<Vec<_>>()),
+                Mean::bootstrap(&both.iter().map(|p| p.1).collect::<Vec<_>>()),
+            )
+        });
+        FeatureRow {
+            feature,
+            metric: feature.metric().into(),
+            check: feature.check().into(),
+            n: base.len(),
+            base: Column::of("prompt only", None, base),
+            adapted: adapted.map(|(name, s)| Column::of(name, Some(name.to_string()), s)),
+            answered_both,
+        }
+    }
+
     /// Whether the adapter beats the prompt alone with non-overlapping 95% intervals.
     pub fn adapter_wins(&self) -> Option<bool> {
         self.adapted
@@ -238,6 +267,8 @@ impl FeatureRow {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FeatureReport {
     pub command: String,
+    /// The split scored: test (the report's) or dev.
+    pub split: String,
     pub model: String,
     pub guard_head: String,
     pub max_tokens: usize,
@@ -246,12 +277,16 @@ pub struct FeatureReport {
 
 impl FeatureReport {
     pub fn markdown(&self) -> String {
-        let mut md = String::from("# Feature adapters: each feature's test split, with and without its adapter\n\n");
+        let mut md = format!(
+            "# Feature adapters: each feature's {} split, with and without its adapter\n\n",
+            self.split
+        );
         md.push_str(&format!(
             "Command: `{}`\n\nModel: {}. Guard head: {}. Greedy replies of at most {} tokens, \
              through the guarded pipeline users get (a reply the guard stopped scores what the \
-             user saw). Intervals are 95% percentile bootstraps over the test examples \
-             ({} resamples). The test splits were never trained on nor used to choose anything.\n\n",
+             user saw). Intervals are 95% percentile bootstraps over the examples ({} \
+             resamples). The adapters were trained on the train splits and chosen on dev loss; \
+             the test splits were never trained on nor used to choose anything.\n\n",
             self.command,
             self.model,
             self.guard_head,
@@ -260,7 +295,10 @@ impl FeatureReport {
         ));
         md.push_str("| feature | n | metric | prompt only | with adapter | adapter wins |\n|---|---|---|---|---|---|\n");
         for r in &self.rows {
-            let adapted = r.adapted.as_ref().map_or("—".into(), |a| a.metric.display());
+            let adapted = r
+                .adapted
+                .as_ref()
+                .map_or("—".into(), |a| a.metric.display());
             let wins = match r.adapter_wins() {
                 Some(true) => "yes",
                 Some(false) => "no",
@@ -275,6 +313,22 @@ impl FeatureReport {
                 adapted,
                 wins
             ));
+        }
+        md.push_str(
+            "\nOn the examples the guard stopped in neither run (what each writes when it gets to write):\n\n\
+             | feature | n | metric | prompt only | with adapter |\n|---|---|---|---|---|\n",
+        );
+        for r in &self.rows {
+            if let Some((b, a)) = &r.answered_both {
+                md.push_str(&format!(
+                    "| {} | {} | {} | {} | {} |\n",
+                    r.feature.id(),
+                    b.n,
+                    r.metric,
+                    b.display(),
+                    a.display()
+                ));
+            }
         }
         md.push_str("\n| feature | check | prompt only | with adapter | stopped by the guard (prompt only / adapter) | mean reply tokens |\n|---|---|---|---|---|---|\n");
         for r in &self.rows {
@@ -310,7 +364,11 @@ mod tests {
 
     #[test]
     fn a_rewrite_asks_for_its_tone_unless_the_line_says_not_to() {
-        let mut e = ex("Pay by Friday.", "Please pay by Friday.", Some("friendlier"));
+        let mut e = ex(
+            "Pay by Friday.",
+            "Please pay by Friday.",
+            Some("friendlier"),
+        );
         assert_eq!(
             e.user_message(Task::Rewrite),
             "Make it friendlier:\nPay by Friday."
@@ -322,7 +380,11 @@ mod tests {
 
     #[test]
     fn facts_are_numbers_kept_and_a_shorter_rewrite_is_shorter() {
-        let e = ex("The bus leaves at 7 from stop 12, please be on time.", "", Some("shorter"));
+        let e = ex(
+            "The bus leaves at 7 from stop 12, please be on time.",
+            "",
+            Some("shorter"),
+        );
         assert!(keeps_facts(Task::Rewrite, &e, "Bus: 7, stop 12."));
         assert!(!keeps_facts(Task::Rewrite, &e, "Bus: 8, stop 12."));
         assert!(!keeps_facts(
@@ -349,6 +411,26 @@ mod tests {
     }
 
     #[test]
+    fn answered_in_both_leaves_out_what_either_run_stopped() {
+        let s = |score: f64, stopped: bool| Scored {
+            index: 0,
+            reply: String::new(),
+            score,
+            check: 0.0,
+            stopped,
+            tokens: 0,
+        };
+        let base = [s(0.2, false), s(0.0, true), s(0.4, false)];
+        let adapted = [s(0.6, false), s(0.9, false), s(0.0, true)];
+        let row = FeatureRow::new(Task::Reply, &base, Some(("reply", &adapted)));
+        let (b, a) = row.answered_both.unwrap();
+        assert_eq!((b.n, a.n), (1, 1));
+        assert_eq!((b.mean, a.mean), (0.2, 0.6));
+        assert_eq!(row.n, 3);
+        assert_eq!(row.adapted.unwrap().adapter.as_deref(), Some("reply"));
+    }
+
+    #[test]
     fn an_adapter_wins_only_when_the_intervals_part() {
         let col = |v: f64, spread: f64| Column {
             label: String::new(),
@@ -370,6 +452,7 @@ mod tests {
             n: 10,
             base: col(0.3, 0.05),
             adapted: Some(a),
+            answered_both: None,
         };
         assert_eq!(row(col(0.5, 0.05)).adapter_wins(), Some(true));
         assert_eq!(row(col(0.38, 0.05)).adapter_wins(), Some(false));

@@ -37,11 +37,7 @@ fn lcs<T: PartialEq>(a: &[T], b: &[T]) -> usize {
         let mut diag = 0;
         for (j, y) in b.iter().enumerate() {
             let up = row[j + 1];
-            row[j + 1] = if x == y {
-                diag + 1
-            } else {
-                up.max(row[j])
-            };
+            row[j + 1] = if x == y { diag + 1 } else { up.max(row[j]) };
             diag = up;
         }
     }
@@ -69,7 +65,9 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
         let mut diag = row[0];
         row[0] = i + 1;
         for (j, y) in b.iter().enumerate() {
-            let next = (diag + usize::from(x != y)).min(row[j] + 1).min(row[j + 1] + 1);
+            let next = (diag + usize::from(x != y))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
             diag = row[j + 1];
             row[j + 1] = next;
         }
@@ -231,7 +229,10 @@ mod tests {
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(edit_distance("", "abc"), 3);
         assert_eq!(edit_distance("héllo", "hello"), 1);
-        assert_eq!(char_error_rate(" I have two cats. ", "I have two cats."), 0.0);
+        assert_eq!(
+            char_error_rate(" I have two cats. ", "I have two cats."),
+            0.0
+        );
         let cer = char_error_rate("I has two cat.", "I have two cats.");
         assert!((cer - 3.0 / 16.0).abs() < 1e-12, "{cer}");
     }
@@ -276,7 +277,10 @@ mod tests {
         assert!(b.hi - b.lo < (a.hi - a.lo) / 3.0, "{a:?} {b:?}");
         // A constant has no spread.
         let c = Mean::bootstrap(&[0.7; 20]);
-        assert!((c.lo - 0.7).abs() < 1e-12 && (c.hi - 0.7).abs() < 1e-12, "{c:?}");
+        assert!(
+            (c.lo - 0.7).abs() < 1e-12 && (c.hi - 0.7).abs() < 1e-12,
+            "{c:?}"
+        );
         assert_eq!(Mean::bootstrap(&[]).n, 0);
     }
 }

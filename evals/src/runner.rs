@@ -11,8 +11,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use kostant_engine::{
-    ActiveAdapter, CancelHandle, GenerateRequest, KvType, Message, Model, Role, SamplingParams, Session,
-    Speculation,
+    ActiveAdapter, CancelHandle, GenerateRequest, KvType, Message, Model, Role, SamplingParams,
+    Session, Speculation,
 };
 use kostant_safety::{policy, Category, Guard, StoppedBy, Verdict};
 

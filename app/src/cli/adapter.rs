@@ -219,7 +219,10 @@ fn list(args: ListArgs) -> Result<()> {
                 e.size >> 10,
                 &e.sha256[..16],
                 e.base,
-                applies.map_or(String::new(), |why| format!(" (not for {}: {why})", model.name()))
+                applies.map_or(String::new(), |why| format!(
+                    " (not for {}: {why})",
+                    model.name()
+                ))
             );
         }
     }

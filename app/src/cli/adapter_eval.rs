@@ -11,7 +11,7 @@ use clap::Args;
 use kostant_app::feature_adapters::FeatureAdapters;
 use kostant_app::features::Feature;
 use kostant_engine::{ActiveAdapter, CancelHandle, Model};
-use kostant_evals::feature_eval::{self, Column, FeatureReport, FeatureRow, Task};
+use kostant_evals::feature_eval::{self, FeatureReport, FeatureRow, Task};
 use kostant_evals::{RunOptions, Runner};
 
 use super::guard::{load_guard_named, GuardArgs};
@@ -119,12 +119,32 @@ pub fn run(args: AdapterEvalArgs) -> Result<()> {
         let mut score = |adapter: Option<ActiveAdapter>| -> Result<Vec<_>> {
             let (guard, head) = load_guard_named(&args.guard, &model, &path)?;
             head_name = head.to_string();
-            let mut runner = Runner::new(model.clone(), guard, options(&args, &model, feature, adapter))?;
-            let label = runner.options().adapter.as_ref().map_or("prompt only".into(), |a| a.adapter.name().to_string());
+            let mut runner = Runner::new(
+                model.clone(),
+                guard,
+                options(&args, &model, feature, adapter),
+            )?;
+            let label = runner
+                .options()
+                .adapter
+                .as_ref()
+                .map_or("prompt only".into(), |a| a.adapter.name().to_string());
             let n = examples.len();
-            Ok(feature_eval::run(&mut runner, task, &examples, &cancel, |i, s| {
-                eprintln!("{} [{label}] {}/{n}: {} {:.3}", task.id(), i + 1, task.metric(), s.score);
-            })?)
+            Ok(feature_eval::run(
+                &mut runner,
+                task,
+                &examples,
+                &cancel,
+                |i, s| {
+                    eprintln!(
+                        "{} [{label}] {}/{n}: {} {:.3}",
+                        task.id(),
+                        i + 1,
+                        task.metric(),
+                        s.score
+                    );
+                },
+            )?)
         };
         let base = score(None)?;
         let adapted = match &adapter {
@@ -132,17 +152,15 @@ pub fn run(args: AdapterEvalArgs) -> Result<()> {
             None => None,
         };
         let name = adapter.as_ref().map(|a| a.adapter.name().to_string());
-        rows.push(FeatureRow {
-            feature: task,
-            metric: task.metric().into(),
-            check: task.check().into(),
-            n: examples.len(),
-            base: Column::of("prompt only", None, &base),
-            adapted: adapted.map(|s| Column::of(name.as_deref().unwrap_or(""), name.clone(), &s)),
-        });
+        rows.push(FeatureRow::new(
+            task,
+            &base,
+            name.as_deref().zip(adapted.as_deref()),
+        ));
     }
     let report = FeatureReport {
         command: super::eval::command_line(),
+        split: args.split.clone(),
         model: format!("{} ({})", model.name(), model.quantization()),
         guard_head: head_name,
         max_tokens: args.max_tokens,

@@ -277,6 +277,8 @@ pub fn threads() -> usize {
 }
 
 /// `--feature`'s value parser: the error names the features there are.
-pub(crate) fn parse_feature(id: &str) -> std::result::Result<kostant_app::features::Feature, String> {
+pub(crate) fn parse_feature(
+    id: &str,
+) -> std::result::Result<kostant_app::features::Feature, String> {
     kostant_app::features::Feature::parse(id)
 }

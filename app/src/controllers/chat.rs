@@ -13,8 +13,8 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use kostant_engine::{
-    ActiveAdapter, CancelHandle, EngineError, GenerateRequest, Message, Model, SamplingParams, Session,
-    Speculation,
+    ActiveAdapter, CancelHandle, EngineError, GenerateRequest, Message, Model, SamplingParams,
+    Session, Speculation,
 };
 use kostant_safety::head::Head;
 use kostant_safety::{pipeline, Guard};

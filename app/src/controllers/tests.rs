@@ -282,7 +282,11 @@ fn feature_chips_change_the_system_prompt() {
     // and the readout names the adapter a reply ran under.
     let features: Vec<Feature> = seen.lock().unwrap().iter().map(|r| r.feature).collect();
     assert_eq!(features, Feature::ALL);
-    assert!(c.readout().ends_with("· proofread adapter"), "{}", c.readout());
+    assert!(
+        c.readout().ends_with("· proofread adapter"),
+        "{}",
+        c.readout()
+    );
     c.set_feature(Feature::Chat);
     c.send("text").unwrap();
     c.wait_idle().unwrap();
