@@ -38,7 +38,8 @@ fn done(out: &Output) -> serde_json::Value {
     serde_json::from_str(last).expect("JSON")
 }
 
-fn proofread(model: &Path, text: &str, extra: &[&str]) -> serde_json::Value {
+/// `chat --feature proofread` on `text`, greedy, as JSON lines.
+fn proofread(model: &Path, text: &str, extra: &[&str]) -> Output {
     let mut args = vec![
         "chat",
         "--no-history",
@@ -53,7 +54,7 @@ fn proofread(model: &Path, text: &str, extra: &[&str]) -> serde_json::Value {
         text,
     ];
     args.extend_from_slice(extra);
-    done(&kostant(model, &args))
+    kostant(model, &args)
 }
 
 #[test]
@@ -95,11 +96,11 @@ fn proofread_runs_its_adapter_and_corrects_what_the_prompt_alone_does_not() {
             "My brother doesn't like coffee.",
         ),
     ] {
-        let with = proofread(&model, text, &[]);
+        let with = done(&proofread(&model, text, &[]));
         assert_eq!(with["feature"], "proofread");
         assert_eq!(with["adapter"], "proofread");
         assert_eq!(with["reply"], fixed, "{with}");
-        let without = proofread(&model, text, &["--no-adapter"]);
+        let without = done(&proofread(&model, text, &["--no-adapter"]));
         assert!(without["adapter"].is_null(), "{without}");
         assert_ne!(without["reply"], fixed, "{without}");
     }
@@ -107,22 +108,7 @@ fn proofread_runs_its_adapter_and_corrects_what_the_prompt_alone_does_not() {
 
 #[test]
 fn a_feature_on_another_model_runs_on_its_prompt_alone_and_says_why() {
-    let out = kostant(
-        &gemma3_model_path(),
-        &[
-            "chat",
-            "--no-history",
-            "--json",
-            "--temperature",
-            "0",
-            "--max-tokens",
-            "4",
-            "--feature",
-            "proofread",
-            "--prompt",
-            "My brother dont like coffe.",
-        ],
-    );
+    let out = proofread(&gemma3_model_path(), "My brother dont like coffe.", &[]);
     let d = done(&out);
     assert!(d["adapter"].is_null(), "{d}");
     assert_eq!(d["feature"], "proofread");
