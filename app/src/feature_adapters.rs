@@ -33,18 +33,19 @@ impl std::fmt::Display for NoAdapter {
     }
 }
 
-/// The shipped adapters for one model, each loaded the first time its feature is asked for and
-/// then kept (a few MB each; switching features reloads nothing).
+/// The shipped adapters for one model, each looked up and loaded the first time its feature is
+/// asked for, and the outcome kept (a few MB each; a reply or a feature switch then reads no
+/// manifest and reloads nothing).
 pub struct FeatureAdapters {
     model: Arc<Model>,
-    loaded: HashMap<Feature, Arc<LoraAdapter>>,
+    decided: HashMap<Feature, Result<Arc<LoraAdapter>, NoAdapter>>,
 }
 
 impl FeatureAdapters {
     pub fn new(model: Arc<Model>) -> FeatureAdapters {
         FeatureAdapters {
             model,
-            loaded: HashMap::new(),
+            decided: HashMap::new(),
         }
     }
 
@@ -55,6 +56,23 @@ impl FeatureAdapters {
         &mut self,
         feature: Feature,
     ) -> Result<Result<ActiveAdapter, NoAdapter>, EngineError> {
+        if !self.decided.contains_key(&feature) {
+            let outcome = self.look_up(feature)?;
+            self.decided.insert(feature, outcome);
+        }
+        Ok(match &self.decided[&feature] {
+            Ok(adapter) => Ok(ActiveAdapter {
+                adapter: adapter.clone(),
+                scale: 1.0,
+            }),
+            Err(why) => Err(why.clone()),
+        })
+    }
+
+    fn look_up(
+        &self,
+        feature: Feature,
+    ) -> Result<Result<Arc<LoraAdapter>, NoAdapter>, EngineError> {
         let Some(shipped) = builtin(feature)? else {
             return Ok(Err(NoAdapter::NoneShipped));
         };
@@ -63,19 +81,8 @@ impl FeatureAdapters {
                 trained_on: shipped.entry.base.clone(),
             }));
         }
-        if let Some(a) = self.loaded.get(&feature) {
-            return Ok(Ok(ActiveAdapter {
-                adapter: a.clone(),
-                scale: 1.0,
-            }));
-        }
         let file = Gguf::from_bytes(shipped.bytes.to_vec())?;
-        let adapter = LoraAdapter::from_gguf(file, feature.id(), &self.model)?;
-        self.loaded.insert(feature, adapter.clone());
-        Ok(Ok(ActiveAdapter {
-            adapter,
-            scale: 1.0,
-        }))
+        Ok(Ok(LoraAdapter::from_gguf(file, feature.id(), &self.model)?))
     }
 }
 

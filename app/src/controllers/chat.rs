@@ -229,13 +229,14 @@ impl GuardedResponder {
             Some(m) if m.role == kostant_engine::Role::User => m.content.clone(),
             _ => return Err(AppError::Nothing("user message to reply to")),
         };
+        // Looked up before the session is taken, so a failure keeps the session.
+        let adapter = self.adapters.get(req.feature)?.ok();
         let mut session = match self.session.take() {
             Some(s) if s.n_ctx() == req.settings.n_ctx.min(self.model.hparams.n_ctx_train) => s,
             _ => Session::new(self.model.clone(), req.settings.n_ctx)?,
         };
         // The feature's adapter goes on first: the session forgets rows computed under
         // another, and a saved context is restored only under the adapter it was saved with.
-        let adapter = self.adapters.get(req.feature)?.ok();
         let before = session.adapter().map(ActiveAdapter::id);
         if let Err(e) = session.set_adapter(adapter) {
             self.session = Some(session);
