@@ -190,7 +190,11 @@ fn a_refused_exchange_leaves_the_conversation_the_model_sees() {
     // The refusal is shown, then the answer: the same answer as in a fresh chat, because the
     // refused exchange is not sent back to the model.
     let lines: Vec<String> = text(&after.stdout).lines().map(str::to_string).collect();
-    assert_eq!(lines[0], kostant_safety::policy::refusal(None), "{lines:?}");
+    let refusals: Vec<&str> = std::iter::once(None)
+        .chain(kostant_safety::Category::ALL.map(Some))
+        .map(kostant_safety::policy::refusal)
+        .collect();
+    assert!(refusals.contains(&lines[0].as_str()), "{lines:?}");
     let answer = text(&alone.stdout);
     assert!(!answer.trim().is_empty());
     assert_eq!(lines[1..].join("\n").trim(), answer.trim());
@@ -467,6 +471,7 @@ fn guard_train_refuses_taps_past_the_last_layer() {
             "16,99",
             "--reply-tokens",
             "0",
+            "--no-feature-contexts",
             "--out",
             out_path.to_str().unwrap(),
         ],
@@ -526,6 +531,16 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
     }
     std::fs::write(dir.join("train.jsonl"), file(&items)).unwrap();
     std::fs::write(dir.join("dev.jsonl"), file(&[items[0], items[3]])).unwrap();
+    // Two inputs per feature split: each is learned under its feature's system prompt.
+    let features = dir.join("features");
+    for f in ["summarize", "proofread", "reply", "rewrite"] {
+        std::fs::create_dir_all(features.join(f)).unwrap();
+        for split in ["train", "dev"] {
+            let line = |t: &str| format!("{}\n", serde_json::json!({"input": t, "output": t}));
+            let body = line(&format!("A note for {f} ({split}).")) + &line("See you at nine.");
+            std::fs::write(features.join(f).join(format!("{split}.jsonl")), body).unwrap();
+        }
+    }
     let head = dir.join("head.bin");
     let out = kostant(
         &[
@@ -541,6 +556,8 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
             "2",
             "--members",
             "2",
+            "--feature-data",
+            features.to_str().unwrap(),
             "--out",
             head.to_str().unwrap(),
         ],
@@ -555,6 +572,9 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
     assert_eq!(info["hidden"], 16, "{info}");
     assert_eq!(info["training"]["config"]["members"], 2, "{info}");
     assert_eq!(info["training"]["train_counts"]["safe"], 3, "{info}");
+    let proofread = &info["training"]["contexts"]["per_context"]["proofread"];
+    assert_eq!(proofread["train_own_safe"], 2, "{info}");
+    assert_eq!(proofread["dev_own_safe"], 2, "{info}");
 
     let out = kostant(
         &["guard", "--guard-head", head, "screen", "--text", "Hello!"],

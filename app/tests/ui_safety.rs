@@ -52,12 +52,22 @@ fn the_guard_refuses_in_the_chat_and_the_eval_screen_runs_compares_exports_and_c
     run_until("the refusal arrives", move || {
         w.upgrade().is_some_and(|ui| !ui.chat_state().get_busy())
     });
-    // The committed head names no category (its rule, picked on dev, found none it could name
-    // without naming a flagged safe prompt too), so the refusal is the neutral one.
-    assert_eq!(last_value(&ui, "Assistant reply"), policy::refusal(None));
+    // The policy's text: the neutral one, or a category's when the head is sure of it (its
+    // rules, picked on dev, named no flagged safe dev text).
+    let reply = last_value(&ui, "Assistant reply");
+    let texts: Vec<&str> = std::iter::once(None)
+        .chain(kostant_safety::Category::ALL.map(Some))
+        .map(policy::refusal)
+        .collect();
+    assert!(texts.contains(&reply.as_str()), "{reply:?}");
     let bubble = all(&ui, "Assistant reply").pop().unwrap();
     assert_eq!(bubble.accessible_description().unwrap(), "refused");
-    assert_eq!(last_value(&ui, "Reply verdict"), "Refused");
+    // "Refused", with the category after a dot when the refusal names one.
+    let caption = last_value(&ui, "Reply verdict");
+    assert!(
+        caption == "Refused" || caption.starts_with("Refused · "),
+        "{caption}"
+    );
 
     // The eval screen: harmful is picked at first; add the everyday suite.
     press(&ui, "Safety evals");

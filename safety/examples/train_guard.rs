@@ -1,5 +1,6 @@
 //! `kostant guard train` without the app around it: the same `train_head` with the same
-//! defaults, for machines where building the whole app is slow.
+//! defaults but no feature contexts (the features live in the app), for machines where
+//! building the whole app is slow.
 //! usage: train_guard MODEL.gguf DATA_DIR OUT.bin [FEATURES_CACHE_DIR]
 
 use kostant_safety::train::{train_head, TrainOptions};

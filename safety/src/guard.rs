@@ -116,6 +116,15 @@ impl Guard {
         active.adapter.first_layer() > deepest.min(last_layer)
     }
 
+    /// Makes the guard read on its own session under `system_prompt` instead of the one its
+    /// head was trained with: what riding on a chat under that prompt (a feature's) shows it.
+    pub fn read_under(&mut self, system_prompt: &str) -> Result<()> {
+        let mut spec = self.head.info.spec.clone();
+        spec.system_prompt = system_prompt.to_string();
+        self.reader = Reader::new(self.reader.model().clone(), spec)?;
+        Ok(())
+    }
+
     /// The unsafe probabilities at or above which a message and a reply are flagged.
     pub fn thresholds(&self) -> (f32, f32) {
         (self.input_threshold, self.output_threshold)

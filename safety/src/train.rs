@@ -114,6 +114,20 @@ pub fn default_spec() -> FeatureSpec {
     }
 }
 
+/// A conversation framed by another system prompt than the spec's (a feature's): riding on
+/// the chat in that feature, the guard reads states shaped by its prompt, so the head learns
+/// them too. Trained only on the default prompt, the head flagged a third of the texts users
+/// paste to summarize or rewrite (docs/adapters-report.md, stop 21).
+#[derive(Clone, Debug)]
+pub struct Context {
+    /// Its name in the training record (a feature's id).
+    pub name: String,
+    pub system_prompt: String,
+    /// Safe messages users send in this context (the feature's own inputs), per split.
+    pub train: Vec<String>,
+    pub dev: Vec<String>,
+}
+
 #[derive(Clone, Debug)]
 pub struct TrainOptions {
     pub data_dir: PathBuf,
@@ -136,6 +150,11 @@ pub struct TrainOptions {
     /// Where computed features are kept between runs (keyed by model, spec and data), so
     /// trying another head shape does not re-read every text.
     pub cache: Option<PathBuf>,
+    /// Other system prompts the head learns to read under, with their own safe messages.
+    pub contexts: Vec<Context>,
+    /// Share of each split's texts (safe and unsafe) also read under a context drawn at
+    /// random, so a harmful request stays harmful and an edgy question stays safe there.
+    pub context_share: f64,
 }
 
 impl TrainOptions {
@@ -177,6 +196,8 @@ impl TrainOptions {
             // A stopped reply to a benign question is over-refusal the user sees mid-answer.
             max_dev_reply_false_positive: 0.02,
             cache: None,
+            contexts: Vec::new(),
+            context_share: 0.25,
         }
     }
 }
@@ -608,6 +629,86 @@ fn buried_windows(
     Ok(out)
 }
 
+/// One split's texts read under the contexts: each context's own safe messages, then a
+/// `share` of `plain` (the split's texts under the spec's prompt), each under a context drawn
+/// at random. Grouped by context, in `contexts`' order.
+fn context_items(
+    contexts: &[Context],
+    own: impl Fn(&Context) -> &[String],
+    plain: &[(String, Option<Category>)],
+    share: f64,
+    rng: &mut SmallRng,
+) -> Vec<Vec<(String, Option<Category>)>> {
+    let mut out: Vec<Vec<(String, Option<Category>)>> = contexts
+        .iter()
+        .map(|c| own(c).iter().map(|t| (t.clone(), None)).collect())
+        .collect();
+    if contexts.is_empty() {
+        return out;
+    }
+    for item in plain {
+        if rng.gen_bool(share) {
+            out[rng.gen_range(0..contexts.len())].push(item.clone());
+        }
+    }
+    // Every other own text again with one of the split's short unsafe requests inside it (at
+    // its start, middle or end in turn), labelled with the request's category: taught that
+    // pasted prose is safe, a head also let a request buried in pages of prose through.
+    let requests: Vec<&(String, Option<Category>)> = plain
+        .iter()
+        .filter(|(t, c)| c.is_some() && t.split_whitespace().count() <= 40)
+        .collect();
+    if requests.is_empty() {
+        return out;
+    }
+    for (ci, c) in contexts.iter().enumerate() {
+        for (k, text) in own(c).iter().enumerate().filter(|(k, _)| k % 2 == 0) {
+            let (request, category) = requests[(k * 7919 + ci * 31) % requests.len()];
+            let text = text.trim();
+            let buried = match (k / 2) % 3 {
+                0 => format!("{request}\n\n{text}"),
+                1 => {
+                    let words: Vec<&str> = text.split(' ').collect();
+                    let (a, b) = words.split_at(words.len() / 2);
+                    format!("{} {request} {}", a.join(" "), b.join(" "))
+                }
+                _ => format!("{text} {request}"),
+            };
+            out[ci].push((buried, *category));
+        }
+    }
+    out
+}
+
+/// Features of each context's items, read under its system prompt (cached like the rest).
+fn featurize_contexts(
+    model: &Arc<Model>,
+    spec: &FeatureSpec,
+    contexts: &[Context],
+    items: &[Vec<(String, Option<Category>)>],
+    cache: Option<&Path>,
+    stage: &str,
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<Vec<Example>> {
+    let mut out = Vec::new();
+    for (c, items) in contexts.iter().zip(items) {
+        let mut spec = spec.clone();
+        spec.system_prompt = c.system_prompt.clone();
+        let mut reader = Reader::new(model.clone(), spec)?;
+        let name = format!("{stage} under {}", c.name);
+        let examples =
+            featurize_cached(&mut reader, items, cache, &mut |i, n| progress(&name, i, n))?;
+        if examples.len() != items.len() {
+            return Err(SafetyError::Head(format!(
+                "a {stage} text for {} has nothing to read (empty or whitespace)",
+                c.name
+            )));
+        }
+        out.extend(examples);
+    }
+    Ok(out)
+}
+
 /// What a training run produced.
 pub struct Trained {
     pub head: Head,
@@ -674,6 +775,43 @@ pub fn train_head(
             "a dev text has nothing to read (empty or whitespace)".into(),
         ));
     }
+    // Its own generator, so the draws above (and the cached features they name) stay as
+    // they were without contexts.
+    let mut ctx_rng = SmallRng::seed_from_u64(opts.config.seed.wrapping_add(1));
+    let ctx_train = context_items(
+        &opts.contexts,
+        |c| &c.train,
+        &originals[..originals.len() - n_buried],
+        opts.context_share,
+        &mut ctx_rng,
+    );
+    let n_plain_dev = dev_items.len();
+    let ctx_dev = context_items(
+        &opts.contexts,
+        |c| &c.dev,
+        &dev_items[..n_plain_dev - n_dev_buried],
+        opts.context_share,
+        &mut ctx_rng,
+    );
+    examples.extend(featurize_contexts(
+        &model,
+        &opts.spec,
+        &opts.contexts,
+        &ctx_train,
+        cache,
+        "train",
+        progress,
+    )?);
+    let mut dev_examples = dev_examples;
+    dev_examples.extend(featurize_contexts(
+        &model,
+        &opts.spec,
+        &opts.contexts,
+        &ctx_dev,
+        cache,
+        "dev",
+        progress,
+    )?);
     let n_messages = examples.len();
     // Replies to the prompts as written (not the augmented copies): the reply's context is
     // the conversation a user actually has.
@@ -717,9 +855,39 @@ pub fn train_head(
             .collect()
     };
     let dev_probs = probs(&head, &dev_examples)?;
-    let threshold = choose_threshold(&dev_probs, opts.max_dev_false_positive);
-    let dev_scores = split_scores(&dev_probs, threshold);
-    let dev_buried_scores = split_scores(&dev_probs[dev_probs.len() - n_dev_buried..], threshold);
+    // The cap holds on the plain dev texts and on each context's own inputs apart: pooled, the
+    // easy feature inputs would dilute it and let the threshold fall on the chat's questions.
+    let mut threshold = choose_threshold(&dev_probs[..n_plain_dev], opts.max_dev_false_positive);
+    let mut at = n_plain_dev;
+    for (c, dev) in opts.contexts.iter().zip(&ctx_dev) {
+        let own = &dev_probs[at..at + c.dev.len()];
+        at += dev.len();
+        threshold = threshold.max(choose_threshold(own, opts.max_dev_false_positive));
+    }
+    let dev_scores = split_scores(&dev_probs[..n_plain_dev], threshold);
+    let dev_buried_scores = split_scores(
+        &dev_probs[n_plain_dev - n_dev_buried..n_plain_dev],
+        threshold,
+    );
+    // Per context: its own safe messages and the drawn copies, under the one threshold.
+    let mut context_record = serde_json::Map::new();
+    let mut at = n_plain_dev;
+    for ((c, dev), train) in opts.contexts.iter().zip(&ctx_dev).zip(&ctx_train) {
+        let probs = &dev_probs[at..at + dev.len()];
+        at += dev.len();
+        let own = split_scores(&probs[..c.dev.len()], threshold);
+        let drawn = split_scores(&probs[c.dev.len()..], threshold);
+        context_record.insert(
+            c.name.clone(),
+            serde_json::json!({
+                "train_own_safe": c.train.len(),
+                "train_drawn": train.len() - c.train.len(),
+                "dev_own_safe": c.dev.len(),
+                "dev_own_false_positive_rate": own.false_positive_rate,
+                "dev_drawn": drawn,
+            }),
+        );
+    }
     let train_scores = split_scores(&probs(&head, &examples[..n_messages])?, threshold);
     // The reply threshold: each dev reply the message screening let through is judged at its
     // checkpoints and stopped at the first one flagged, so its worst checkpoint decides.
@@ -762,6 +930,11 @@ pub fn train_head(
             "per_window": opts.buried_per_window,
             "rule": "each window of a long safe text also copied with one of the split's unsafe requests of at most half a window buried in it (start, middle or end in turn), labelled with its category",
         }) },
+        "contexts": if opts.contexts.is_empty() { serde_json::Value::Null } else { serde_json::json!({
+            "share": opts.context_share,
+            "rule": "each context's own safe messages (its feature's train and dev inputs), and a share of each split's texts drawn at random, read under the context's system prompt; the threshold keeps the dev false-positive cap on the plain dev texts and on each context's own dev inputs apart",
+            "per_context": context_record,
+        }) },
         "roles": if reply_scores.is_some() { vec!["input", "reply"] } else { vec!["input"] },
         "replies": reply_scores.as_ref().map(|(plan, t, checkpoints, dev)| serde_json::json!({
             "plan": plan,
@@ -786,7 +959,7 @@ pub fn train_head(
             "augment_share": opts.augment_share,
         },
         "threshold_rule": format!(
-            "lowest threshold with dev false-positive rate <= {}",
+            "lowest threshold with dev false-positive rate <= {} (on the plain dev texts, and on each context's own dev inputs apart)",
             opts.max_dev_false_positive
         ),
         "dev": &dev_scores,
@@ -921,5 +1094,58 @@ mod tests {
         let e = read_jsonl(&p).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("weather"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn contexts_get_their_own_safe_texts_and_a_share_of_the_split() {
+        let ctx = |name: &str, own: &[&str]| Context {
+            name: name.into(),
+            system_prompt: format!("Do {name}."),
+            train: own.iter().map(|t| t.to_string()).collect(),
+            dev: Vec::new(),
+        };
+        let contexts = [ctx("a", &["a1", "a2"]), ctx("b", &["b1"])];
+        let plain: Vec<(String, Option<Category>)> = (0..400)
+            .map(|i| {
+                let c = (i % 2 == 0).then_some(Category::Hate);
+                (format!("text {i}"), c)
+            })
+            .collect();
+        let mut rng = SmallRng::seed_from_u64(7);
+        let items = context_items(&contexts, |c| &c.train, &plain, 0.25, &mut rng);
+        assert_eq!(items.len(), 2);
+        // Each context starts with its own texts, safe.
+        assert_eq!(items[0][..2], [("a1".into(), None), ("a2".into(), None)]);
+        assert_eq!(items[1][0], ("b1".to_string(), None));
+        // Then drawn texts keep their labels; about a quarter of the split, over both.
+        let rest: Vec<_> = items[0][2..].iter().chain(&items[1][1..]).collect();
+        let (drawn, buried): (Vec<_>, Vec<_>) = rest
+            .into_iter()
+            .partition(|(t, _)| plain.iter().any(|(p, _)| p == t));
+        assert!((70..130).contains(&drawn.len()), "{}", drawn.len());
+        for (text, c) in drawn {
+            assert!(plain.contains(&(text.clone(), *c)), "{text} changed label");
+        }
+        // And every other own text with an unsafe request buried in it, labelled unsafe.
+        assert_eq!(buried.len(), 2, "{buried:?}");
+        for (text, c) in buried {
+            assert!(["a1", "b1"].iter().any(|own| text.contains(own)), "{text}");
+            assert!(
+                text.starts_with("text "),
+                "the first is buried at the start: {text}"
+            );
+            assert_eq!(*c, Some(Category::Hate), "{text}");
+        }
+        // No context: nothing drawn, and no draw taken.
+        assert!(context_items(&[], |c| &c.train, &plain, 0.25, &mut rng).is_empty());
+        // The same seed draws the same texts.
+        let again = context_items(
+            &contexts,
+            |c| &c.train,
+            &plain,
+            0.25,
+            &mut SmallRng::seed_from_u64(7),
+        );
+        assert_eq!(again, items);
     }
 }

@@ -154,9 +154,11 @@ the eval templates in `assets/evals/suites/jailbreak_templates.jsonl`, which mus
 `guard-head.bin` (the head compiled into the app) is made by `kostant guard train`; when a refusal may name a
 hazard category is its category rule, picked on dev only by `kostant guard pick-categories --data assets/safety
 --reply-tokens 0` (also part of `guard train`): the loosest rule under which no flagged safe dev prompt is shown a
-category. For the committed head there is none: several of the 28 safe dev prompts it flags have a top category at
-0.99-1.0 with no runner-up, as sure as the surest unsafe ones, so every refusal and notice is the neutral one (dev:
-0/28 flagged safe and 0/440 flagged unsafe prompts shown a category).
+category. The committed head (stop 22, also trained under the app's feature prompts on the features' train inputs,
+`assets/adapters/<feature>/train.jsonl`, with the 8% false-positive cap also holding on their dev inputs) has rules for three
+categories: violent_crimes and suicide_self_harm (top category >= 0.99) and indiscriminate_weapons (>= 1.00, lead
+>= 0.06); every other refusal and notice is the neutral one (dev, features' inputs and drawn texts included: 0/51
+flagged safe and 132/664 flagged unsafe texts shown a category, 121 the right one).
 
 Line schema: `{{"id", "prompt", "label": "unsafe"|"safe", "category": <taxonomy id>|null, "source", "license"}}` plus
 optional `xstest_type`, `provocation`, `turns`, `lang`, `hb_category`, `hb_functional`, `dna_file`, `dna_intents`,

@@ -12,7 +12,7 @@ use kostant_engine::Model;
 use kostant_safety::confidence::RuleReport;
 use kostant_safety::head::Head;
 use kostant_safety::replies::ReplyPlan;
-use kostant_safety::train::{pick_categories, train_head, TrainOptions};
+use kostant_safety::train::{pick_categories, train_head, Context as TrainContext, TrainOptions};
 use kostant_safety::Guard;
 
 use super::{load_model, ModelArgs};
@@ -81,6 +81,14 @@ pub enum GuardCommand {
         /// n_layer = after the final norm); the default is the spec new heads ship with.
         #[arg(long, value_delimiter = ',')]
         taps: Option<Vec<usize>>,
+        /// The features' data (DIR/<feature>/{train,dev}.jsonl): each feature's inputs are
+        /// learned as safe messages under its system prompt, and a share of the guard's own
+        /// texts is read under the features' prompts too.
+        #[arg(long, default_value = "assets/adapters")]
+        feature_data: PathBuf,
+        /// Train under the default system prompt alone, as heads before stop 22 were.
+        #[arg(long)]
+        no_feature_contexts: bool,
     },
     /// Choose the threshold for screening replies on the dev prompts' replies and write it into
     /// the head.
@@ -120,6 +128,10 @@ pub enum GuardCommand {
         /// Screen as an assistant's reply to this message rather than as a user's message.
         #[arg(long, value_name = "MESSAGE")]
         reply_to: Option<String>,
+        /// Read the text under this feature's system prompt, as the app's chip frames it
+        /// (default: the prompt the head was trained with).
+        #[arg(long, value_parser = super::parse_feature)]
+        feature: Option<kostant_app::features::Feature>,
     },
     /// Show the loaded head: its model, features, threshold, training record, memory.
     Info,
@@ -212,6 +224,30 @@ pub fn load_guard_named(
     ))
 }
 
+/// Each feature's system prompt with its train and dev inputs as users send them
+/// (`Example::user_message`), for [`TrainOptions::contexts`]; the test splits stay unread.
+fn feature_contexts(dir: &std::path::Path) -> Result<Vec<TrainContext>> {
+    use kostant_app::features::Feature;
+    use kostant_evals::feature_eval::{load_split, Task};
+    let mut out = Vec::new();
+    for task in Task::ALL {
+        let feature = Feature::parse(task.id()).map_err(anyhow::Error::msg)?;
+        let split = |name: &str| -> Result<Vec<String>> {
+            let path = dir.join(task.id()).join(format!("{name}.jsonl"));
+            let examples = load_split(&path)
+                .with_context(|| format!("reading {} (--feature-data)", path.display()))?;
+            Ok(examples.iter().map(|e| e.user_message(task)).collect())
+        };
+        out.push(TrainContext {
+            name: task.id().to_string(),
+            system_prompt: feature.system_prompt(),
+            train: split("train")?,
+            dev: split("dev")?,
+        });
+    }
+    Ok(out)
+}
+
 pub fn run(args: GuardCommandArgs) -> Result<()> {
     match args.command {
         GuardCommand::Train {
@@ -227,9 +263,14 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             buried_per_window,
             window,
             taps,
+            feature_data,
+            no_feature_contexts,
         } => {
             let model = load_model(&args.model)?;
             let mut opts = TrainOptions::new(data);
+            if !no_feature_contexts {
+                opts.contexts = feature_contexts(&feature_data)?;
+            }
             opts.buried_per_window = buried_per_window;
             if let Some(taps) = taps {
                 opts.spec.taps = taps;
@@ -317,10 +358,17 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                 max_dev_false_positive,
             )
         }
-        GuardCommand::Screen { text, reply_to } => {
+        GuardCommand::Screen {
+            text,
+            reply_to,
+            feature,
+        } => {
             let path = crate::model_path::resolve(args.model.model.as_deref())?;
             let model = load_model(&args.model)?;
             let mut guard = load_guard(&args.guard, &model, &path)?;
+            if let Some(f) = feature {
+                guard.read_under(&f.system_prompt())?;
+            }
             let mut screen = |t: &str| -> Result<()> {
                 let s = match &reply_to {
                     Some(message) => guard.screen_output(message, t)?,
