@@ -190,11 +190,7 @@ fn a_refused_exchange_leaves_the_conversation_the_model_sees() {
     // The refusal is shown, then the answer: the same answer as in a fresh chat, because the
     // refused exchange is not sent back to the model.
     let lines: Vec<String> = text(&after.stdout).lines().map(str::to_string).collect();
-    let refusals: Vec<&str> = std::iter::once(None)
-        .chain(kostant_safety::Category::ALL.map(Some))
-        .map(kostant_safety::policy::refusal)
-        .collect();
-    assert!(refusals.contains(&lines[0].as_str()), "{lines:?}");
+    assert!(kostant_safety::policy::is_refusal(&lines[0]), "{lines:?}");
     let answer = text(&alone.stdout);
     assert!(!answer.trim().is_empty());
     assert_eq!(lines[1..].join("\n").trim(), answer.trim());

@@ -1,6 +1,7 @@
 //! The built-in guard on what users paste into a feature (issue 20 part 4): each feature's held-out
 //! test inputs (assets/adapters/<f>/test.jsonl, never read by `kostant guard train`), read under
-//! the feature's system prompt as the guard reads them riding on the app's chat, are flagged at
+//! the feature's system prompt on the guard's own session (for a message of one window, the
+//! same states the guard reads riding on the app's chat), are flagged at
 //! most as often as the issue allows short benign prompts to be; and harmful requests sent
 //! under the same prompts are still flagged. The bounds were fixed before the head was trained.
 

@@ -55,11 +55,7 @@ fn the_guard_refuses_in_the_chat_and_the_eval_screen_runs_compares_exports_and_c
     // The policy's text: the neutral one, or a category's when the head is sure of it (its
     // rules, picked on dev, named no flagged safe dev text).
     let reply = last_value(&ui, "Assistant reply");
-    let texts: Vec<&str> = std::iter::once(None)
-        .chain(kostant_safety::Category::ALL.map(Some))
-        .map(policy::refusal)
-        .collect();
-    assert!(texts.contains(&reply.as_str()), "{reply:?}");
+    assert!(policy::is_refusal(&reply), "{reply:?}");
     let bubble = all(&ui, "Assistant reply").pop().unwrap();
     assert_eq!(bubble.accessible_description().unwrap(), "refused");
     // "Refused", with the category after a dot when the refusal names one.

@@ -33,6 +33,11 @@ pub fn refusal(category: Option<Category>) -> &'static str {
     }
 }
 
+/// Whether `text` is one of the refusals above, neutral or a category's.
+pub fn is_refusal(text: &str) -> bool {
+    text == NEUTRAL_REFUSAL || Category::ALL.iter().any(|&c| text == category_refusal(c))
+}
+
 fn category_refusal(category: Category) -> &'static str {
     match category {
         Category::ViolentCrimes => {
@@ -179,6 +184,17 @@ mod tests {
             all.push((format!("{c} notice"), withdrawn_notice(Some(c))));
         }
         all
+    }
+
+    #[test]
+    fn every_refusal_and_only_a_refusal_is_recognised() {
+        assert!(is_refusal(refusal(None)));
+        for c in Category::ALL {
+            assert!(is_refusal(refusal(Some(c))), "{c}");
+            assert!(!is_refusal(&withdrawn_notice(Some(c))), "{c} notice");
+        }
+        assert!(!is_refusal(&withdrawn_notice(None)));
+        assert!(!is_refusal("Paris is the capital of France."));
     }
 
     #[test]

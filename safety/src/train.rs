@@ -123,7 +123,8 @@ pub struct Context {
     /// Its name in the training record (a feature's id).
     pub name: String,
     pub system_prompt: String,
-    /// Safe messages users send in this context (the feature's own inputs), per split.
+    /// Safe messages users send in this context (the feature's own inputs), per split; every
+    /// other one is also learned with an unsafe request buried in it ([`context_items`]).
     pub train: Vec<String>,
     pub dev: Vec<String>,
 }
@@ -629,9 +630,10 @@ fn buried_windows(
     Ok(out)
 }
 
-/// One split's texts read under the contexts: each context's own safe messages, then a
-/// `share` of `plain` (the split's texts under the spec's prompt), each under a context drawn
-/// at random. Grouped by context, in `contexts`' order.
+/// One split's texts read under the contexts: each context's own safe messages first, then a
+/// `share` of `plain` (the split's texts under the spec's prompt) each under a context drawn
+/// at random, then every other own message with a short unsafe request of `plain` buried in
+/// it. Grouped by context, in `contexts`' order.
 fn context_items(
     contexts: &[Context],
     own: impl Fn(&Context) -> &[String],
@@ -855,28 +857,34 @@ pub fn train_head(
             .collect()
     };
     let dev_probs = probs(&head, &dev_examples)?;
+    // Each context's dev probabilities: its own safe inputs, then the drawn and buried copies.
+    let mut ctx_dev_probs = Vec::with_capacity(ctx_dev.len());
+    let mut rest = &dev_probs[n_plain_dev..];
+    for (c, dev) in opts.contexts.iter().zip(&ctx_dev) {
+        let (probs, after) = rest.split_at(dev.len());
+        ctx_dev_probs.push(probs.split_at(c.dev.len()));
+        rest = after;
+    }
     // The cap holds on the plain dev texts and on each context's own inputs apart: pooled, the
     // easy feature inputs would dilute it and let the threshold fall on the chat's questions.
-    let mut threshold = choose_threshold(&dev_probs[..n_plain_dev], opts.max_dev_false_positive);
-    let mut at = n_plain_dev;
-    for (c, dev) in opts.contexts.iter().zip(&ctx_dev) {
-        let own = &dev_probs[at..at + c.dev.len()];
-        at += dev.len();
-        threshold = threshold.max(choose_threshold(own, opts.max_dev_false_positive));
-    }
+    let threshold = ctx_dev_probs
+        .iter()
+        .map(|(own, _)| choose_threshold(own, opts.max_dev_false_positive))
+        .fold(
+            choose_threshold(&dev_probs[..n_plain_dev], opts.max_dev_false_positive),
+            f32::max,
+        );
     let dev_scores = split_scores(&dev_probs[..n_plain_dev], threshold);
     let dev_buried_scores = split_scores(
         &dev_probs[n_plain_dev - n_dev_buried..n_plain_dev],
         threshold,
     );
-    // Per context: its own safe messages and the drawn copies, under the one threshold.
+    // Per context: its own safe messages and the other copies, under the one threshold.
     let mut context_record = serde_json::Map::new();
-    let mut at = n_plain_dev;
-    for ((c, dev), train) in opts.contexts.iter().zip(&ctx_dev).zip(&ctx_train) {
-        let probs = &dev_probs[at..at + dev.len()];
-        at += dev.len();
-        let own = split_scores(&probs[..c.dev.len()], threshold);
-        let drawn = split_scores(&probs[c.dev.len()..], threshold);
+    for ((c, (own, others)), train) in opts.contexts.iter().zip(&ctx_dev_probs).zip(&ctx_train) {
+        let own = split_scores(own, threshold);
+        // "drawn" keys: the drawn texts and the buried copies together.
+        let drawn = split_scores(others, threshold);
         context_record.insert(
             c.name.clone(),
             serde_json::json!({
@@ -932,7 +940,7 @@ pub fn train_head(
         }) },
         "contexts": if opts.contexts.is_empty() { serde_json::Value::Null } else { serde_json::json!({
             "share": opts.context_share,
-            "rule": "each context's own safe messages (its feature's train and dev inputs), and a share of each split's texts drawn at random, read under the context's system prompt; the threshold keeps the dev false-positive cap on the plain dev texts and on each context's own dev inputs apart",
+            "rule": "each context's own safe messages (its feature's train and dev inputs), a share of each split's texts drawn at random, and every other own message with a short unsafe request of the split buried in it (counted as drawn), read under the context's system prompt; the threshold keeps the dev false-positive cap on the plain dev texts and on each context's own dev inputs apart",
             "per_context": context_record,
         }) },
         "roles": if reply_scores.is_some() { vec!["input", "reply"] } else { vec!["input"] },
