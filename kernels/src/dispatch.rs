@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use crate::exp;
+use crate::lora;
 use crate::formats::bf16::BF16;
 use crate::formats::f16::F16;
 use crate::formats::iq4_nl::BlockIq4Nl;
@@ -124,6 +125,8 @@ pub(crate) struct Kernels {
     exp_f32: unsafe fn(&mut [f32]),
     dot_f16: DotFn<F16, f32>,
     dot_bf16: DotFn<BF16, f32>,
+    /// A LoRA pair's B rows against one token: `out[i] += dot(row i, x) * scale`.
+    lora_rows_f16: unsafe fn(&[F16], &[f32], f32, &mut [f32]),
     quantize_q8_1: unsafe fn(&[f32], &mut [BlockQ8_1]),
     quantize_q8_k: unsafe fn(&[f32], &mut [BlockQ8K]),
     dot_q4_0: MultiFn<BlockQ4_0, BlockQ8_1>,
@@ -165,6 +168,7 @@ static SCALAR: Kernels = Kernels {
     axpy_f32: f32::axpy_scalar,
     exp_f32: exp::exp_scalar,
     dot_f16: f16::dot_scalar,
+    lora_rows_f16: lora::rows_f16_scalar,
     dot_bf16: bf16::dot_scalar,
     quantize_q8_1: q8_1::quantize_scalar,
     quantize_q8_k: q8_k::quantize_scalar,
@@ -205,6 +209,7 @@ static AVX2: Kernels = Kernels {
     axpy_f32: f32::avx2::axpy,
     exp_f32: exp::avx2::exp,
     dot_f16: f16::avx2::dot,
+    lora_rows_f16: lora::avx2::rows_f16,
     dot_bf16: bf16::avx2::dot,
     quantize_q8_1: q8_1::avx2::quantize,
     quantize_q8_k: q8_k::avx2::quantize,
@@ -257,6 +262,7 @@ static NEON: Kernels = Kernels {
     axpy_f32: f32::neon::axpy,
     exp_f32: exp::exp_scalar,
     dot_f16: f16::dot_scalar,
+    lora_rows_f16: lora::rows_f16_scalar,
     dot_bf16: bf16::neon::dot,
     quantize_q8_1: q8_1::neon::quantize,
     quantize_q8_k: q8_k::neon::quantize,
@@ -468,6 +474,21 @@ impl Kernels {
         assert_eq!(w.len(), x.len(), "dot_f16: length mismatch");
         // SAFETY: as in `dot_f32`.
         unsafe { (self.dot_f16)(w, x) }
+    }
+
+    /// `out[i] += dot(row i of w, x) * scale` for the `out.len()` rows of `x.len()` values in `w`.
+    #[inline]
+    pub fn lora_rows_f16(&self, w: &[F16], x: &[f32], scale: f32, out: &mut [f32]) {
+        assert!(
+            w.len() >= out.len() * x.len(),
+            "lora_rows_f16: {} rows of {} need {} values, got {}",
+            out.len(),
+            x.len(),
+            out.len() * x.len(),
+            w.len()
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.lora_rows_f16)(w, x, scale, out) }
     }
 
     #[inline]

@@ -35,6 +35,9 @@ pub enum KernelError {
         rows: usize,
         cols: usize,
     },
+    /// A matrix of a type this kernel does not take.
+    #[error("{what}: type {ty} is not a float type (F32, F16, BF16)")]
+    Type { what: &'static str, ty: GgmlType },
     /// The rayon thread pool could not be set up as asked.
     #[error("thread pool: {0}")]
     ThreadPool(String),

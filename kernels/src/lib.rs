@@ -41,6 +41,7 @@ mod dispatch;
 mod error;
 mod exp;
 mod formats;
+mod lora;
 mod matmul;
 #[cfg(target_arch = "aarch64")]
 mod neon;
@@ -57,6 +58,7 @@ mod testutil;
 
 pub use dispatch::{cpu_features, set_force_scalar, CpuFeatures, KernelPath};
 pub use error::KernelError;
+pub use lora::lora_add;
 pub use matmul::{matmul, matmul_input};
 pub use norm::Input;
 pub use packed::{matvec_fused, PackedWeights};
