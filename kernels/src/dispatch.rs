@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use crate::exp;
-use crate::lora;
 use crate::formats::bf16::BF16;
 use crate::formats::f16::F16;
 use crate::formats::iq4_nl::BlockIq4Nl;
@@ -31,6 +30,7 @@ use crate::formats::{
     bf16, f16, f32, iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0,
     q8_1, q8_k,
 };
+use crate::lora;
 
 /// Which family of kernels the dispatcher runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

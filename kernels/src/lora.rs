@@ -167,7 +167,11 @@ pub fn lora_add(
             let t = first + t;
             match x {
                 Input::Rows(all) => xr.copy_from_slice(&all[t * cols..(t + 1) * cols]),
-                Input::RmsNormed { rows: all, weight, eps } => {
+                Input::RmsNormed {
+                    rows: all,
+                    weight,
+                    eps,
+                } => {
                     let row = &all[t * cols..(t + 1) * cols];
                     rms_norm_row(row, weight, rms_scale(row, eps), &mut xr);
                 }
@@ -204,36 +208,8 @@ pub(crate) fn rows_f16_scalar(w: &[F16], x: &[f32], scale: f32, out: &mut [f32])
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
-    use crate::formats::f16::{avx2::dot, F16};
-
-    /// One row's 8-lane accumulator, summed as [`dot`] sums a row of a multiple of 8 values:
-    /// four accumulators over runs of 32, the rest into the first, then the four added pairwise.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn row_acc(row: *const F16, x: *const f32, n: usize) -> __m256 {
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut i = 0;
-        while i + 32 <= n {
-            for (k, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: i + 8k + 8 <= n: inside the row and inside x (callers pass n values).
-                let (h, v) = unsafe {
-                    (
-                        _mm_loadu_si128(row.add(i + 8 * k).cast()),
-                        _mm256_loadu_ps(x.add(i + 8 * k)),
-                    )
-                };
-                *acc = _mm256_fmadd_ps(_mm256_cvtph_ps(h), v, *acc);
-            }
-            i += 32;
-        }
-        while i + 8 <= n {
-            // SAFETY: i + 8 <= n, as above.
-            let (h, v) = unsafe { (_mm_loadu_si128(row.add(i).cast()), _mm256_loadu_ps(x.add(i))) };
-            acc[0] = _mm256_fmadd_ps(_mm256_cvtph_ps(h), v, acc[0]);
-            i += 8;
-        }
-        _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))
-    }
+    use crate::formats::f16::avx2::{dot, lanes};
+    use crate::formats::f16::F16;
 
     /// `a`'s and `b`'s 8 lanes folded to 4 each as `hsum_ps` folds them (lane i plus lane
     /// i + 4), in the order [a0, a2, a1, a3 | b0, b2, b1, b3], ready for two `hadd`s.
@@ -258,13 +234,12 @@ pub(crate) mod avx2 {
             return;
         }
         let rows = out.len().min(w.len() / n);
-        let (pw, px) = (w.as_ptr(), x.as_ptr());
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         let vscale = _mm256_set1_ps(scale);
         let mut r = 0;
         while r + 8 <= rows {
-            // SAFETY: rows r..r + 8 lie inside `w` (rows * n <= w.len()), each n values long.
-            let acc: [__m256; 8] = std::array::from_fn(|i| row_acc(unsafe { pw.add((r + i) * n) }, px, n));
+            let acc: [__m256; 8] =
+                std::array::from_fn(|i| lanes(&w[(r + i) * n..(r + i + 1) * n], x));
             let h0 = _mm256_hadd_ps(fold_pair(acc[0], acc[1]), fold_pair(acc[2], acc[3]));
             let h1 = _mm256_hadd_ps(fold_pair(acc[4], acc[5]), fold_pair(acc[6], acc[7]));
             // Lanes [s0, s2, s4, s6 | s1, s3, s5, s7], put back in row order.
@@ -272,7 +247,10 @@ pub(crate) mod avx2 {
             // SAFETY: r + 8 <= rows <= out.len().
             unsafe {
                 let o = out.as_mut_ptr().add(r);
-                _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), _mm256_mul_ps(sums, vscale)));
+                _mm256_storeu_ps(
+                    o,
+                    _mm256_add_ps(_mm256_loadu_ps(o), _mm256_mul_ps(sums, vscale)),
+                );
             }
             r += 8;
         }
@@ -343,7 +321,11 @@ mod tests {
             (5, 33, 19, 2),
             (13, 40, 9, 65),
         ] {
-            for (ta, tb) in [(GgmlType::F16, GgmlType::F16), (GgmlType::F32, GgmlType::F16), (GgmlType::BF16, GgmlType::F32)] {
+            for (ta, tb) in [
+                (GgmlType::F16, GgmlType::F16),
+                (GgmlType::F32, GgmlType::F16),
+                (GgmlType::BF16, GgmlType::F32),
+            ] {
                 let bytes = |ty: GgmlType, v: &[f32]| match ty {
                     GgmlType::F16 => halves(v),
                     GgmlType::F32 => floats(v),
@@ -370,8 +352,14 @@ mod tests {
                     let (mut got, mut want) = (start.clone(), start.clone());
                     lora_add(&a, &b, input, n, 1.75, &mut got).unwrap();
                     two_matmuls(&a, &b, input, n, 1.75, &mut want);
-                    let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
-                    assert!(same, "rank {rank} cols {cols} rows {rows} n {n} {ta:?}/{tb:?}");
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(g, w)| g.to_bits() == w.to_bits());
+                    assert!(
+                        same,
+                        "rank {rank} cols {cols} rows {rows} n {n} {ta:?}/{tb:?}"
+                    );
                 }
             }
         }
@@ -384,7 +372,15 @@ mod tests {
             return;
         }
         let mut r = rng(91);
-        for (n, rows) in [(16, 1536), (8, 9), (32, 17), (64, 8), (24, 7), (5, 11), (0, 3)] {
+        for (n, rows) in [
+            (16, 1536),
+            (8, 9),
+            (32, 17),
+            (64, 8),
+            (24, 7),
+            (5, 11),
+            (0, 3),
+        ] {
             let w = halves(&random_f32(&mut r, n * rows, 0.5));
             let w = cast_blocks::<F16>(&w);
             let x = random_f32(&mut r, n, 1.0);
@@ -398,7 +394,9 @@ mod tests {
                 *o += unsafe { f16::avx2::dot(row, &x) } * 0.37;
             }
             assert!(
-                got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()),
+                got.iter()
+                    .zip(&want)
+                    .all(|(g, w)| g.to_bits() == w.to_bits()),
                 "n {n} rows {rows}"
             );
         }

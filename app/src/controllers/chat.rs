@@ -164,6 +164,8 @@ pub struct ModelSummary {
     /// training context: the Settings screen picks the largest that fits the budget.
     pub memory_plans: Vec<(usize, u64)>,
     pub n_ctx_train: usize,
+    /// `Model::fingerprint` in hex: which shipped adapters apply to it.
+    pub fingerprint: String,
 }
 
 /// The model and the guard, resident for the app's life: every message and reply goes
@@ -375,6 +377,11 @@ impl ModelSummary {
                 })
                 .collect(),
             n_ctx_train: hp.n_ctx_train,
+            fingerprint: model
+                .fingerprint()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
         }
     }
 }

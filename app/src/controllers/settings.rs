@@ -1,11 +1,11 @@
 //! The Settings screen's logic: the model (name, quantization, size, sha256 checked against the
 //! asset manifest off the UI thread, memory in use), generation settings, the memory budget
-//! that caps the context, the history key's status, and licences.
+//! that caps the context, the history key's status, the feature adapters, and licences.
 
 use std::path::Path;
 use std::sync::mpsc;
 
-use kostant_assets::{ModelEntry, ModelManifest};
+use kostant_assets::{AdapterEntry, ModelEntry, ModelManifest};
 
 use super::chat::{GenerationSettings, ModelSummary};
 use super::Notify;
@@ -40,6 +40,13 @@ impl Verification {
 pub struct Licence {
     pub what: String,
     pub licence: String,
+}
+
+/// A shipped feature adapter as Settings lists it: the feature and a line about the adapter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterLine {
+    pub feature: String,
+    pub detail: String,
 }
 
 pub struct SettingsController {
@@ -211,6 +218,21 @@ impl SettingsController {
         }
     }
 
+    /// One line per shipped feature adapter: what it is, and whether the chips use it with the
+    /// model in use (an adapter applies only to the model it was trained on).
+    pub fn adapters(&self) -> Vec<AdapterLine> {
+        match kostant_assets::builtin_adapters() {
+            Ok(all) => all
+                .iter()
+                .map(|a| adapter_line(&a.entry, self.model.as_ref()))
+                .collect(),
+            Err(e) => vec![AdapterLine {
+                feature: "Adapters".into(),
+                detail: format!("could not be read from this build: {e}"),
+            }],
+        }
+    }
+
     /// The model's licence (from the manifest), the datasets', the UI toolkit's.
     pub fn licences(&self) -> Vec<Licence> {
         let mut out = Vec::new();
@@ -237,6 +259,34 @@ impl SettingsController {
     }
 }
 
+/// `entry` as Settings shows it, with `model` (None before the model has loaded).
+fn adapter_line(entry: &AdapterEntry, model: Option<&ModelSummary>) -> AdapterLine {
+    let mut feature = entry.feature.clone();
+    if let Some(first) = feature.get_mut(..1) {
+        first.make_ascii_uppercase();
+    }
+    let about = format!(
+        "rank {} · layers {}–{} · {:.1} MB · sha256 {}…",
+        entry.rank,
+        entry.layers[0],
+        entry.layers[1],
+        entry.size as f64 / 1e6,
+        entry.sha256.get(..12).unwrap_or(&entry.sha256)
+    );
+    let status = match model {
+        None => String::new(),
+        Some(m) if m.fingerprint == entry.base_fingerprint => " · in use with this model".into(),
+        Some(_) => format!(
+            " · not used: trained on {}, so the feature runs on its prompt alone",
+            entry.base
+        ),
+    };
+    AdapterLine {
+        feature,
+        detail: format!("{about}{status}"),
+    }
+}
+
 /// The manifest entry for a model file, matched by file name.
 fn manifest_entry(path: &Path) -> Option<ModelEntry> {
     let manifest = ModelManifest::builtin().ok()?;
@@ -259,6 +309,35 @@ mod tests {
                 .map(|i| (256 * i, (100 + 256 * i as u64) * 1024 * 1024))
                 .collect(),
             n_ctx_train: 8192,
+            fingerprint: "not-a-shipped-base".into(),
+        }
+    }
+
+    #[test]
+    fn every_shipped_adapter_is_listed_with_whether_it_applies() {
+        let shipped = kostant_assets::builtin_adapters().unwrap();
+        assert_eq!(shipped.len(), 4);
+        let mut s = SettingsController::new(GenerationSettings::default(), Ok("k".into()));
+        let before = s.adapters();
+        assert_eq!(before.len(), 4, "{before:?}");
+        assert!(before
+            .iter()
+            .all(|l| l.detail.starts_with("rank 16 · layers 21–29")));
+        assert!(
+            before.iter().any(|l| l.feature == "Proofread"),
+            "{before:?}"
+        );
+        // Another model: every adapter says it is not used, and why.
+        s.model_loaded(summary(), super::super::no_notify());
+        for l in s.adapters() {
+            assert!(l.detail.contains("not used: trained on"), "{l:?}");
+        }
+        // The model the adapters were trained on: in use.
+        let mut base = summary();
+        base.fingerprint = shipped[0].entry.base_fingerprint.clone();
+        s.model_loaded(base, super::super::no_notify());
+        for l in s.adapters() {
+            assert!(l.detail.ends_with("in use with this model"), "{l:?}");
         }
     }
 

@@ -122,6 +122,7 @@ fn factory(scripts: Vec<Script>) -> (ResponderFactory, Arc<Mutex<Vec<ReplyReques
             file_bytes: 0,
             memory_plans: vec![(256, 1), (4096, 2)],
             n_ctx_train: 4096,
+            fingerprint: "scripted".into(),
         };
         Ok((
             Box::new(Scripted { scripts, seen: s }) as Box<dyn Responder>,

@@ -550,6 +550,15 @@ fn refresh_settings<R: AppRoot>(ui: &R, app: &App) {
     s.set_context(format!("{} tokens (fits the budget)", g.n_ctx).into());
     s.set_key_status(st.history_status().into());
     s.set_network(app.badge.detail.as_str().into());
+    let adapters: Vec<AdapterItem> = st
+        .adapters()
+        .into_iter()
+        .map(|a| AdapterItem {
+            feature: a.feature.into(),
+            detail: a.detail.into(),
+        })
+        .collect();
+    s.set_adapters(ModelRc::new(VecModel::from(adapters)));
     let licences: Vec<LicenceItem> = st
         .licences()
         .into_iter()

@@ -13,7 +13,6 @@ use kostant_kernels::{lora_add, Input};
 use super::ActiveAdapter;
 use crate::Result;
 
-
 /// Adds `active`'s side path for the matrix in `slot` to `out`, (n, rows), if the adapter
 /// targets it.
 pub(crate) fn add_side_path(
@@ -39,4 +38,3 @@ pub(crate) fn add_side_path(
     )?;
     Ok(())
 }
-

@@ -35,9 +35,12 @@ pub(crate) mod avx2 {
     use super::F16;
     use crate::x86::{f16_to_f32, hsum_ps};
 
-    /// AVX2 dot: widen 8 halves with F16C, four FMA accumulators, scalar tail.
+    /// The products of the first `n - n % 8` values (`n` the shorter length) summed into 8
+    /// lanes: widen 8 halves with F16C, four FMA accumulators over runs of 32, the rest into
+    /// the first, then the four added pairwise. [`dot`] and the LoRA rows kernel share it.
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn dot(w: &[F16], x: &[f32]) -> f32 {
+    pub(crate) fn lanes(w: &[F16], x: &[f32]) -> __m256 {
         let n = w.len().min(x.len());
         let (pw, px) = (w.as_ptr(), x.as_ptr());
         let mut acc = [_mm256_setzero_ps(); 4];
@@ -66,9 +69,15 @@ pub(crate) mod avx2 {
             acc[0] = _mm256_fmadd_ps(_mm256_cvtph_ps(h), v, acc[0]);
             i += 8;
         }
-        let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-        let mut s = hsum_ps(sum);
-        for j in i..n {
+        _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))
+    }
+
+    /// AVX2 dot: [`lanes`], their horizontal sum, then a scalar tail.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dot(w: &[F16], x: &[f32]) -> f32 {
+        let n = w.len().min(x.len());
+        let mut s = hsum_ps(lanes(w, x));
+        for j in n - n % 8..n {
             s += f16_to_f32(w[j]) * x[j];
         }
         s
