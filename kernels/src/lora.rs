@@ -8,8 +8,8 @@
 //! dwarfed the arithmetic at this size: a fork-join of the pool per call (a decode step makes
 //! ~60 of them), an f16 widening per weight per token, and a call with its own horizontal sum
 //! for each of B's rows of r values. Here one call runs both stages for a run of tokens, on
-//! the calling thread for one token, over the pool (tokens split) for many; B's rows are
-//! summed eight at a time ([`Kernels::lora_rows_f16`]).
+//! the calling thread for one token (only a large B's rows split over the pool), over the pool
+//! (tokens split) for many; B's rows are summed eight at a time ([`Kernels::lora_rows_f16`]).
 
 use std::cell::Cell;
 
@@ -83,6 +83,16 @@ impl<'a> Rows<'a> {
         }
     }
 
+    /// Rows `first..first + count` of `n` values each.
+    fn sub(self, first: usize, count: usize, n: usize) -> Self {
+        let r = first * n..(first + count) * n;
+        match self {
+            Rows::F32(w) => Rows::F32(&w[r]),
+            Rows::F16(w) => Rows::F16(&w[r]),
+            Rows::BF16(w) => Rows::BF16(&w[r]),
+        }
+    }
+
     /// `out[i] += dot(row i, x) * scale`.
     fn add_dots(self, k: &Kernels, x: &[f32], scale: f32, out: &mut [f32]) {
         let n = x.len();
@@ -115,6 +125,12 @@ thread_local! {
 
 /// Bytes of weights times tokens below which the pool's fork-join costs more than it saves.
 const PAR_MIN_WORK: usize = 256 * 1024;
+
+/// For one token, a B of at least this many bytes has its rows split over the pool: one core
+/// reads a 3B model's 8192-row B far slower than the memory bus allows (BENCHMARKS.md,
+/// issue 21), while the default model's largest (1536 rows, 48 KiB) is done before a
+/// fork-join would be.
+const PAR_MIN_B_BYTES: usize = 64 * 1024;
 
 /// Adds the side path of the pair `a` (r, cols), `b` (rows, r) for `n` tokens of `x` (n, cols)
 /// to `out` (n, rows): `out += scale * ((x A^T) B^T)`, rounded and summed as ggml does (see
@@ -151,6 +167,7 @@ pub fn lora_add(
             got: out.len(),
         });
     }
+    // B's rows are split over the pool for one token only when large (`PAR_MIN_B_BYTES`).
     let (mut copy_a, mut copy_b) = (Vec::new(), Vec::new());
     let ra = Rows::of(a, "lora_a", &mut copy_a)?;
     let rb = Rows::of(b, "lora_b", &mut copy_b)?;
@@ -159,6 +176,8 @@ pub fn lora_add(
     }
     let k = kernels();
     let (cols, rank, rows) = (a.cols, a.rows, b.rows);
+    let threads = rayon::current_num_threads();
+    let split_b = n == 1 && b.data.len() >= PAR_MIN_B_BYTES && threads > 1;
     let tokens = |first: usize, out: &mut [f32]| {
         let (mut xr, mut xa) = SCRATCH.take();
         xr.resize(cols, 0.0);
@@ -179,15 +198,24 @@ pub fn lora_add(
             ra.round(&mut xr);
             ra.dots(k, &xr, &mut xa);
             rb.round(&mut xa);
-            rb.add_dots(k, &xa, scale, o);
+            if split_b {
+                // Chunks of whole 8-row groups, so each row is summed as it is unsplit.
+                let chunk = rows.div_ceil(4 * threads).next_multiple_of(8);
+                let xa = &xa;
+                o.par_chunks_mut(chunk)
+                    .enumerate()
+                    .for_each(|(c, o)| rb.sub(c * chunk, o.len(), rank).add_dots(k, xa, scale, o));
+            } else {
+                rb.add_dots(k, &xa, scale, o);
+            }
         }
         SCRATCH.set((xr, xa));
     };
     let work = (a.data.len() + b.data.len()).saturating_mul(n);
-    if n == 1 || work < PAR_MIN_WORK || rayon::current_num_threads() < 2 {
+    if n == 1 || work < PAR_MIN_WORK || threads < 2 {
         tokens(0, out);
     } else {
-        let per_task = n.div_ceil(4 * rayon::current_num_threads()).max(1);
+        let per_task = n.div_ceil(4 * threads).max(1);
         out.par_chunks_mut(per_task * rows)
             .enumerate()
             .for_each(|(c, o)| tokens(c * per_task, o));
@@ -227,7 +255,7 @@ pub(crate) mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn rows_f16(w: &[F16], x: &[f32], scale: f32, out: &mut [f32]) {
         let n = x.len();
-        if n == 0 || n % 8 != 0 {
+        if n == 0 || !n.is_multiple_of(8) {
             for (o, row) in out.iter_mut().zip(w.chunks_exact(n.max(1))) {
                 *o += dot(row, x) * scale;
             }
@@ -314,6 +342,7 @@ mod tests {
         let mut r = rng(90);
         for (rank, cols, rows, n) in [
             (16, 576, 1536, 1),
+            (16, 64, 4100, 1),
             (16, 576, 576, 7),
             (8, 64, 37, 3),
             (32, 96, 70, 40),
