@@ -291,7 +291,6 @@ pub(crate) mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats::f16;
     use crate::matmul_input;
     use crate::testutil::*;
 
