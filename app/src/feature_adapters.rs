@@ -76,7 +76,7 @@ impl FeatureAdapters {
         let Some(shipped) = builtin(feature)? else {
             return Ok(Err(NoAdapter::NoneShipped));
         };
-        if shipped.entry.base_fingerprint != hex(&self.model.fingerprint()) {
+        if shipped.entry.base_fingerprint != fingerprint_hex(&self.model) {
             return Ok(Err(NoAdapter::OtherModel {
                 trained_on: shipped.entry.base.clone(),
             }));
@@ -93,6 +93,12 @@ pub fn builtin(feature: Feature) -> Result<Option<BuiltinAdapter>, EngineError> 
     Ok(all.into_iter().find(|a| a.entry.feature == feature.id()))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// `Model::fingerprint` in hex, as the adapter manifest names each adapter's base: an adapter
+/// applies to a model only when the two are equal.
+pub fn fingerprint_hex(model: &Model) -> String {
+    model
+        .fingerprint()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

@@ -22,6 +22,23 @@ pub(crate) fn cast_blocks<B: ByteBlock>(bytes: &[u8]) -> &[B] {
     unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<B>(), bytes.len() / size_of::<B>()) }
 }
 
+/// Views little-endian F32 bytes as f32s. GGUF aligns tensor data, so they can almost always
+/// be viewed in place; a misaligned slice (only possible from a hand-built `Weights`) is
+/// copied into `copy`, which the view then borrows.
+pub(crate) fn f32_view<'a>(bytes: &'a [u8], copy: &'a mut Vec<f32>) -> &'a [f32] {
+    // SAFETY: every bit pattern is a valid f32, and `align_to` only returns a middle part
+    // that is correctly aligned for f32.
+    let (pre, mid, post) = unsafe { bytes.align_to::<f32>() };
+    if pre.is_empty() && post.is_empty() {
+        return mid;
+    }
+    *copy = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    copy
+}
+
 /// Mutable twin of [`cast_blocks`], used by the quantizers to fill an output byte buffer.
 pub(crate) fn cast_blocks_mut<B: ByteBlock>(bytes: &mut [u8]) -> &mut [B] {
     const { assert!(align_of::<B>() == 1) };

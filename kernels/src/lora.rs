@@ -16,7 +16,7 @@ use std::cell::Cell;
 use rayon::prelude::*;
 
 use crate::attention_group::round_to_f16;
-use crate::block::cast_blocks;
+use crate::block::{cast_blocks, f32_view};
 use crate::dispatch::{kernels, Kernels};
 use crate::formats::bf16::BF16;
 use crate::formats::f16::{self, F16};
@@ -32,30 +32,14 @@ enum Rows<'a> {
 }
 
 impl<'a> Rows<'a> {
-    /// `w`'s elements; F32 bytes that are not 4-aligned (only a hand-built `Weights`) are
-    /// copied into `copy`.
+    /// `w`'s elements (F32 bytes through [`f32_view`], which may copy into `copy`).
     fn of(
         w: &Weights<'a>,
         what: &'static str,
         copy: &'a mut Vec<f32>,
     ) -> Result<Self, KernelError> {
         Ok(match w.ty {
-            GgmlType::F32 => {
-                // SAFETY: every bit pattern is a valid f32, and `align_to` only returns a
-                // middle part that is correctly aligned for f32.
-                let (pre, mid, post) = unsafe { w.data.align_to::<f32>() };
-                if pre.is_empty() && post.is_empty() {
-                    Rows::F32(mid)
-                } else {
-                    *copy = w
-                        .data
-                        .chunks_exact(4)
-                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                        .collect();
-                    let copy: &'a Vec<f32> = copy;
-                    Rows::F32(copy)
-                }
-            }
+            GgmlType::F32 => Rows::F32(f32_view(w.data, copy)),
             GgmlType::F16 => Rows::F16(cast_blocks::<F16>(w.data)),
             GgmlType::BF16 => Rows::BF16(cast_blocks::<BF16>(w.data)),
             ty => return Err(KernelError::Type { what, ty }),
@@ -167,7 +151,6 @@ pub fn lora_add(
             got: out.len(),
         });
     }
-    // B's rows are split over the pool for one token only when large (`PAR_MIN_B_BYTES`).
     let (mut copy_a, mut copy_b) = (Vec::new(), Vec::new());
     let ra = Rows::of(a, "lora_a", &mut copy_a)?;
     let rb = Rows::of(b, "lora_b", &mut copy_b)?;
@@ -177,6 +160,7 @@ pub fn lora_add(
     let k = kernels();
     let (cols, rank, rows) = (a.cols, a.rows, b.rows);
     let threads = rayon::current_num_threads();
+    // B's rows are split over the pool for one token only when large (`PAR_MIN_B_BYTES`).
     let split_b = n == 1 && b.data.len() >= PAR_MIN_B_BYTES && threads > 1;
     let tokens = |first: usize, out: &mut [f32]| {
         let (mut xr, mut xa) = SCRATCH.take();

@@ -8,7 +8,7 @@ use std::thread::LocalKey;
 
 use rayon::prelude::*;
 
-use crate::block::{cast_blocks, ByteBlock};
+use crate::block::{cast_blocks, f32_view, ByteBlock};
 use crate::dispatch::{kernels, GemmEntry, Kernels};
 use crate::formats::bf16::BF16;
 use crate::formats::f16::F16;
@@ -157,22 +157,8 @@ pub fn matmul_input(
     let cols = w.cols;
     match w.ty {
         GgmlType::F32 => {
-            // GGUF aligns tensor data, so the bytes can almost always be viewed as f32 in
-            // place; a misaligned slice (only possible from a hand-built `Weights`) is copied.
-            // SAFETY: every bit pattern is a valid f32, and `align_to` only returns a middle
-            // part that is correctly aligned for f32.
-            let (pre, mid, post) = unsafe { w.data.align_to::<f32>() };
-            let copied: Vec<f32>;
-            let wf = if pre.is_empty() && post.is_empty() {
-                mid
-            } else {
-                copied = w
-                    .data
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect();
-                &copied
-            };
+            let mut copy = Vec::new();
+            let wf = f32_view(w.data, &mut copy);
             float_matmul(k, wf, cols, x, shape, out, Kernels::dot_f32);
         }
         GgmlType::F16 => {

@@ -114,8 +114,7 @@ fn describe(path: &Path, manifest: &ModelManifest) -> serde_json::Value {
             row["supported"] = json!(true);
             row["quantization"] = json!(m.quantization());
             // What adapters and saved contexts are matched against (Model::fingerprint).
-            let hex: String = m.fingerprint().iter().map(|b| format!("{b:02x}")).collect();
-            row["fingerprint"] = json!(hex);
+            row["fingerprint"] = json!(kostant_app::feature_adapters::fingerprint_hex(&m));
         }
         Err(e) => {
             row["supported"] = json!(false);

@@ -164,7 +164,7 @@ pub struct ModelSummary {
     /// training context: the Settings screen picks the largest that fits the budget.
     pub memory_plans: Vec<(usize, u64)>,
     pub n_ctx_train: usize,
-    /// `Model::fingerprint` in hex: which shipped adapters apply to it.
+    /// [`crate::feature_adapters::fingerprint_hex`]: which shipped adapters apply to it.
     pub fingerprint: String,
 }
 
@@ -377,11 +377,7 @@ impl ModelSummary {
                 })
                 .collect(),
             n_ctx_train: hp.n_ctx_train,
-            fingerprint: model
-                .fingerprint()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect(),
+            fingerprint: crate::feature_adapters::fingerprint_hex(model),
         }
     }
 }

@@ -9,6 +9,7 @@ use kostant_assets::{AdapterEntry, ModelEntry, ModelManifest};
 
 use super::chat::{GenerationSettings, ModelSummary};
 use super::Notify;
+use crate::features::Feature;
 
 /// The sha256 check of the model file against the manifest.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -261,10 +262,9 @@ impl SettingsController {
 
 /// `entry` as Settings shows it, with `model` (None before the model has loaded).
 fn adapter_line(entry: &AdapterEntry, model: Option<&ModelSummary>) -> AdapterLine {
-    let mut feature = entry.feature.clone();
-    if let Some(first) = feature.get_mut(..1) {
-        first.make_ascii_uppercase();
-    }
+    let feature = Feature::parse(&entry.feature)
+        .map(|f| f.label().to_string())
+        .unwrap_or_else(|_| entry.feature.clone());
     let about = format!(
         "rank {} · layers {}–{} · {:.1} MB · sha256 {}…",
         entry.rank,
