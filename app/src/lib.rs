@@ -10,7 +10,6 @@ pub mod features;
 pub mod history;
 pub mod ui;
 
-#[cfg(target_os = "android")]
-mod android;
+pub mod android;
 #[cfg(target_os = "ios")]
 mod ios;

@@ -33,4 +33,7 @@ pub enum PlatformError {
     Random,
     #[error("no key directory: set KOSTANT_KEY_DIR, XDG_CONFIG_HOME or HOME")]
     NoKeyDir,
+    /// The Android Keystore refused or failed (the call that failed, and Java's exception).
+    #[error("the Android Keystore: {0}")]
+    Keystore(String),
 }

@@ -5,6 +5,8 @@
 //! Dependency rule: this crate knows nothing of the ML crates (engine, kernels, safety, evals).
 #![forbid(unsafe_code)]
 
+#[cfg(target_os = "android")]
+pub mod android_keystore;
 pub mod cpu;
 pub mod dirs;
 mod error;

@@ -18,6 +18,7 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
+#[cfg(not(target_os = "android"))]
 use kostant_platform::keystore::FileKeyStore;
 use kostant_platform::PlatformError;
 
@@ -113,8 +114,19 @@ pub fn data_dir(given: Option<&Path>) -> Result<PathBuf, HistoryError> {
         .ok_or(HistoryError::NoDataDir)
 }
 
+/// Opens (creating if needed) the history in `data_dir` with the platform's key store: on
+/// Android the Keystore (and nothing weaker if it fails: the error says why, and there is no
+/// history); elsewhere the file key store from `KOSTANT_KEY_DIR` / the config directory,
+/// refusing a key directory inside the data directory.
+#[cfg(target_os = "android")]
+pub fn open_default(data_dir: &Path) -> Result<Store, HistoryError> {
+    let keys = kostant_platform::android_keystore::AndroidKeyStore::new()?;
+    Store::open(&data_dir.join(DB_FILE), keys)
+}
+
 /// Opens (creating if needed) the history in `data_dir` with the desktop file key store from
 /// `KOSTANT_KEY_DIR` / the config directory, refusing a key directory inside the data directory.
+#[cfg(not(target_os = "android"))]
 pub fn open_default(data_dir: &Path) -> Result<Store, HistoryError> {
     let key_dir = FileKeyStore::default_dir()?;
     let (k, d) = (normalize(&key_dir), normalize(data_dir));
@@ -128,6 +140,7 @@ pub fn open_default(data_dir: &Path) -> Result<Store, HistoryError> {
 }
 
 /// An absolute path with symlinks resolved as far as the path exists.
+#[cfg(not(target_os = "android"))]
 fn normalize(p: &Path) -> PathBuf {
     let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let mut existing = abs.as_path();

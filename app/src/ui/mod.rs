@@ -72,6 +72,7 @@ pub trait AppRoot: ComponentHandle + 'static {
     fn evals_state(&self) -> EvalsState<'_>;
     fn settings_state(&self) -> SettingsState<'_>;
     fn nav(&self) -> Nav<'_>;
+    fn keyboard(&self) -> Keyboard<'_>;
     fn theme(&self) -> Theme<'_>;
     fn bridge(&self) -> Bridge<'_>;
     fn copy_to_clipboard(&self, text: &str);
@@ -94,6 +95,9 @@ macro_rules! app_root {
             }
             fn nav(&self) -> Nav<'_> {
                 self.global::<Nav>()
+            }
+            fn keyboard(&self) -> Keyboard<'_> {
+                self.global::<Keyboard>()
             }
             fn theme(&self) -> Theme<'_> {
                 self.global::<Theme>()
@@ -483,6 +487,7 @@ fn wire_history<R: AppRoot>(ui: &R, app: &Rc<App>) {
             Ok(()) => {
                 ui.chat_state().set_editing(false);
                 ui.nav().set_page(0);
+                ui.keyboard().set_wanted(false);
                 refresh_chat(&ui, &a);
             }
             Err(e) => ui.history_state().set_status_line(e.to_string().into()),

@@ -1,0 +1,116 @@
+//! The Android entry point: the NativeActivity glue calls `android_main` on the app's thread.
+//! It denies the process the network (seccomp, the same filter as on desktop Linux) before
+//! anything else, installs what the APK carries (the model, the eval suites: `bundle.rs`) into
+//! the private files directory, then runs the phone layout on our own Slint platform
+//! (`platform.rs`). The guard head is compiled into the library, as on the desktop; the
+//! history's key is wrapped by a key in the Android Keystore (`history::open_default`).
+
+use std::ffi::CString;
+use std::io::Read;
+use std::path::Path;
+
+use android_activity::AndroidApp;
+use slint::ComponentHandle;
+
+use super::bundle;
+use super::platform::{AndroidPlatform, SharedPlatform};
+use crate::ui::{attach, AppConfig, AppRoot, PhoneApp};
+
+// The symbol the android-activity glue looks up by name, so it cannot be mangled.
+#[allow(unsafe_code)]
+#[no_mangle]
+fn android_main(app: AndroidApp) {
+    if let Err(e) = kostant_platform::netguard::deny_network() {
+        log(&format!(
+            "refusing to start without the network denied: {e}"
+        ));
+        return;
+    }
+    let Some(files) = app.internal_data_path() else {
+        log("Android gave the app no private files directory");
+        return;
+    };
+    let platform = AndroidPlatform::new(app.clone());
+    if let Err(e) = slint::platform::set_platform(Box::new(SharedPlatform(platform.clone()))) {
+        log(&format!("cannot start the UI: {e}"));
+        return;
+    }
+    let model = install_bundle(&app, &files).and_then(|()| default_model(&files));
+    let mut cfg = AppConfig::new(model);
+    cfg.data_dir = Some(files.join("history"));
+    cfg.suites_dir = Some(files.join("evals"));
+    let ui = match PhoneApp::new() {
+        Ok(ui) => ui,
+        Err(e) => {
+            log(&format!("cannot create the window: {e}"));
+            return;
+        }
+    };
+    let bg = ui.theme().get_background();
+    platform.set_background([bg.red(), bg.green(), bg.blue()]);
+    let weak = ui.as_weak();
+    platform
+        .set_keyboard_probe(move || weak.upgrade().is_some_and(|ui| ui.keyboard().get_wanted()));
+    let app_state = attach(&ui, cfg);
+    if let Err(e) = ui.run() {
+        log(&format!("{e}"));
+    }
+    // The activity is being destroyed: stop a reply in flight and join the workers (every
+    // finished reply is already in the history, with its context snapshot).
+    app_state.shutdown();
+}
+
+/// Copies the APK's bundled files into `files` on first start (or after an update).
+fn install_bundle(app: &AndroidApp, files: &Path) -> Result<(), String> {
+    let assets = app.asset_manager();
+    let list = CString::new(bundle::LIST)
+        .ok()
+        .and_then(|name| assets.open(&name))
+        .and_then(|mut a| {
+            let mut s = String::new();
+            a.read_to_string(&mut s).ok().map(|_| s)
+        })
+        .ok_or("this copy of Kostant carries no file list; reinstall the app")?;
+    bundle::install(&list, files, |path| {
+        CString::new(path).ok().and_then(|name| assets.open(&name))
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// The default model of the built-in manifest, installed under `files/models/`.
+fn default_model(files: &Path) -> Result<std::path::PathBuf, String> {
+    let manifest = kostant_assets::ModelManifest::builtin().map_err(|e| e.to_string())?;
+    let entry = manifest.default_model().map_err(|e| e.to_string())?;
+    let path = files.join("models").join(&entry.file);
+    // The bundle checked the file against the list the build wrote; the list must name the
+    // model this library was built for.
+    let installed = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    if installed != entry.size {
+        return Err(format!(
+            "{} is not the model this version of Kostant expects; reinstall the app",
+            entry.file
+        ));
+    }
+    Ok(path)
+}
+
+/// Android shows a process's stderr nowhere; these lines go to logcat through liblog.
+fn log(msg: &str) {
+    #[allow(unsafe_code)]
+    {
+        #[link(name = "log")]
+        extern "C" {
+            fn __android_log_write(
+                prio: i32,
+                tag: *const std::ffi::c_char,
+                text: *const std::ffi::c_char,
+            ) -> i32;
+        }
+        const ANDROID_LOG_ERROR: i32 = 6;
+        let text = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+        // SAFETY: both pointers are NUL-terminated strings that outlive the call.
+        unsafe {
+            __android_log_write(ANDROID_LOG_ERROR, c"kostant".as_ptr(), text.as_ptr());
+        }
+    }
+}

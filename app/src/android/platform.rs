@@ -1,0 +1,377 @@
+//! Slint on a NativeActivity without Skia or Java: one window (the activity's), drawn by the
+//! software renderer and copied into the native window's buffers (`framebuffer.rs`); input read
+//! from android-activity's queue and mapped by `events.rs`; an event loop over
+//! `AndroidApp::poll_events` that also runs Slint's timers and what worker threads post with
+//! `slint::invoke_from_event_loop` (a reply's tokens).
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use android_activity::input::{InputEvent, KeyAction, KeyMapChar, MetaState, MotionAction};
+use android_activity::{AndroidApp, InputStatus, MainEvent, PollEvent};
+use ndk::hardware_buffer_format::HardwareBufferFormat;
+use ndk::native_window::NativeWindow;
+use slint::platform::software_renderer::{MinimalSoftwareWindow, RepaintBufferType};
+use slint::platform::{EventLoopProxy, Platform, PlatformError, WindowAdapter, WindowEvent};
+use slint::EventLoopError;
+
+use super::events::{meta_for_char, KeyChar, KeyMapper, Touch, TouchPhase, TouchTracker, Viewport};
+use super::framebuffer::{blit, Frame, WindowBuffer};
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// What worker threads hand to the UI thread, and the flag that ends the loop.
+#[derive(Default)]
+struct Mailbox {
+    jobs: VecDeque<Job>,
+    quit: bool,
+}
+
+pub struct AndroidPlatform {
+    app: AndroidApp,
+    window: Rc<MinimalSoftwareWindow>,
+    mailbox: Arc<Mutex<Mailbox>>,
+    start: Instant,
+    clipboard: RefCell<String>,
+    /// Asked after input: whether a text field has focus (the soft keyboard follows it).
+    wants_keyboard: RefCell<Option<Box<dyn Fn() -> bool>>>,
+    /// The background colour around the app (under the system bars).
+    background: Cell<[u8; 3]>,
+}
+
+impl AndroidPlatform {
+    pub fn new(app: AndroidApp) -> Rc<Self> {
+        Rc::new(AndroidPlatform {
+            app,
+            window: MinimalSoftwareWindow::new(RepaintBufferType::ReusedBuffer),
+            mailbox: Arc::default(),
+            start: Instant::now(),
+            clipboard: RefCell::default(),
+            wants_keyboard: RefCell::default(),
+            background: Cell::new([255, 255, 255]),
+        })
+    }
+
+    pub fn set_keyboard_probe(&self, probe: impl Fn() -> bool + 'static) {
+        *self.wants_keyboard.borrow_mut() = Some(Box::new(probe));
+    }
+
+    pub fn set_background(&self, rgb: [u8; 3]) {
+        self.background.set(rgb);
+    }
+}
+
+/// Slint's `set_platform` takes a Box; the activity keeps an Rc to set its hooks.
+pub struct SharedPlatform(pub Rc<AndroidPlatform>);
+
+impl Platform for SharedPlatform {
+    fn create_window_adapter(&self) -> Result<Rc<dyn WindowAdapter>, PlatformError> {
+        Ok(self.0.window.clone())
+    }
+
+    fn duration_since_start(&self) -> Duration {
+        self.0.start.elapsed()
+    }
+
+    fn new_event_loop_proxy(&self) -> Option<Box<dyn EventLoopProxy>> {
+        Some(Box::new(Proxy {
+            mailbox: self.0.mailbox.clone(),
+            waker: self.0.app.create_waker(),
+        }))
+    }
+
+    // The system clipboard is a Java service; without Java the app's copy buttons copy within
+    // the app (paste into its own fields), which README states.
+    fn set_clipboard_text(&self, text: &str, clipboard: slint::platform::Clipboard) {
+        if clipboard == slint::platform::Clipboard::DefaultClipboard {
+            *self.0.clipboard.borrow_mut() = text.to_string();
+        }
+    }
+
+    fn clipboard_text(&self, clipboard: slint::platform::Clipboard) -> Option<String> {
+        (clipboard == slint::platform::Clipboard::DefaultClipboard)
+            .then(|| self.0.clipboard.borrow().clone())
+            .filter(|t| !t.is_empty())
+    }
+
+    fn run_event_loop(&self) -> Result<(), PlatformError> {
+        EventLoop::new(&self.0).run()
+    }
+}
+
+struct Proxy {
+    mailbox: Arc<Mutex<Mailbox>>,
+    waker: android_activity::AndroidAppWaker,
+}
+
+impl EventLoopProxy for Proxy {
+    fn quit_event_loop(&self) -> Result<(), EventLoopError> {
+        self.mailbox
+            .lock()
+            .map_err(|_| EventLoopError::EventLoopTerminated)?
+            .quit = true;
+        self.waker.wake();
+        Ok(())
+    }
+
+    fn invoke_from_event_loop(&self, job: Job) -> Result<(), EventLoopError> {
+        self.mailbox
+            .lock()
+            .map_err(|_| EventLoopError::EventLoopTerminated)?
+            .jobs
+            .push_back(job);
+        self.waker.wake();
+        Ok(())
+    }
+}
+
+struct EventLoop<'a> {
+    p: &'a AndroidPlatform,
+    native: Option<NativeWindow>,
+    viewport: Option<Viewport>,
+    frame: Frame,
+    touch: TouchTracker,
+    keys: KeyMapper,
+    keyboard_shown: bool,
+    destroyed: bool,
+}
+
+impl<'a> EventLoop<'a> {
+    fn new(p: &'a AndroidPlatform) -> Self {
+        EventLoop {
+            p,
+            native: None,
+            viewport: None,
+            frame: Frame::default(),
+            touch: TouchTracker::new(),
+            keys: KeyMapper::new(),
+            keyboard_shown: false,
+            destroyed: false,
+        }
+    }
+
+    fn run(mut self) -> Result<(), PlatformError> {
+        loop {
+            slint::platform::update_timers_and_animations();
+            let timeout = if self.p.window.window().has_active_animations() {
+                Some(Duration::from_millis(16))
+            } else {
+                slint::platform::duration_until_next_timer_update()
+            };
+            let app = self.p.app.clone();
+            let mut input = false;
+            app.poll_events(timeout, |event| {
+                if let PollEvent::Main(main) = event {
+                    input |= self.main_event(main);
+                }
+            });
+            if input {
+                self.read_input();
+            }
+            let (jobs, quit) = {
+                let mut mb = self.p.mailbox.lock().map_err(|_| {
+                    PlatformError::Other("a worker thread panicked holding the UI's queue".into())
+                })?;
+                (std::mem::take(&mut mb.jobs), mb.quit)
+            };
+            for job in jobs {
+                job();
+            }
+            if quit || self.destroyed {
+                return Ok(());
+            }
+            self.sync_keyboard();
+            self.draw();
+        }
+    }
+
+    /// Handles one lifecycle or window event; returns whether input is waiting.
+    fn main_event(&mut self, event: MainEvent<'_>) -> bool {
+        match event {
+            MainEvent::InputAvailable => return true,
+            MainEvent::InitWindow { .. } => {
+                self.native = self.p.app.native_window();
+                if let Some(w) = &self.native {
+                    // Our pixels are R, G, B, A bytes; the window's size stays the screen's.
+                    let _ =
+                        w.set_buffers_geometry(0, 0, Some(HardwareBufferFormat::R8G8B8A8_UNORM));
+                }
+                self.layout();
+            }
+            MainEvent::TerminateWindow { .. } => self.native = None,
+            MainEvent::WindowResized { .. }
+            | MainEvent::ContentRectChanged { .. }
+            | MainEvent::ConfigChanged { .. }
+            | MainEvent::InsetsChanged { .. } => self.layout(),
+            MainEvent::RedrawNeeded { .. } => {
+                self.p.window.request_redraw();
+                self.draw();
+            }
+            // In the background the loop goes on: a reply in flight keeps streaming into the
+            // chat and is saved, with its context snapshot, when it ends, as every reply is.
+            MainEvent::Destroy => self.destroyed = true,
+            _ => {}
+        }
+        false
+    }
+
+    /// Sizes the app to the window's content rectangle at the screen's density.
+    fn layout(&mut self) {
+        let Some(w) = &self.native else { return };
+        let r = self.p.app.content_rect();
+        let v = Viewport::new(
+            (w.width(), w.height()),
+            (r.left, r.top, r.right, r.bottom),
+            self.p.app.config().density(),
+        );
+        if self.viewport == Some(v) {
+            return;
+        }
+        let window = self.p.window.window();
+        if self.viewport.map(|o| o.scale) != Some(v.scale) {
+            window.dispatch_event(WindowEvent::ScaleFactorChanged {
+                scale_factor: v.scale,
+            });
+        }
+        self.viewport = Some(v);
+        self.p
+            .window
+            .set_size(slint::PhysicalSize::new(v.width, v.height));
+        window.dispatch_event(WindowEvent::Resized {
+            size: v.logical_size(),
+        });
+        self.p.window.request_redraw();
+    }
+
+    fn read_input(&mut self) {
+        let Ok(mut iter) = self.p.app.input_events_iter() else {
+            return;
+        };
+        let window = self.p.window.clone();
+        let viewport = self.viewport;
+        loop {
+            let mut events = Vec::new();
+            let more = iter.next(|event| {
+                let status;
+                (events, status) = match event {
+                    InputEvent::MotionEvent(m) => {
+                        let Some(v) = viewport else {
+                            return InputStatus::Unhandled;
+                        };
+                        let phase = match m.action() {
+                            MotionAction::Down => TouchPhase::Down,
+                            MotionAction::PointerDown => TouchPhase::PointerDown,
+                            MotionAction::Move => TouchPhase::Move,
+                            MotionAction::PointerUp => TouchPhase::PointerUp,
+                            MotionAction::Up => TouchPhase::Up,
+                            MotionAction::Cancel => TouchPhase::Cancel,
+                            _ => TouchPhase::Other,
+                        };
+                        // The action's finger (its index is meaningful for downs and ups).
+                        let index = m.pointer_index();
+                        let action_pointer = if index < m.pointer_count() {
+                            m.pointer_at_index(index).pointer_id()
+                        } else {
+                            -1
+                        };
+                        let touch = Touch {
+                            phase,
+                            action_pointer,
+                            pointers: m
+                                .pointers()
+                                .map(|p| (p.pointer_id(), p.x(), p.y()))
+                                .collect(),
+                        };
+                        (self.touch.events(&touch, &v), InputStatus::Handled)
+                    }
+                    InputEvent::KeyEvent(k) => {
+                        let down = match k.action() {
+                            KeyAction::Down => true,
+                            KeyAction::Up => false,
+                            _ => return InputStatus::Unhandled,
+                        };
+                        let code: u32 = k.key_code().into();
+                        let meta = MetaState(meta_for_char(k.meta_state().0));
+                        let ch = match self
+                            .p
+                            .app
+                            .device_key_character_map(k.device_id())
+                            .and_then(|map| map.get(k.key_code(), meta))
+                        {
+                            Ok(KeyMapChar::Unicode(c)) => KeyChar::Unicode(c),
+                            Ok(KeyMapChar::CombiningAccent(c)) => KeyChar::CombiningAccent(c),
+                            _ => KeyChar::None,
+                        };
+                        match self.keys.event(code as i32, down, k.repeat_count() > 0, ch) {
+                            Some(e) => (vec![e], InputStatus::Handled),
+                            None => (Vec::new(), InputStatus::Unhandled),
+                        }
+                    }
+                    _ => (Vec::new(), InputStatus::Unhandled),
+                };
+                status
+            });
+            for e in events {
+                window.window().dispatch_event(e);
+            }
+            if !more {
+                break;
+            }
+        }
+    }
+
+    /// Shows the soft keyboard while a text field has focus, and hides it after.
+    fn sync_keyboard(&mut self) {
+        let wanted = self.p.wants_keyboard.borrow().as_ref().is_some_and(|f| f());
+        if wanted != self.keyboard_shown {
+            if wanted {
+                self.p.app.show_soft_input(true);
+            } else {
+                self.p.app.hide_soft_input(true);
+            }
+            self.keyboard_shown = wanted;
+        }
+    }
+
+    fn draw(&mut self) {
+        let (Some(native), Some(v)) = (&self.native, self.viewport) else {
+            return;
+        };
+        let frame = &mut self.frame;
+        let background = self.p.background.get();
+        self.p.window.draw_if_needed(|renderer| {
+            if frame.resize(v.width as usize, v.height as usize) {
+                // A new buffer: forget what the renderer thinks it holds.
+                renderer.set_repaint_buffer_type(RepaintBufferType::NewBuffer);
+                renderer.set_repaint_buffer_type(RepaintBufferType::ReusedBuffer);
+            }
+            renderer.render(&mut frame.pixels, frame.width);
+            let Ok(mut locked) = native.lock(None) else {
+                return;
+            };
+            if locked.format().bytes_per_pixel() != Some(4) {
+                return;
+            }
+            let (width, height, stride) = (locked.width(), locked.height(), locked.stride());
+            if let Some(bytes) = locked.bytes() {
+                let dst = WindowBuffer {
+                    bytes,
+                    width,
+                    height,
+                    stride,
+                };
+                blit(
+                    frame,
+                    dst,
+                    v.left.max(0) as usize,
+                    v.top.max(0) as usize,
+                    background,
+                );
+            }
+            // The lock guard posts the buffer when dropped.
+        });
+    }
+}
