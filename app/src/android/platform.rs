@@ -136,6 +136,8 @@ struct EventLoop<'a> {
     touch: TouchTracker,
     keys: KeyMapper,
     keyboard_shown: bool,
+    /// The window's buffer lacks the frame (a new window, a resize, Android asked to redraw).
+    needs_copy: bool,
     destroyed: bool,
 }
 
@@ -149,6 +151,7 @@ impl<'a> EventLoop<'a> {
             touch: TouchTracker::new(),
             keys: KeyMapper::new(),
             keyboard_shown: false,
+            needs_copy: false,
             destroyed: false,
         }
     }
@@ -199,6 +202,7 @@ impl<'a> EventLoop<'a> {
                     let _ =
                         w.set_buffers_geometry(0, 0, Some(HardwareBufferFormat::R8G8B8A8_UNORM));
                 }
+                self.needs_copy = true;
                 self.layout();
             }
             MainEvent::TerminateWindow { .. } => self.native = None,
@@ -207,7 +211,7 @@ impl<'a> EventLoop<'a> {
             | MainEvent::ConfigChanged { .. }
             | MainEvent::InsetsChanged { .. } => self.layout(),
             MainEvent::RedrawNeeded { .. } => {
-                self.p.window.request_redraw();
+                self.needs_copy = true;
                 self.draw();
             }
             // In the background the loop goes on: a reply in flight keeps streaming into the
@@ -237,6 +241,7 @@ impl<'a> EventLoop<'a> {
             });
         }
         self.viewport = Some(v);
+        self.needs_copy = true;
         self.p
             .window
             .set_size(slint::PhysicalSize::new(v.width, v.height));
@@ -328,50 +333,51 @@ impl<'a> EventLoop<'a> {
         let wanted = self.p.wants_keyboard.borrow().as_ref().is_some_and(|f| f());
         if wanted != self.keyboard_shown {
             if wanted {
-                self.p.app.show_soft_input(true);
+                // Shown as asked for (not "implicitly"): the user tapped a field.
+                self.p.app.show_soft_input(false);
             } else {
-                self.p.app.hide_soft_input(true);
+                self.p.app.hide_soft_input(false);
             }
             self.keyboard_shown = wanted;
         }
     }
 
+    /// Renders what changed into the frame, and copies the frame into the window when it was
+    /// rendered or the window needs it whole (a new window, a resize, a redraw request).
     fn draw(&mut self) {
         let (Some(native), Some(v)) = (&self.native, self.viewport) else {
             return;
         };
         let frame = &mut self.frame;
-        let background = self.p.background.get();
-        self.p.window.draw_if_needed(|renderer| {
+        let rendered = self.p.window.draw_if_needed(|renderer| {
             if frame.resize(v.width as usize, v.height as usize) {
                 // A new buffer: forget what the renderer thinks it holds.
                 renderer.set_repaint_buffer_type(RepaintBufferType::NewBuffer);
                 renderer.set_repaint_buffer_type(RepaintBufferType::ReusedBuffer);
             }
             renderer.render(&mut frame.pixels, frame.width);
-            let Ok(mut locked) = native.lock(None) else {
-                return;
-            };
-            if locked.format().bytes_per_pixel() != Some(4) {
-                return;
-            }
-            let (width, height, stride) = (locked.width(), locked.height(), locked.stride());
-            if let Some(bytes) = locked.bytes() {
-                let dst = WindowBuffer {
-                    bytes,
-                    width,
-                    height,
-                    stride,
-                };
-                blit(
-                    frame,
-                    dst,
-                    v.left.max(0) as usize,
-                    v.top.max(0) as usize,
-                    background,
-                );
-            }
-            // The lock guard posts the buffer when dropped.
         });
+        if !(rendered || self.needs_copy) || frame.pixels.is_empty() {
+            return;
+        }
+        let Ok(mut locked) = native.lock(None) else {
+            return;
+        };
+        if locked.format().bytes_per_pixel() != Some(4) {
+            return;
+        }
+        let (width, height, stride) = (locked.width(), locked.height(), locked.stride());
+        if let Some(bytes) = locked.bytes() {
+            let dst = WindowBuffer {
+                bytes,
+                width,
+                height,
+                stride,
+            };
+            let (left, top) = (v.left.max(0) as usize, v.top.max(0) as usize);
+            blit(frame, dst, left, top, self.p.background.get());
+            self.needs_copy = false;
+        }
+        // The lock guard posts the buffer when dropped.
     }
 }
