@@ -8,6 +8,7 @@ pub mod controllers;
 pub mod feature_adapters;
 pub mod features;
 pub mod history;
+pub mod installed_models;
 pub mod ui;
 
 pub mod android;

@@ -6,21 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use kostant_assets::ModelManifest;
 
-/// Directories searched for the default model, in order: `KOSTANT_MODELS_DIR`, ./models, and
-/// the repository's models/ next to a `cargo build` binary (target/<profile>/kostant).
-pub fn search_dirs() -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Some(d) = std::env::var_os("KOSTANT_MODELS_DIR") {
-        dirs.push(PathBuf::from(d));
-    }
-    dirs.push(PathBuf::from("models"));
-    if let Ok(exe) = std::env::current_exe() {
-        for up in exe.ancestors().skip(1).take(3) {
-            dirs.push(up.join("models"));
-        }
-    }
-    dirs
-}
+pub use kostant_app::installed_models::search_dirs;
 
 pub fn resolve(explicit: Option<&Path>) -> Result<PathBuf> {
     resolve_in(explicit, &search_dirs())

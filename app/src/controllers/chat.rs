@@ -577,9 +577,18 @@ pub struct ChatController {
     status: Option<String>,
 }
 
-impl ChatController {
-    /// Starts the worker thread, which first builds the responder with `factory`.
-    pub fn new(factory: ResponderFactory, store: Option<SharedStore>, notify: Notify) -> Self {
+/// The chat's worker thread and the channels to it.
+struct Worker {
+    jobs: mpsc::Sender<(u64, ReplyRequest)>,
+    events: mpsc::Receiver<WorkerMsg>,
+    handle: Option<JoinHandle<()>>,
+    cancel: CancelHandle,
+    model: ModelState,
+}
+
+impl Worker {
+    /// Starts the thread, which first builds the responder with `factory`, then answers jobs.
+    fn spawn(factory: ResponderFactory, notify: Notify) -> Worker {
         let (job_tx, job_rx) = mpsc::channel::<(u64, ReplyRequest)>();
         let (ev_tx, ev_rx) = mpsc::channel();
         let cancel = CancelHandle::new();
@@ -603,19 +612,33 @@ impl ChatController {
                     responder.respond(&req, &flag, &mut |ev| send(WorkerMsg::Reply(job, ev)));
                 }
             });
-        let (worker, model) = match worker {
+        let (handle, model) = match worker {
             Ok(w) => (Some(w), ModelState::Loading),
             Err(e) => (
                 None,
                 ModelState::Failed(format!("cannot start a thread: {e}")),
             ),
         };
-        ChatController {
-            jobs: Some(job_tx),
+        Worker {
+            jobs: job_tx,
             events: ev_rx,
-            worker,
+            handle,
             cancel,
             model,
+        }
+    }
+}
+
+impl ChatController {
+    /// Starts the worker thread, which first builds the responder with `factory`.
+    pub fn new(factory: ResponderFactory, store: Option<SharedStore>, notify: Notify) -> Self {
+        let worker = Worker::spawn(factory, notify);
+        ChatController {
+            jobs: Some(worker.jobs),
+            events: worker.events,
+            worker: worker.handle,
+            cancel: worker.cancel,
+            model: worker.model,
             messages: Vec::new(),
             feature: Feature::Chat,
             settings: GenerationSettings::default(),
@@ -628,6 +651,30 @@ impl ChatController {
             pending_context: None,
             status: None,
         }
+    }
+
+    /// Runs another model: joins the worker and starts one that builds its responder with
+    /// `factory`. Not while a reply runs (stop it first). The conversation stays on screen and
+    /// in the history; the next reply reads it anew under the new model.
+    pub fn switch_model(
+        &mut self,
+        factory: ResponderFactory,
+        notify: Notify,
+    ) -> Result<(), AppError> {
+        if self.running.is_some() {
+            return Err(AppError::Busy);
+        }
+        self.shutdown();
+        let worker = Worker::spawn(factory, notify);
+        self.jobs = Some(worker.jobs);
+        self.events = worker.events;
+        self.worker = worker.handle;
+        self.cancel = worker.cancel;
+        self.model = worker.model;
+        self.pending_context = None;
+        self.last_stats = None;
+        self.switched = Some(ContextOrigin::Switched(None));
+        Ok(())
     }
 
     pub fn model(&self) -> &ModelState {

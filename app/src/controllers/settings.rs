@@ -1,6 +1,7 @@
 //! The Settings screen's logic: the model (name, quantization, size, sha256 checked against the
 //! asset manifest off the UI thread, memory in use), generation settings, the memory budget
-//! that caps the context, the history key's status, the feature adapters, and licences.
+//! that caps the context, the history key's status, the models one can switch to, the feature
+//! adapters, and licences.
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -10,6 +11,7 @@ use kostant_assets::{AdapterEntry, ModelEntry, ModelManifest};
 use super::chat::{GenerationSettings, ModelSummary};
 use super::Notify;
 use crate::features::Feature;
+use crate::installed_models::InstalledModel;
 
 /// The sha256 check of the model file against the manifest.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +60,9 @@ pub struct SettingsController {
     generation: GenerationSettings,
     memory_budget_mb: u32,
     history: Result<String, String>,
+    /// The models directory's files (read on a thread: each is opened as the engine opens it).
+    installed: Vec<InstalledModel>,
+    installed_rx: Option<mpsc::Receiver<Vec<InstalledModel>>>,
 }
 
 /// Budgets offered on the Settings screen, in MiB.
@@ -75,7 +80,41 @@ impl SettingsController {
             generation,
             memory_budget_mb: 1024,
             history,
+            installed: Vec::new(),
+            installed_rx: None,
         }
+    }
+
+    /// Lists the models beside `current` (else in the first models directory) on a thread;
+    /// [`SettingsController::pump`] takes the list.
+    pub fn list_models(&mut self, current: Option<&Path>, notify: Notify) {
+        let Some(dir) = crate::installed_models::models_dir(current) else {
+            return;
+        };
+        let (tx, rx) = mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("kostant-models".into())
+            .spawn(move || {
+                // The receiver is gone only when the app is closing.
+                let _ = tx.send(crate::installed_models::list(&dir));
+                notify();
+            });
+        if spawned.is_ok() {
+            self.installed_rx = Some(rx);
+        }
+    }
+
+    /// The models directory's files, once listed.
+    pub fn installed(&self) -> &[InstalledModel] {
+        &self.installed
+    }
+
+    /// Another model is loading: until it has, there is none to show.
+    pub fn model_switching(&mut self) {
+        self.model = None;
+        self.entry = None;
+        self.verify_rx = None;
+        self.verification = Verification::NotStarted;
     }
 
     /// The model has loaded: start checking its file against the manifest on a worker thread.
@@ -113,8 +152,25 @@ impl SettingsController {
         self.clamp_context();
     }
 
-    /// Takes the verification result if it has arrived. Returns whether anything changed.
+    /// Takes the verification result and the models list if they have arrived. Returns
+    /// whether anything changed.
     pub fn pump(&mut self) -> bool {
+        let mut changed = false;
+        if let Some(rx) = &self.installed_rx {
+            match rx.try_recv() {
+                Ok(list) => {
+                    self.installed = list;
+                    self.installed_rx = None;
+                    changed = true;
+                }
+                Err(mpsc::TryRecvError::Empty) => {}
+                Err(mpsc::TryRecvError::Disconnected) => self.installed_rx = None,
+            }
+        }
+        changed | self.pump_verification()
+    }
+
+    fn pump_verification(&mut self) -> bool {
         let Some(rx) = &self.verify_rx else {
             return false;
         };

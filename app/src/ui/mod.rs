@@ -125,6 +125,11 @@ pub struct App {
     messages: Rc<VecModel<ChatItem>>,
     /// The model state last shown, to notice when loading finishes.
     shown_model: RefCell<ModelState>,
+    /// What a model switch needs to build the new model's chat and eval workers.
+    notify: Notify,
+    suites_dir: Option<PathBuf>,
+    eval_settings: EvalSettings,
+    history_on: bool,
 }
 
 impl App {
@@ -174,13 +179,14 @@ pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
             None => (None, Err("no data directory (set KOSTANT_DATA_DIR)".into())),
         }
     };
+    let history_on = store.is_some();
     let evals = match cfg.evals.take() {
         Some(r) => Ok(r),
         None => SuiteRunner::for_app(
             &cfg.model,
-            cfg.suites_dir.take(),
+            cfg.suites_dir.clone(),
             &found_data_dir,
-            store.is_some(),
+            history_on,
         ),
     };
     let factory: ResponderFactory = match (cfg.responder.take(), cfg.model) {
@@ -203,6 +209,10 @@ pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
         badge: NetworkBadge::current(),
         messages: Rc::new(VecModel::default()),
         shown_model: RefCell::new(ModelState::Loading),
+        notify: notify.clone(),
+        suites_dir: cfg.suites_dir,
+        eval_settings: cfg.eval_settings,
+        history_on,
     });
     ui.theme().set_dark(cfg.dark);
     wire_chat(ui, &app);
@@ -231,9 +241,10 @@ fn pump<R: AppRoot>(ui: &R, app: &App, notify: &Notify) {
     drop(chat);
     if *app.shown_model.borrow() != model {
         if let ModelState::Ready(summary) = &model {
-            app.settings
-                .borrow_mut()
-                .model_loaded(summary.clone(), notify.clone());
+            let mut settings = app.settings.borrow_mut();
+            settings.model_loaded(summary.clone(), notify.clone());
+            settings.list_models(Some(&summary.path), notify.clone());
+            drop(settings);
             // The budget has picked the context: the chat uses what Settings shows.
             app.chat.borrow_mut().settings = app.settings.borrow().generation().clone();
         }
@@ -564,6 +575,21 @@ fn refresh_settings<R: AppRoot>(ui: &R, app: &App) {
         })
         .collect();
     s.set_adapters(ModelRc::new(VecModel::from(adapters)));
+    let current = st.model().map(|m| m.path.as_path());
+    let models: Vec<ModelItem> = st
+        .installed()
+        .iter()
+        .map(|m| {
+            let in_use = current == Some(m.path.as_path());
+            ModelItem {
+                file: m.file.as_str().into(),
+                detail: format!("{} · {}", m.detail, mib(m.size_bytes)).into(),
+                in_use,
+                usable: m.supported && !in_use && current.is_some(),
+            }
+        })
+        .collect();
+    s.set_models(ModelRc::new(VecModel::from(models)));
     let licences: Vec<LicenceItem> = st
         .licences()
         .into_iter()
@@ -575,8 +601,47 @@ fn refresh_settings<R: AppRoot>(ui: &R, app: &App) {
     s.set_licences(ModelRc::new(VecModel::from(licences)));
 }
 
+/// Runs the model at `path` in the chat and the eval screen; the history and the conversation
+/// on screen stay. Refused, with a line for the screen, while a reply or an eval run goes on.
+fn switch_model(app: &App, path: PathBuf) -> Result<(), String> {
+    if matches!(app.evals.borrow().state(), EvalState::Running(_)) {
+        return Err("A safety eval is running: cancel it or let it finish, then switch.".into());
+    }
+    app.chat
+        .borrow_mut()
+        .switch_model(guarded_factory(path.clone()), app.notify.clone())
+        .map_err(|_| "A reply is being written: stop it or let it finish, then switch.")?;
+    app.settings.borrow_mut().model_switching();
+    *app.shown_model.borrow_mut() = ModelState::Loading;
+    let data_dir = app
+        .data_dir
+        .clone()
+        .ok_or(crate::history::HistoryError::NoDataDir);
+    let runner = SuiteRunner::for_app(&Ok(path), app.suites_dir.clone(), &data_dir, app.history_on);
+    let mut evals = app.evals.borrow_mut();
+    evals.shutdown();
+    *evals = EvalsController::new(runner, app.eval_settings, app.notify.clone());
+    Ok(())
+}
+
 fn wire_settings<R: AppRoot>(ui: &R, app: &Rc<App>) {
     let s = ui.settings_state();
+    let (w, a) = (ui.as_weak(), app.clone());
+    s.on_use_model(move |i| {
+        let Some(ui) = w.upgrade() else { return };
+        let Some(m) = usize::try_from(i)
+            .ok()
+            .and_then(|i| a.settings.borrow().installed().get(i).cloned())
+        else {
+            return;
+        };
+        let status = match m.supported {
+            true => switch_model(&a, m.path).err().unwrap_or_default(),
+            false => format!("{}: {}", m.file, m.detail),
+        };
+        ui.settings_state().set_models_status(status.into());
+        refresh_all(&ui, &a);
+    });
     // Each step edits the settings controller, then hands the result to the chat.
     fn stepper<R: AppRoot>(
         ui: &R,
