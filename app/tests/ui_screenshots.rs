@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use kostant_app::controllers::evals::EvalSettings;
 use kostant_app::ui::{attach, AppConfig, AppRoot, DesktopApp, PhoneApp};
-use slint::ComponentHandle;
+use slint::{ComponentHandle, Model};
 use ui_support::*;
 
 const PAGES: [(i32, &str); 4] = [(0, "chat"), (1, "history"), (2, "evals"), (3, "settings")];
@@ -104,6 +104,11 @@ fn tour<R: AppRoot>(
     run_until("the model file is verified", move || {
         w.upgrade()
             .is_some_and(|ui| ui.settings_state().get_verified())
+    });
+    let w = ui.as_weak();
+    run_until("the models directory is listed", move || {
+        w.upgrade()
+            .is_some_and(|ui| ui.settings_state().get_models().row_count() > 0)
     });
     for dark in [false, true] {
         ui.theme().set_dark(dark);
