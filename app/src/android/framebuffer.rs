@@ -100,8 +100,23 @@ mod tests {
         }
     }
 
-    fn buffer(stride: usize, height: usize) -> Vec<u8> {
-        vec![7u8; stride * height * 4]
+    /// `frame` blitted at (`left`, `top`) into a `width` x `height` window of `stride`
+    /// pixels per row, whose bytes start as 7 (to tell padding left alone).
+    fn blitted(
+        frame: &Frame,
+        (width, height, stride): (usize, usize, usize),
+        left: usize,
+        top: usize,
+    ) -> Vec<u8> {
+        let mut bytes = vec![7u8; stride * height * 4];
+        let dst = WindowBuffer {
+            bytes: &mut bytes,
+            width,
+            height,
+            stride,
+        };
+        blit(frame, dst, left, top, [1, 2, 3]);
+        bytes
     }
 
     #[test]
@@ -111,15 +126,7 @@ mod tests {
         assert!(!frame.resize(2, 2));
         frame.pixels = vec![px(10), px(20), px(30), px(40)];
         // A 3x4 window with a stride of 5: the frame at (1, 1).
-        let mut bytes = buffer(5, 4);
-        let dst = WindowBuffer {
-            bytes: &mut bytes,
-            width: 3,
-            height: 4,
-            stride: 5,
-        };
-        blit(&frame, dst, 1, 1, [1, 2, 3]);
-        let got = &bytes;
+        let got = blitted(&frame, (3, 4, 5), 1, 1);
         let at = |x: usize, y: usize| &got[(y * 5 + x) * 4..(y * 5 + x) * 4 + 4];
         assert_eq!(at(0, 0), [1, 2, 3, 255]);
         assert_eq!(at(1, 1), [10, 11, 12, 255]);
@@ -138,14 +145,9 @@ mod tests {
         let mut frame = Frame::default();
         frame.resize(3, 1);
         frame.pixels = vec![px(10), px(20), px(30)];
-        let mut bytes = buffer(2, 1);
-        let dst = WindowBuffer {
-            bytes: &mut bytes,
-            width: 2,
-            height: 1,
-            stride: 2,
-        };
-        blit(&frame, dst, 0, 0, [0, 0, 0]);
-        assert_eq!(bytes, [10, 11, 12, 255, 20, 21, 22, 255]);
+        assert_eq!(
+            blitted(&frame, (2, 1, 2), 0, 0),
+            [10, 11, 12, 255, 20, 21, 22, 255]
+        );
     }
 }
