@@ -14,7 +14,7 @@ use slint::ComponentHandle;
 
 use super::bundle;
 use super::platform::{AndroidPlatform, SharedPlatform};
-use crate::ui::{attach, AppConfig, AppRoot, PhoneApp};
+use crate::ui::{attach, restore_state, AppConfig, AppRoot, PhoneApp};
 
 // The symbol the android-activity glue looks up by name, so it cannot be mangled.
 #[allow(unsafe_code)]
@@ -52,11 +52,24 @@ fn android_main(app: AndroidApp) {
     platform
         .set_keyboard_probe(move || weak.upgrade().is_some_and(|ui| ui.keyboard().get_wanted()));
     let app_state = attach(&ui, cfg);
+    // The app's life drives the chat: a reply goes on in the background, the conversation on
+    // screen is kept for a restart, and a closing app saves the reply it was writing.
+    let a = app_state.clone();
+    platform.set_lifecycle_handler(move |event| a.lifecycle(event));
+    let (weak, a) = (ui.as_weak(), app_state.clone());
+    platform.set_restore_handler(move |saved| {
+        if let Some(ui) = weak.upgrade() {
+            if let Err(e) = restore_state(&ui, &a, saved) {
+                log(&format!(
+                    "starting with a new chat: the saved state did not read ({e})"
+                ));
+            }
+        }
+    });
     if let Err(e) = ui.run() {
         log(&format!("{e}"));
     }
-    // The activity is being destroyed: stop a reply in flight and join the workers (every
-    // finished reply is already in the history, with its context snapshot).
+    // The loop ended (Destroy already saved a reply in flight): join what is left.
     app_state.shutdown();
 }
 

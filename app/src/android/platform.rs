@@ -18,10 +18,13 @@ use slint::platform::software_renderer::{MinimalSoftwareWindow, RepaintBufferTyp
 use slint::platform::{EventLoopProxy, Platform, PlatformError, WindowAdapter, WindowEvent};
 use slint::EventLoopError;
 
+use crate::controllers::lifecycle::Lifecycle;
+
 use super::events::{meta_for_char, KeyChar, KeyMapper, Touch, TouchPhase, TouchTracker, Viewport};
 use super::framebuffer::{blit, Frame, WindowBuffer};
 
 type Job = Box<dyn FnOnce() + Send>;
+type LifecycleHandler = Box<dyn Fn(Lifecycle) -> Option<Vec<u8>>>;
 
 /// What worker threads hand to the UI thread, and the flag that ends the loop.
 #[derive(Default)]
@@ -38,6 +41,10 @@ pub struct AndroidPlatform {
     clipboard: RefCell<String>,
     /// Asked after input: whether a text field has focus (the soft keyboard follows it).
     wants_keyboard: RefCell<Option<Box<dyn Fn() -> bool>>>,
+    /// Told of the app's life (`controllers::lifecycle`); returns the bytes to keep on SaveState.
+    on_lifecycle: RefCell<Option<LifecycleHandler>>,
+    /// Given the state kept from the process before, once, at the first resume.
+    on_restore: RefCell<Option<Box<dyn Fn(&[u8])>>>,
     /// The background colour around the app (under the system bars).
     background: Cell<[u8; 3]>,
 }
@@ -51,12 +58,26 @@ impl AndroidPlatform {
             start: Instant::now(),
             clipboard: RefCell::default(),
             wants_keyboard: RefCell::default(),
+            on_lifecycle: RefCell::default(),
+            on_restore: RefCell::default(),
             background: Cell::new([255, 255, 255]),
         })
     }
 
     pub fn set_keyboard_probe(&self, probe: impl Fn() -> bool + 'static) {
         *self.wants_keyboard.borrow_mut() = Some(Box::new(probe));
+    }
+
+    pub fn set_lifecycle_handler(&self, f: impl Fn(Lifecycle) -> Option<Vec<u8>> + 'static) {
+        *self.on_lifecycle.borrow_mut() = Some(Box::new(f));
+    }
+
+    pub fn set_restore_handler(&self, f: impl Fn(&[u8]) + 'static) {
+        *self.on_restore.borrow_mut() = Some(Box::new(f));
+    }
+
+    fn lifecycle(&self, event: Lifecycle) -> Option<Vec<u8>> {
+        self.on_lifecycle.borrow().as_ref().and_then(|f| f(event))
     }
 
     pub fn set_background(&self, rgb: [u8; 3]) {
@@ -138,6 +159,10 @@ struct EventLoop<'a> {
     keyboard_shown: bool,
     /// The window's buffer lacks the frame (a new window, a resize, Android asked to redraw).
     needs_copy: bool,
+    /// What the last SaveState kept (Android copies it; the saver borrows it meanwhile).
+    saved: Vec<u8>,
+    /// Whether the state of the process before has been offered (once, at the first resume).
+    restored: bool,
     destroyed: bool,
 }
 
@@ -152,6 +177,8 @@ impl<'a> EventLoop<'a> {
             keys: KeyMapper::new(),
             keyboard_shown: false,
             needs_copy: false,
+            saved: Vec::new(),
+            restored: false,
             destroyed: false,
         }
     }
@@ -192,7 +219,7 @@ impl<'a> EventLoop<'a> {
     }
 
     /// Handles one lifecycle or window event; returns whether input is waiting.
-    fn main_event(&mut self, event: MainEvent<'_>) -> bool {
+    fn main_event<'s>(&'s mut self, event: MainEvent<'s>) -> bool {
         match event {
             MainEvent::InputAvailable => return true,
             MainEvent::InitWindow { .. } => {
@@ -216,7 +243,33 @@ impl<'a> EventLoop<'a> {
             }
             // In the background the loop goes on: a reply in flight keeps streaming into the
             // chat and is saved, with its context snapshot, when it ends, as every reply is.
-            MainEvent::Destroy => self.destroyed = true,
+            MainEvent::Pause => {
+                self.p.lifecycle(Lifecycle::Pause);
+            }
+            MainEvent::Stop => {
+                self.p.lifecycle(Lifecycle::Stop);
+            }
+            MainEvent::SaveState { saver, .. } => {
+                if let Some(bytes) = self.p.lifecycle(Lifecycle::SaveState) {
+                    self.saved = bytes;
+                    saver.store(&self.saved);
+                }
+            }
+            MainEvent::Resume { loader, .. } => {
+                if !self.restored {
+                    self.restored = true;
+                    if let (Some(bytes), Some(f)) =
+                        (loader.load(), self.p.on_restore.borrow().as_ref())
+                    {
+                        f(&bytes);
+                    }
+                }
+                self.p.lifecycle(Lifecycle::Resume);
+            }
+            MainEvent::Destroy => {
+                self.p.lifecycle(Lifecycle::Destroy);
+                self.destroyed = true;
+            }
             _ => {}
         }
         false

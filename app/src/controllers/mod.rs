@@ -9,6 +9,7 @@
 pub mod chat;
 pub mod evals;
 pub mod history;
+pub mod lifecycle;
 pub mod network;
 pub mod prefixes;
 pub mod settings;

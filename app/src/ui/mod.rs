@@ -23,6 +23,7 @@ use crate::controllers::evals::{
     EvalRunner, EvalSettings, EvalState, EvalsController, RateKind, SuiteRunner,
 };
 use crate::controllers::history::HistoryController;
+use crate::controllers::lifecycle::{Lifecycle, SavedState};
 use crate::controllers::network::NetworkBadge;
 use crate::controllers::settings::SettingsController;
 use crate::controllers::{AppError, Notify, SharedStore};
@@ -138,6 +139,72 @@ impl App {
         self.chat.borrow_mut().shutdown();
         self.evals.borrow_mut().shutdown();
     }
+
+    /// Handles an event of the app's life (`controllers::lifecycle`); for `SaveState`, returns
+    /// the bytes for the OS to keep.
+    pub fn lifecycle(&self, event: Lifecycle) -> Option<Vec<u8>> {
+        match event {
+            Lifecycle::SaveState => {
+                let chat = self.chat.borrow();
+                Some(
+                    SavedState {
+                        conversation: chat.conversation(),
+                        feature: chat.feature(),
+                    }
+                    .to_bytes(),
+                )
+            }
+            Lifecycle::Destroy => {
+                self.finish();
+                None
+            }
+            // In the background a reply goes on, and is saved when it ends.
+            Lifecycle::Resume | Lifecycle::Pause | Lifecycle::Stop => None,
+        }
+    }
+
+    /// Stops a reply being written and waits until it has ended, so that what it wrote is
+    /// saved with its context; then joins the workers.
+    pub fn finish(&self) {
+        {
+            let mut chat = self.chat.borrow_mut();
+            chat.stop();
+            // A worker that is gone has nothing left to save.
+            let _ = chat.wait_idle();
+        }
+        self.shutdown();
+    }
+}
+
+/// Continues where the app was when the OS ended it: the conversation kept in `saved`
+/// ([`App::lifecycle`]'s `SaveState`) reopened from the history with its saved context, under
+/// its feature. Only into an empty chat (a resume of a running app changes nothing); state that
+/// does not read, or a conversation deleted since, leaves a new chat and says nothing is lost.
+pub fn restore_state<R: AppRoot>(ui: &R, app: &App, saved: &[u8]) -> Result<(), String> {
+    if !app.chat.borrow().messages().is_empty() {
+        return Ok(());
+    }
+    let state = SavedState::from_bytes(saved)?;
+    app.chat.borrow_mut().set_feature(state.feature);
+    if let Some(id) = state.conversation {
+        open_conversation(ui, app, id)?;
+    }
+    refresh_chat(ui, app);
+    Ok(())
+}
+
+/// Shows conversation `id` of the history in the chat, with its saved context.
+fn open_conversation<R: AppRoot>(ui: &R, app: &App, id: i64) -> Result<(), String> {
+    let h = app.history.as_ref().ok_or("the history is off")?;
+    h.borrow()
+        .open(id)
+        .and_then(|turns| app.chat.borrow_mut().open_conversation(id, turns))
+        .map_err(|e| e.to_string())?;
+    ui.chat_state().set_editing(false);
+    ui.nav().set_page(0);
+    ui.keyboard().set_wanted(false);
+    refresh_chat(ui, app);
+    Ok(())
 }
 
 /// A `Notify` that queues one `Bridge.pump` on the event loop, however many reports arrive
@@ -487,21 +554,9 @@ fn wire_history<R: AppRoot>(ui: &R, app: &Rc<App>) {
     });
     let (w, a) = (ui.as_weak(), app.clone());
     s.on_open(move |id| {
-        let (Some(ui), Some(h)) = (w.upgrade(), &a.history) else {
-            return;
-        };
-        let result = h
-            .borrow()
-            .open(i64::from(id))
-            .and_then(|turns| a.chat.borrow_mut().open_conversation(i64::from(id), turns));
-        match result {
-            Ok(()) => {
-                ui.chat_state().set_editing(false);
-                ui.nav().set_page(0);
-                ui.keyboard().set_wanted(false);
-                refresh_chat(&ui, &a);
-            }
-            Err(e) => ui.history_state().set_status_line(e.to_string().into()),
+        let Some(ui) = w.upgrade() else { return };
+        if let Err(e) = open_conversation(&ui, &a, i64::from(id)) {
+            ui.history_state().set_status_line(e.into());
         }
     });
     let (w, a) = (ui.as_weak(), app.clone());
