@@ -114,6 +114,11 @@ impl Runner {
         &self.model
     }
 
+    /// The guard back, for the next runner (a guard resident for several runs, as in the app).
+    pub fn into_guard(self) -> Guard {
+        self.guard
+    }
+
     pub fn options(&self) -> &RunOptions {
         &self.opts
     }

@@ -101,7 +101,10 @@ pub fn run(args: AdapterEvalArgs) -> Result<()> {
     let mut adapters = FeatureAdapters::new(model.clone());
     let cancel = CancelHandle::new();
     let mut rows = Vec::new();
-    let mut head_name = String::new();
+    // One guard for every run, as the app keeps one resident; each runner hands it back.
+    let (guard, head) = load_guard_named(&args.guard, &model, &path)?;
+    let head_name = head.to_string();
+    let mut guard = Some(guard);
     for task in tasks {
         let feature = feature_of(task);
         let split = dir.join(task.id()).join(format!("{}.jsonl", args.split));
@@ -117,11 +120,12 @@ pub fn run(args: AdapterEvalArgs) -> Result<()> {
             }
         };
         let mut score = |adapter: Option<ActiveAdapter>| -> Result<Vec<_>> {
-            let (guard, head) = load_guard_named(&args.guard, &model, &path)?;
-            head_name = head.to_string();
+            let lent = guard
+                .take()
+                .context("the guard was lost to an earlier failure")?;
             let mut runner = Runner::new(
                 model.clone(),
-                guard,
+                lent,
                 options(&args, &model, feature, adapter),
             )?;
             let label = runner
@@ -130,21 +134,17 @@ pub fn run(args: AdapterEvalArgs) -> Result<()> {
                 .as_ref()
                 .map_or("prompt only".into(), |a| a.adapter.name().to_string());
             let n = examples.len();
-            Ok(feature_eval::run(
-                &mut runner,
-                task,
-                &examples,
-                &cancel,
-                |i, s| {
-                    eprintln!(
-                        "{} [{label}] {}/{n}: {} {:.3}",
-                        task.id(),
-                        i + 1,
-                        task.metric(),
-                        s.score
-                    );
-                },
-            )?)
+            let scored = feature_eval::run(&mut runner, task, &examples, &cancel, |i, s| {
+                eprintln!(
+                    "{} [{label}] {}/{n}: {} {:.3}",
+                    task.id(),
+                    i + 1,
+                    task.metric(),
+                    s.score
+                );
+            })?;
+            guard = Some(runner.into_guard());
+            Ok(scored)
         };
         let base = score(None)?;
         let adapted = match &adapter {
