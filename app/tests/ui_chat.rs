@@ -8,7 +8,7 @@ mod ui_support;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use kostant_app::ui::{attach, AppRoot, DesktopApp};
+use kostant_app::ui::{AppRoot, DesktopApp};
 use slint::{ComponentHandle, Model};
 use ui_support::*;
 
@@ -17,15 +17,7 @@ const QUESTION: &str = "What is the capital of France?";
 /// Opens a desktop window on the app with greedy, short replies.
 fn open(scratch: &Scratch) -> (DesktopApp, Rc<kostant_app::ui::App>) {
     let ui = DesktopApp::new().expect("the desktop window builds");
-    ui.show().expect("the testing backend shows windows");
-    let app = attach(&ui, config(&scratch.data()));
-    wait_ready(&ui);
-    {
-        let mut chat = app.chat.borrow_mut();
-        chat.settings.temperature = 0.0;
-        chat.settings.max_tokens = 24;
-    }
-    (ui, app)
+    open_greedy(ui, &scratch.data(), 24)
 }
 
 fn replies(ui: &DesktopApp) -> Vec<(String, String)> {

@@ -8,22 +8,14 @@ mod ui_support;
 
 use kostant_app::controllers::lifecycle::{Lifecycle, SavedState};
 use kostant_app::features::Feature;
-use kostant_app::ui::{attach, restore_state, App, AppRoot, PhoneApp};
+use kostant_app::ui::{restore_state, App, AppRoot, PhoneApp};
 use slint::{ComponentHandle, Model};
 use std::rc::Rc;
 use ui_support::*;
 
 fn open(scratch: &Scratch) -> (PhoneApp, Rc<App>) {
     let ui = PhoneApp::new().expect("the phone layout builds");
-    ui.show().expect("the testing backend shows windows");
-    let app = attach(&ui, config(&scratch.data()));
-    wait_ready(&ui);
-    {
-        let mut chat = app.chat.borrow_mut();
-        chat.settings.temperature = 0.0;
-        chat.settings.max_tokens = 24;
-    }
-    (ui, app)
+    open_greedy(ui, &scratch.data(), 24)
 }
 
 fn until_idle(ui: &PhoneApp) {

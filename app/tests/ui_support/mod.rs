@@ -125,6 +125,24 @@ pub fn config(data: &Path) -> kostant_app::ui::AppConfig {
     cfg
 }
 
+/// Shows `ui` on the app with the real model and history in `data`, waits for the model, and
+/// makes replies greedy and at most `max_tokens` long.
+pub fn open_greedy<R: AppRoot>(
+    ui: R,
+    data: &Path,
+    max_tokens: usize,
+) -> (R, std::rc::Rc<kostant_app::ui::App>) {
+    ui.show().expect("the testing backend shows windows");
+    let app = kostant_app::ui::attach(&ui, config(data));
+    wait_ready(&ui);
+    {
+        let mut chat = app.chat.borrow_mut();
+        chat.settings.temperature = 0.0;
+        chat.settings.max_tokens = max_tokens;
+    }
+    (ui, app)
+}
+
 /// Waits until the model has loaded and the chat is ready.
 pub fn wait_ready<R: AppRoot>(ui: &R) {
     let w = ui.as_weak();
