@@ -6,7 +6,8 @@
 
 pub mod controllers;
 pub mod feature_adapters;
-pub mod features;
+/// The features and their system prompts live beside the policy whose tone rules they carry.
+pub use kostant_safety::features;
 pub mod history;
 pub mod installed_models;
 pub mod ui;

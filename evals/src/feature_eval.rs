@@ -9,6 +9,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use kostant_engine::CancelHandle;
+use kostant_safety::features::Feature;
 
 use crate::error::{io, EvalError, Result};
 use crate::quality::{self, Mean};
@@ -27,17 +28,27 @@ pub enum Task {
 impl Task {
     pub const ALL: [Task; 4] = [Task::Summarize, Task::Proofread, Task::Reply, Task::Rewrite];
 
-    pub fn id(self) -> &'static str {
+    /// The feature this task scores (its id, label and system prompt are the feature's).
+    pub fn feature(self) -> Feature {
         match self {
-            Task::Summarize => "summarize",
-            Task::Proofread => "proofread",
-            Task::Reply => "reply",
-            Task::Rewrite => "rewrite",
+            Task::Summarize => Feature::Summarize,
+            Task::Proofread => Feature::Proofread,
+            Task::Reply => Feature::Reply,
+            Task::Rewrite => Feature::Rewrite,
         }
     }
 
+    /// The task of a feature with a scored split (chat has none).
+    pub fn of(feature: Feature) -> Option<Task> {
+        Task::ALL.into_iter().find(|t| t.feature() == feature)
+    }
+
+    pub fn id(self) -> &'static str {
+        self.feature().id()
+    }
+
     pub fn parse(id: &str) -> Option<Task> {
-        Task::ALL.into_iter().find(|t| t.id() == id)
+        Feature::parse(id).ok().and_then(Task::of)
     }
 
     /// The headline metric's name, as the report prints it.
@@ -352,6 +363,22 @@ impl FeatureReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_task_is_a_feature_and_chat_has_none() {
+        for t in Task::ALL {
+            assert_eq!(Task::of(t.feature()), Some(t));
+            assert_eq!(Task::parse(t.id()), Some(t));
+        }
+        assert_eq!(Task::of(Feature::Chat), None);
+        assert_eq!(Task::parse("chat"), None);
+        assert_eq!(Task::parse("shout"), None);
+        let scored: Vec<Feature> = Feature::ALL
+            .into_iter()
+            .filter(|f| Task::of(*f).is_some())
+            .collect();
+        assert_eq!(scored.len(), Task::ALL.len());
+    }
 
     fn ex(input: &str, output: &str, tone: Option<&str>) -> Example {
         Example {

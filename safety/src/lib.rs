@@ -8,6 +8,7 @@
 
 pub mod confidence;
 pub mod error;
+pub mod features;
 pub mod guard;
 pub mod head;
 pub mod normalize;

@@ -78,15 +78,6 @@ fn tasks(list: &str) -> Result<Vec<Task>> {
     Ok(out)
 }
 
-fn feature_of(task: Task) -> Feature {
-    match task {
-        Task::Summarize => Feature::Summarize,
-        Task::Proofread => Feature::Proofread,
-        Task::Reply => Feature::Reply,
-        Task::Rewrite => Feature::Rewrite,
-    }
-}
-
 pub fn run(args: AdapterEvalArgs) -> Result<()> {
     if args.max_tokens == 0 {
         bail!("--max-tokens must be at least 1");
@@ -106,7 +97,7 @@ pub fn run(args: AdapterEvalArgs) -> Result<()> {
     let head_name = head.to_string();
     let mut guard = Some(guard);
     for task in tasks {
-        let feature = feature_of(task);
+        let feature = task.feature();
         let split = dir.join(task.id()).join(format!("{}.jsonl", args.split));
         let mut examples = feature_eval::load_split(&split)?;
         if let Some(n) = args.limit {

@@ -1,11 +1,12 @@
 //! What the user asks the assistant to do (chat, summarize, proofread, reply, rewrite) and the
-//! system prompt each one runs under: one definition shared by the app's feature chips and
-//! `kostant eval --feature`, so the evals measure the guard under the prompts users get.
+//! system prompt each one runs under (the policy's tone rules included): one definition shared
+//! by the app's feature chips, `kostant eval --feature` and the feature evals' tasks, so the
+//! evals measure the guard under the prompts users get.
 
-use kostant_safety::policy;
+use crate::policy;
 
-/// A task with its own system prompt and, for all but chat, its own shipped adapter
-/// ([`crate::feature_adapters`]).
+/// A task with its own system prompt and, for all but chat, its own shipped adapter (the app's
+/// `feature_adapters`) and scored test split (`kostant_evals::feature_eval::Task`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Feature {
     Chat,
