@@ -48,16 +48,7 @@ fn data_dir(args: &AdapterEvalArgs) -> Result<PathBuf> {
     if let Some(d) = &args.data {
         return Ok(d.clone());
     }
-    let here = PathBuf::from("assets/adapters");
-    if here.join("proofread").is_dir() {
-        return Ok(here);
-    }
-    let exe = std::env::current_exe()?;
-    exe.ancestors()
-        .skip(1)
-        .take(4)
-        .map(|up| up.join("assets/adapters"))
-        .find(|d| d.join("proofread").is_dir())
+    super::repo_assets("adapters", "proofread")
         .context("cannot find the features' data (assets/adapters); pass --data")
 }
 

@@ -102,15 +102,7 @@ fn suites_dir(args: &EvalArgs) -> Result<PathBuf> {
 /// The repository's assets/evals: from the working directory, or next to a cargo-built binary
 /// (<repo>/target/<profile>/kostant).
 pub(super) fn assets_evals_dir() -> Option<PathBuf> {
-    if let Some(d) = kostant_evals::suite::default_dir() {
-        return Some(d);
-    }
-    let exe = std::env::current_exe().ok()?;
-    exe.ancestors()
-        .skip(1)
-        .take(4)
-        .map(|up| up.join("assets/evals"))
-        .find(|d| d.join("suites").is_dir())
+    super::repo_assets("evals", "suites")
 }
 
 /// The command line as typed, for the report.

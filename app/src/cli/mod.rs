@@ -282,3 +282,17 @@ pub(crate) fn parse_feature(
 ) -> std::result::Result<kostant_app::features::Feature, String> {
     kostant_app::features::Feature::parse(id)
 }
+
+/// The repository's `assets/<name>` (recognised by `marker` inside it): from the working
+/// directory or its parent, else up from the binary (target/<profile>/kostant in a checkout).
+pub(crate) fn repo_assets(name: &str, marker: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok();
+    let beside_exe = exe
+        .iter()
+        .flat_map(|e| e.ancestors().skip(1).take(4).map(|up| up.join("assets")));
+    [PathBuf::from("assets"), PathBuf::from("../assets")]
+        .into_iter()
+        .chain(beside_exe)
+        .map(|assets| assets.join(name))
+        .find(|d| d.join(marker).exists())
+}
