@@ -7,13 +7,15 @@
 
 use std::ffi::CString;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use android_activity::AndroidApp;
 use slint::ComponentHandle;
 
 use super::bundle;
 use super::platform::{AndroidPlatform, SharedPlatform};
+use crate::controllers::chat::guarded_factory;
+use crate::controllers::AppError;
 use crate::ui::{attach, restore_state, AppConfig, AppRoot, PhoneApp};
 
 // The symbol the android-activity glue looks up by name, so it cannot be mangled.
@@ -35,10 +37,23 @@ fn android_main(app: AndroidApp) {
         log(&format!("cannot start the UI: {e}"));
         return;
     }
-    let model = install_bundle(&app, &files).and_then(|()| default_model(&files));
-    let mut cfg = AppConfig::new(model);
+    // The small files (the eval suites) before the UI, which lists them; the model (hundreds of
+    // megabytes, gigabytes for a 3B model) on the chat's worker while the UI shows it loading,
+    // so a first start never leaves the window blank and unresponsive.
+    let small = install_bundle(&app, &files, |path| !path.starts_with("models/"));
+    let model = small.and_then(|()| default_model_path(&files));
+    let mut cfg = AppConfig::new(model.clone());
     cfg.data_dir = Some(files.join("history"));
     cfg.suites_dir = Some(files.join("evals"));
+    if let Ok(path) = model {
+        let (app, files) = (app.clone(), files.clone());
+        cfg.responder = Some(Box::new(move || {
+            install_bundle(&app, &files, |_| true)
+                .and_then(|()| check_installed(&path))
+                .map_err(AppError::ModelNotReady)?;
+            guarded_factory(path)()
+        }));
+    }
     let ui = match PhoneApp::new() {
         Ok(ui) => ui,
         Err(e) => {
@@ -73,8 +88,13 @@ fn android_main(app: AndroidApp) {
     app_state.shutdown();
 }
 
-/// Copies the APK's bundled files into `files` on first start (or after an update).
-fn install_bundle(app: &AndroidApp, files: &Path) -> Result<(), String> {
+/// Copies the APK's bundled files whose path `keep` accepts into `files` (on first start or
+/// after an update; a later start reads one small file).
+fn install_bundle(
+    app: &AndroidApp,
+    files: &Path,
+    keep: impl Fn(&str) -> bool,
+) -> Result<(), String> {
     let assets = app.asset_manager();
     let list = CString::new(bundle::LIST)
         .ok()
@@ -84,27 +104,32 @@ fn install_bundle(app: &AndroidApp, files: &Path) -> Result<(), String> {
             a.read_to_string(&mut s).ok().map(|_| s)
         })
         .ok_or("this copy of Kostant carries no file list; reinstall the app")?;
-    bundle::install(&list, files, |path| {
+    bundle::install(&bundle::subset(&list, keep), files, |path| {
         CString::new(path).ok().and_then(|name| assets.open(&name))
     })
     .map_err(|e| e.to_string())
 }
 
-/// The default model of the built-in manifest, installed under `files/models/`.
-fn default_model(files: &Path) -> Result<std::path::PathBuf, String> {
+/// Where the default model of the built-in manifest goes under `files/models/`.
+fn default_model_path(files: &Path) -> Result<PathBuf, String> {
     let manifest = kostant_assets::ModelManifest::builtin().map_err(|e| e.to_string())?;
     let entry = manifest.default_model().map_err(|e| e.to_string())?;
-    let path = files.join("models").join(&entry.file);
-    // The bundle checked the file against the list the build wrote; the list must name the
-    // model this library was built for.
-    let installed = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    Ok(files.join("models").join(&entry.file))
+}
+
+/// The bundle checked the file against the list the build wrote; the list must also name the
+/// model this library was built for.
+fn check_installed(path: &Path) -> Result<(), String> {
+    let manifest = kostant_assets::ModelManifest::builtin().map_err(|e| e.to_string())?;
+    let entry = manifest.default_model().map_err(|e| e.to_string())?;
+    let installed = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     if installed != entry.size {
         return Err(format!(
             "{} is not the model this version of Kostant expects; reinstall the app",
             entry.file
         ));
     }
-    Ok(path)
+    Ok(())
 }
 
 /// Android shows a process's stderr nowhere; these lines go to logcat through liblog.

@@ -70,6 +70,15 @@ pub fn parse(text: &str) -> Result<Vec<Entry>, BundleError> {
     Ok(entries)
 }
 
+/// The lines of `list` whose path `keep` accepts (a part of the bundle to install first);
+/// a line with no path is kept, so that [`install`] refuses the list as it would whole.
+pub fn subset(list: &str, keep: impl Fn(&str) -> bool) -> String {
+    list.lines()
+        .filter(|line| line.split_whitespace().nth(2).is_none_or(&keep))
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
 /// A relative path of plain names (letters, digits, `.`, `_`, `-`), none of them `.` or `..`.
 fn safe_path(path: &str) -> bool {
     !path.is_empty()
@@ -278,6 +287,31 @@ mod tests {
             install(&list, &dir, opener(&assets)),
             Err(BundleError::Mismatch { .. })
         ));
+    }
+
+    #[test]
+    fn a_part_installs_first_and_the_whole_after_copies_only_the_rest() {
+        let dir = tempfile_dir("parts");
+        let (list, assets) = bundle(&[
+            ("evals/manifest.json", b"{}"),
+            ("models/m.gguf", b"GGUF model bytes"),
+        ]);
+        let small = subset(&list, |p| !p.starts_with("models/"));
+        assert_eq!(small.lines().count(), 1);
+        install(&small, &dir, opener(&assets)).unwrap();
+        assert!(dir.join("evals/manifest.json").exists());
+        assert!(!dir.join("models/m.gguf").exists());
+        assert!(!is_installed(&list, &dir));
+        let mut opened = Vec::new();
+        install(&list, &dir, |p| {
+            opened.push(p.to_string());
+            assets.get(p).cloned().map(Cursor::new)
+        })
+        .unwrap();
+        assert_eq!(opened, ["models/m.gguf"]);
+        assert!(is_installed(&list, &dir));
+        // A line that does not parse is kept, so `install` refuses it.
+        assert_eq!(subset("junk\n", |_| true), "junk\n");
     }
 
     #[test]
