@@ -13,6 +13,7 @@ use android_activity::AndroidApp;
 use slint::ComponentHandle;
 
 use super::bundle;
+use super::log;
 use super::platform::{AndroidPlatform, SharedPlatform};
 use crate::controllers::chat::guarded_factory;
 use crate::controllers::AppError;
@@ -23,18 +24,18 @@ use crate::ui::{attach, restore_state, AppConfig, AppRoot, PhoneApp};
 #[no_mangle]
 fn android_main(app: AndroidApp) {
     if let Err(e) = kostant_platform::netguard::deny_network() {
-        log(&format!(
+        log::error(&format!(
             "refusing to start without the network denied: {e}"
         ));
         return;
     }
     let Some(files) = app.internal_data_path() else {
-        log("Android gave the app no private files directory");
+        log::error("Android gave the app no private files directory");
         return;
     };
     let platform = AndroidPlatform::new(app.clone());
     if let Err(e) = slint::platform::set_platform(Box::new(SharedPlatform(platform.clone()))) {
-        log(&format!("cannot start the UI: {e}"));
+        log::error(&format!("cannot start the UI: {e}"));
         return;
     }
     // The small files (the eval suites) before the UI, which lists them; the model (hundreds of
@@ -57,7 +58,7 @@ fn android_main(app: AndroidApp) {
     let ui = match PhoneApp::new() {
         Ok(ui) => ui,
         Err(e) => {
-            log(&format!("cannot create the window: {e}"));
+            log::error(&format!("cannot create the window: {e}"));
             return;
         }
     };
@@ -75,14 +76,14 @@ fn android_main(app: AndroidApp) {
     platform.set_restore_handler(move |saved| {
         if let Some(ui) = weak.upgrade() {
             if let Err(e) = restore_state(&ui, &a, saved) {
-                log(&format!(
+                log::error(&format!(
                     "starting with a new chat: the saved state did not read ({e})"
                 ));
             }
         }
     });
     if let Err(e) = ui.run() {
-        log(&format!("{e}"));
+        log::error(&format!("{e}"));
     }
     // The loop ended (Destroy already saved a reply in flight): join what is left.
     app_state.shutdown();
@@ -130,25 +131,4 @@ fn check_installed(path: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// Android shows a process's stderr nowhere; these lines go to logcat through liblog.
-fn log(msg: &str) {
-    #[allow(unsafe_code)]
-    {
-        #[link(name = "log")]
-        extern "C" {
-            fn __android_log_write(
-                prio: i32,
-                tag: *const std::ffi::c_char,
-                text: *const std::ffi::c_char,
-            ) -> i32;
-        }
-        const ANDROID_LOG_ERROR: i32 = 6;
-        let text = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-        // SAFETY: both pointers are NUL-terminated strings that outlive the call.
-        unsafe {
-            __android_log_write(ANDROID_LOG_ERROR, c"kostant".as_ptr(), text.as_ptr());
-        }
-    }
 }

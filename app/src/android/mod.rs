@@ -10,4 +10,8 @@ pub mod framebuffer;
 #[cfg(target_os = "android")]
 mod activity;
 #[cfg(target_os = "android")]
+mod clipboard;
+#[cfg(target_os = "android")]
+mod log;
+#[cfg(target_os = "android")]
 mod platform;

@@ -20,8 +20,10 @@ use slint::EventLoopError;
 
 use crate::controllers::lifecycle::Lifecycle;
 
+use super::clipboard::SystemClipboard;
 use super::events::{meta_for_char, KeyChar, KeyMapper, Touch, TouchPhase, TouchTracker, Viewport};
 use super::framebuffer::{blit, Frame, WindowBuffer};
+use super::log;
 
 type Job = Box<dyn FnOnce() + Send>;
 type LifecycleHandler = Box<dyn Fn(Lifecycle) -> Option<Vec<u8>>>;
@@ -38,7 +40,9 @@ pub struct AndroidPlatform {
     window: Rc<MinimalSoftwareWindow>,
     mailbox: Arc<Mutex<Mailbox>>,
     start: Instant,
+    /// The last copy, for when the system clipboard fails.
     clipboard: RefCell<String>,
+    system_clipboard: SystemClipboard,
     /// Asked after input: whether a text field has focus (the soft keyboard follows it).
     wants_keyboard: RefCell<Option<Box<dyn Fn() -> bool>>>,
     /// Told of the app's life (`controllers::lifecycle`); returns the bytes to keep on SaveState.
@@ -52,6 +56,7 @@ pub struct AndroidPlatform {
 impl AndroidPlatform {
     pub fn new(app: AndroidApp) -> Rc<Self> {
         Rc::new(AndroidPlatform {
+            system_clipboard: SystemClipboard::new(app.clone()),
             app,
             window: MinimalSoftwareWindow::new(RepaintBufferType::ReusedBuffer),
             mailbox: Arc::default(),
@@ -104,18 +109,34 @@ impl Platform for SharedPlatform {
         }))
     }
 
-    // The system clipboard is a Java service; without Java the app's copy buttons copy within
-    // the app (paste into its own fields), which README states.
+    // The system clipboard through JNI; if a call fails, a clipboard within the app (copy and
+    // paste between its own fields) so that Copy never does nothing.
     fn set_clipboard_text(&self, text: &str, clipboard: slint::platform::Clipboard) {
-        if clipboard == slint::platform::Clipboard::DefaultClipboard {
-            *self.0.clipboard.borrow_mut() = text.to_string();
+        if clipboard != slint::platform::Clipboard::DefaultClipboard {
+            return;
+        }
+        *self.0.clipboard.borrow_mut() = text.to_string();
+        if let Err(e) = self.0.system_clipboard.set(text) {
+            log::error(&format!(
+                "the system clipboard refused the copy ({e}); kept in the app"
+            ));
         }
     }
 
     fn clipboard_text(&self, clipboard: slint::platform::Clipboard) -> Option<String> {
-        (clipboard == slint::platform::Clipboard::DefaultClipboard)
-            .then(|| self.0.clipboard.borrow().clone())
-            .filter(|t| !t.is_empty())
+        if clipboard != slint::platform::Clipboard::DefaultClipboard {
+            return None;
+        }
+        match self.0.system_clipboard.get() {
+            Ok(text) => text,
+            Err(e) => {
+                log::error(&format!(
+                    "the system clipboard could not be read ({e}); the app's own copy is used"
+                ));
+                Some(self.0.clipboard.borrow().clone())
+            }
+        }
+        .filter(|t| !t.is_empty())
     }
 
     fn run_event_loop(&self) -> Result<(), PlatformError> {
