@@ -98,6 +98,17 @@ fn taps_and_keys_from_android_drive_the_phone_layout() {
     assert!(reply.contains("Paris"), "{reply:?}");
     assert_eq!(last_value(&ui, "Message"), "", "the composer is cleared");
 
+    // A tap on the conversation leaves the composer: the keyboard goes; a tap on the composer
+    // brings it back.
+    assert!(ui.keyboard().get_wanted());
+    tap(&ui, &mut touch, &v, &find(&ui, "Assistant reply"));
+    assert!(
+        !ui.keyboard().get_wanted(),
+        "a tap on the conversation hides the keyboard"
+    );
+    tap(&ui, &mut touch, &v, &find(&ui, "Message"));
+    assert!(ui.keyboard().get_wanted());
+
     // A tap on the History tab changes the page, and the composer goes with the chat screen:
     // the keyboard goes too.
     tap(&ui, &mut touch, &v, &find(&ui, "History"));
