@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use kostant_engine::gguf::Gguf;
 use kostant_engine::Model;
-use kostant_safety::head::Head;
+use kostant_safety::head::{Head, HeadInfo};
 
 /// One `.gguf` file of the models directory.
 #[derive(Clone, Debug, PartialEq)]
@@ -57,51 +57,41 @@ pub fn list(dir: &Path) -> Vec<InstalledModel> {
         })
         .unwrap_or_default();
     files.sort();
-    // The backbone the guard head reads (name, width); a damaged head screens nothing.
-    let guard = Head::from_bytes(kostant_assets::GUARD_HEAD)
-        .ok()
-        .map(|h| (h.info.model_name.clone(), h.info.n_embd));
+    // A damaged head screens nothing: then no model can be used.
+    let guard = Head::from_bytes(kostant_assets::GUARD_HEAD).ok();
     files
         .into_iter()
-        .map(|p| describe(&p, guard.as_ref()))
+        .map(|p| describe(&p, guard.as_ref().map(|h| &h.info)))
         .collect()
 }
 
-/// What `path` is, or why the app cannot run it; `guard` is the (name, width) of the model the
-/// guard head was trained on.
-pub fn describe(path: &Path, guard: Option<&(String, usize)>) -> InstalledModel {
+/// What `path` is, or why the app cannot run it (as the engine would refuse to load it, but
+/// without loading it: no weight is read or repacked); `guard` is the built-in guard head's.
+pub fn describe(path: &Path, guard: Option<&HeadInfo>) -> InstalledModel {
     let file = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let size_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    let loaded = Gguf::open(path).map_err(|e| e.to_string()).and_then(|g| {
-        let name = g
-            .get_str_opt("general.name")
-            .ok()
-            .flatten()
-            .map(str::to_string);
-        let arch = g
-            .get_str_opt("general.architecture")
-            .ok()
-            .flatten()
-            .map(str::to_string);
-        let m = Model::from_gguf(g).map_err(|e| e.to_string())?;
-        match guard {
-            Some((backbone, width)) if *backbone == m.name() && *width == m.hparams.n_embd => {
-                Ok((name, arch, m.quantization().to_string()))
-            }
-            Some((backbone, _)) => Err(format!(
-                "the safety guard reads {backbone}'s states and cannot screen this model's replies"
+    let inspected = Gguf::open(path)
+        .and_then(|g| Model::inspect(&g))
+        .map_err(|e| e.to_string())
+        .and_then(|info| match guard {
+            Some(head) if head.reads(&info.name, info.n_embd) => Ok(info),
+            Some(head) => Err(format!(
+                "the safety guard is built for {} and cannot screen this model's replies",
+                head.model_name
             )),
             None => Err("the built-in safety guard is damaged".into()),
-        }
-    });
-    let (detail, supported) = match loaded {
-        Ok((name, arch, quant)) => {
-            let parts: Vec<String> = [name, arch, Some(quant)].into_iter().flatten().collect();
-            (parts.join(" · "), true)
-        }
+        });
+    let (detail, supported) = match inspected {
+        Ok(info) => (
+            format!(
+                "{} · {} · {}",
+                info.name, info.architecture, info.quantization
+            ),
+            true,
+        ),
         Err(why) => (format!("cannot be used: {why}"), false),
     };
     InstalledModel {

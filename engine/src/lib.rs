@@ -29,7 +29,7 @@ pub use generate::{
     GenerationStats, Judgement, Observer, Riders, StopReason,
 };
 pub use kv_cache::{KvType, SnapshotHeader, SNAPSHOT_FORMAT};
-pub use model::Model;
+pub use model::{Model, ModelInfo};
 pub use sampling::SamplingParams;
 pub use session::Session;
 pub use speculative::{Drafter, Speculation};

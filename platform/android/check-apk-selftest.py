@@ -46,8 +46,6 @@ def rewrite(good, out, replace=None, compress=(), align=True):
                     # Pad the local header's extra field so the data starts where asked.
                     offset = raw.tell() + 30 + len(zi.filename.encode())
                     pad = (-offset) % 16384 if align else (1 if offset % 16384 == 0 else 0)
-                    if info.filename == LIB and not align and pad == 0:
-                        pad = 1
                     zi.extra = b"\0" * pad if pad < 4 else (0xD935).to_bytes(2, "little") + (pad - 4).to_bytes(2, "little") + b"\0" * (pad - 4)
                 dst.writestr(zi, data)
 

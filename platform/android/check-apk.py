@@ -20,6 +20,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -69,11 +70,7 @@ def library(apk, problems):
         data_offset = info.header_offset + 30 + name_len + extra_len
         if data_offset % PAGE:
             problems.append(f"{LIB} starts at offset {data_offset}, not a multiple of {PAGE}")
-        data = z.read(LIB)
-    out = os.path.join(os.path.dirname(os.path.abspath(apk)), "libkostant_app.checked.so")
-    with open(out, "wb") as f:
-        f.write(data)
-    return out
+        return z.read(LIB)
 
 
 def elf(so, api, problems):
@@ -109,10 +106,12 @@ def elf(so, api, problems):
         base, _, version = sym.partition("@")
         if "GLIBC" in version:
             problems.append(f"{sym} carries a glibc symbol version")
-        if GLIBC_ONLY.match(base):
-            problems.append(f"{base} exists only in glibc")
-        elif base not in public:
-            problems.append(f"{base} is not exported by Android {api}'s public libraries on arm64")
+        if base not in public:
+            # Bionic exports some names of these shapes (readdir64_r): only the others are glibc's.
+            if GLIBC_ONLY.match(base):
+                problems.append(f"{base} exists only in glibc")
+            else:
+                problems.append(f"{base} is not exported by Android {api}'s public libraries on arm64")
         elif not public[base] & {"lib" + n for n in needed}:
             problems.append(f"{base} comes from {sorted(public[base])}, which the library does not link")
     return needed, len(undefined)
@@ -153,17 +152,20 @@ def main():
     problems = []
     signature(apk, problems)
     api = permissions(apk, problems)
-    so = library(apk, problems)
+    data = library(apk, problems)
     needed, undefined = ([], 0)
-    if so and api:
+    if data and api:
         # The public symbol lists are written per API level; the nearest one at or under it.
         lists = sorted(int(m.group(1)) for m in (re.match(r"api(\d+)-arm64\.txt$", n) for n in os.listdir(os.path.join(HERE, "abi"))) if m)
         usable = [l for l in lists if l <= api]
         if not usable:
             problems.append(f"no public symbol list for API {api} or under in platform/android/abi/")
         else:
-            needed, undefined = elf(so, usable[-1], problems)
-        os.remove(so)
+            with tempfile.TemporaryDirectory() as tmp:
+                so = os.path.join(tmp, "libkostant_app.so")
+                with open(so, "wb") as f:
+                    f.write(data)
+                needed, undefined = elf(so, usable[-1], problems)
     files = assets(apk, problems)
     if problems:
         print(f"check-apk: {apk}: {len(problems)} problem(s)")

@@ -63,7 +63,7 @@ impl Guard {
     /// model.
     pub fn new(model: Arc<Model>, head: Head) -> Result<Guard> {
         let info = &head.info;
-        if model.hparams.n_embd != info.n_embd || model.name() != info.model_name {
+        if !info.reads(&model.name(), model.hparams.n_embd) {
             return Err(SafetyError::Mismatch(format!(
                 "the guard head was trained on {} (width {}), but the guard model is {} (width {})",
                 info.model_name,

@@ -44,6 +44,14 @@ pub struct HeadInfo {
     pub training: serde_json::Value,
 }
 
+impl HeadInfo {
+    /// Whether this head reads the model called `model_name` of width `n_embd`: a head reads
+    /// only the hidden states of the model it was trained on.
+    pub fn reads(&self, model_name: &str, n_embd: usize) -> bool {
+        self.model_name == model_name && self.n_embd == n_embd
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Head {
     pub info: HeadInfo,

@@ -8,6 +8,7 @@
 //!
 //! Plain `Read`s and paths, so it is tested on the desktop; the activity opens the assets.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -36,7 +37,7 @@ pub enum BundleError {
     Mismatch { path: String },
     #[error("this copy of Kostant is missing {path}; reinstall the app")]
     Missing { path: String },
-    #[error("could not install {path} ({source}); free some storage and open Kostant again")]
+    #[error("could not install {path} ({source}); if the phone is short of storage, free some and open Kostant again")]
     Io { path: String, source: io::Error },
 }
 
@@ -92,19 +93,33 @@ fn safe_path(path: &str) -> bool {
         })
 }
 
-/// Whether the files directory holds exactly this list, installed (the list is kept there once
-/// every file of it is in place, so a later start reads one small file, not the model).
-pub fn is_installed(list: &str, root: &Path) -> bool {
-    fs::read_to_string(root.join(LIST)).is_ok_and(|kept| kept == list)
-        && parse(list).is_ok_and(|entries| {
-            entries.iter().all(|e| {
-                fs::metadata(root.join(&e.path)).is_ok_and(|m| m.is_file() && m.len() == e.size)
-            })
-        })
+/// The entries verified so far, by path: the list kept in the files directory, one line per
+/// file installed and checked (damaged or absent: none).
+fn kept(root: &Path) -> BTreeMap<String, Entry> {
+    fs::read_to_string(root.join(LIST))
+        .ok()
+        .and_then(|text| parse(&text).ok())
+        .into_iter()
+        .flatten()
+        .map(|e| (e.path.clone(), e))
+        .collect()
 }
 
-/// Installs every entry of `list` under `root`, reading each from `open(path)`, then keeps the
-/// list as the mark that all of it is in place. A file already there that matches is kept.
+/// Whether every file of `list` is installed: verified against the same line before (the kept
+/// list says so) and still of its size. A later start reads one small file, not the model.
+pub fn is_installed(list: &str, root: &Path) -> bool {
+    let kept = kept(root);
+    parse(list).is_ok_and(|entries| {
+        entries.iter().all(|e| {
+            kept.get(&e.path) == Some(e)
+                && fs::metadata(root.join(&e.path)).is_ok_and(|m| m.is_file() && m.len() == e.size)
+        })
+    })
+}
+
+/// Installs every entry of `list` under `root`, reading each from `open(path)`, then records
+/// them in the kept list (beside what an earlier part of the bundle recorded). A file already
+/// there that matches is kept.
 pub fn install<R: Read>(
     list: &str,
     root: &Path,
@@ -124,7 +139,13 @@ pub fn install<R: Read>(
         })?;
         copy_checked(src, &dest, e)?;
     }
-    write_atomically(&root.join(LIST), list.as_bytes()).map_err(|source| BundleError::Io {
+    let mut verified = kept(root);
+    verified.extend(entries.into_iter().map(|e| (e.path.clone(), e)));
+    let text: String = verified
+        .values()
+        .map(|e| format!("{}  {}  {}\n", e.sha256, e.size, e.path))
+        .collect();
+    write_atomically(&root.join(LIST), text.as_bytes()).map_err(|source| BundleError::Io {
         path: LIST.into(),
         source,
     })
@@ -309,6 +330,13 @@ mod tests {
         })
         .unwrap();
         assert_eq!(opened, ["models/m.gguf"]);
+        assert!(is_installed(&list, &dir));
+        // The next start installs the part first again: nothing is opened, and the whole
+        // stays installed (no re-reading the model).
+        install(&small, &dir, |_| -> Option<&[u8]> {
+            panic!("opened an asset")
+        })
+        .unwrap();
         assert!(is_installed(&list, &dir));
         // A line that does not parse is kept, so `install` refuses it.
         assert_eq!(subset("junk\n", |_| true), "junk\n");

@@ -130,7 +130,6 @@ pub struct App {
     notify: Notify,
     suites_dir: Option<PathBuf>,
     eval_settings: EvalSettings,
-    history_on: bool,
 }
 
 impl App {
@@ -178,8 +177,9 @@ impl App {
 
 /// Continues where the app was when the OS ended it: the conversation kept in `saved`
 /// ([`App::lifecycle`]'s `SaveState`) reopened from the history with its saved context, under
-/// its feature. Only into an empty chat (a resume of a running app changes nothing); state that
-/// does not read, or a conversation deleted since, leaves a new chat and says nothing is lost.
+/// its feature. Only into an empty chat (a resume of a running app changes nothing). State that
+/// does not read, or a conversation deleted since, is an error and leaves a new chat; the
+/// history is untouched.
 pub fn restore_state<R: AppRoot>(ui: &R, app: &App, saved: &[u8]) -> Result<(), String> {
     if !app.chat.borrow().messages().is_empty() {
         return Ok(());
@@ -246,14 +246,13 @@ pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
             None => (None, Err("no data directory (set KOSTANT_DATA_DIR)".into())),
         }
     };
-    let history_on = store.is_some();
     let evals = match cfg.evals.take() {
         Some(r) => Ok(r),
         None => SuiteRunner::for_app(
             &cfg.model,
             cfg.suites_dir.clone(),
             &found_data_dir,
-            history_on,
+            store.is_some(),
         ),
     };
     let factory: ResponderFactory = match (cfg.responder.take(), cfg.model) {
@@ -279,7 +278,6 @@ pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
         notify: notify.clone(),
         suites_dir: cfg.suites_dir,
         eval_settings: cfg.eval_settings,
-        history_on,
     });
     ui.theme().set_dark(cfg.dark);
     wire_chat(ui, &app);
@@ -672,7 +670,8 @@ fn switch_model(app: &App, path: PathBuf) -> Result<(), String> {
         .data_dir
         .clone()
         .ok_or(crate::history::HistoryError::NoDataDir);
-    let runner = SuiteRunner::for_app(&Ok(path), app.suites_dir.clone(), &data_dir, app.history_on);
+    let history_on = app.history.is_some();
+    let runner = SuiteRunner::for_app(&Ok(path), app.suites_dir.clone(), &data_dir, history_on);
     let mut evals = app.evals.borrow_mut();
     evals.shutdown();
     *evals = EvalsController::new(runner, app.eval_settings, app.notify.clone());

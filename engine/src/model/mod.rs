@@ -27,6 +27,26 @@ use crate::tokenizer::Tokenizer;
 use crate::{EngineError, Result};
 use weights::ModelWeights;
 
+/// A model file as [`Model::inspect`] describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelInfo {
+    /// [`Model::name`].
+    pub name: String,
+    pub architecture: &'static str,
+    /// [`Model::quantization`].
+    pub quantization: &'static str,
+    pub n_embd: usize,
+}
+
+/// The file's `general.name`, for reports.
+fn name_of(file: &Gguf) -> String {
+    file.get_str_opt("general.name")
+        .ok()
+        .flatten()
+        .unwrap_or("unnamed model")
+        .to_string()
+}
+
 /// What this engine runs, as the README lists it (one table, here; the README's copy is checked
 /// against it by a test and printed by `kostant models --supported`).
 pub fn supported_summary() -> String {
@@ -100,24 +120,8 @@ impl Model {
     }
 
     pub fn from_gguf(file: Gguf) -> Result<Arc<Model>> {
-        if file.get_str_opt("general.type")? == Some("adapter") {
-            return Err(EngineError::Model(
-                "this file is a LoRA adapter, not a model: load its base model and apply the \
-                 adapter to it (--adapter)"
-                    .into(),
-            ));
-        }
-        let hparams = HParams::from_gguf(&file)?;
-        let weights = ModelWeights::from_gguf(&file, &hparams)?;
-        let tokenizer = Tokenizer::from_gguf(&file)?;
-        if tokenizer.vocab_size() != hparams.n_vocab {
-            return Err(EngineError::Model(format!(
-                "tokenizer has {} tokens but the model's vocabulary is {}",
-                tokenizer.vocab_size(),
-                hparams.n_vocab
-            )));
-        }
-        let chat_template = ChatTemplate::from_gguf(&file, &tokenizer)?;
+        let (hparams, mut weights, tokenizer, chat_template) = Model::checked(&file)?;
+        weights.repack(&file)?;
         let rope = blocks::Rope::new(&hparams, weights.rope_freqs.clone());
         let rope_swa = (hparams.n_swa > 0).then(|| blocks::Rope::sliding(&hparams));
         Ok(Arc::new(Model {
@@ -130,6 +134,43 @@ impl Model {
             file,
             fingerprint: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Everything loading checks (hyper-parameters, every weight's presence and shape, the
+    /// tokenizer, the chat template), with the weights located but not repacked.
+    fn checked(file: &Gguf) -> Result<(HParams, ModelWeights, Tokenizer, ChatTemplate)> {
+        if file.get_str_opt("general.type")? == Some("adapter") {
+            return Err(EngineError::Model(
+                "this file is a LoRA adapter, not a model: load its base model and apply the \
+                 adapter to it (--adapter)"
+                    .into(),
+            ));
+        }
+        let hparams = HParams::from_gguf(file)?;
+        let weights = ModelWeights::located(file, &hparams)?;
+        let tokenizer = Tokenizer::from_gguf(file)?;
+        if tokenizer.vocab_size() != hparams.n_vocab {
+            return Err(EngineError::Model(format!(
+                "tokenizer has {} tokens but the model's vocabulary is {}",
+                tokenizer.vocab_size(),
+                hparams.n_vocab
+            )));
+        }
+        let chat_template = ChatTemplate::from_gguf(file, &tokenizer)?;
+        Ok((hparams, weights, tokenizer, chat_template))
+    }
+
+    /// What [`Model::from_gguf`] would say of `file`, without loading it: the same checks
+    /// and the same errors, but no matrix is repacked or read, so describing a file costs its
+    /// metadata, not a second copy of its weights (a models list beside a resident model).
+    pub fn inspect(file: &Gguf) -> Result<ModelInfo> {
+        let (hparams, weights, _, _) = Model::checked(file)?;
+        Ok(ModelInfo {
+            name: name_of(file),
+            architecture: hparams.arch.name(),
+            quantization: weights.quantization(),
+            n_embd: hparams.n_embd,
+        })
     }
 
     /// What tells this model file from another, for context snapshots: the sha256 of the file's
@@ -152,27 +193,13 @@ impl Model {
 
     /// Human-readable name from the file's metadata, for reports.
     pub fn name(&self) -> String {
-        self.file
-            .get_str_opt("general.name")
-            .ok()
-            .flatten()
-            .unwrap_or("unnamed model")
-            .to_string()
+        name_of(&self.file)
     }
 
     /// The most common weight type among the matrices, e.g. "Q4_1": what users call the
     /// model's quantization.
     pub fn quantization(&self) -> &'static str {
-        let mut counts = std::collections::HashMap::new();
-        for l in &self.weights.layers {
-            for t in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
-                *counts.entry(t.ty.name()).or_insert(0usize) += t.size;
-            }
-        }
-        counts
-            .into_iter()
-            .max_by_key(|(_, bytes)| *bytes)
-            .map_or("unknown", |(name, _)| name)
+        self.weights.quantization()
     }
 
     /// Bytes of weights one decode step reads: every matrix once, plus one embedding row.
@@ -280,6 +307,33 @@ mod tests {
     fn tiny() -> Arc<Model> {
         let bytes = tiny_model_bytes(&TinySpec::default()).unwrap();
         Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn inspect_says_what_loading_says_without_repacking() {
+        let bytes = tiny_model_bytes(&TinySpec::default()).unwrap();
+        let info = Model::inspect(&Gguf::from_bytes(bytes.clone()).unwrap()).unwrap();
+        let model = Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).unwrap();
+        assert_eq!(
+            info,
+            ModelInfo {
+                name: model.name(),
+                architecture: model.hparams.arch.name(),
+                quantization: model.quantization(),
+                n_embd: model.hparams.n_embd,
+            }
+        );
+        // A file loading refuses, inspect refuses with the same words.
+        let bad = tiny_model_bytes(&TinySpec {
+            arch: "mamba",
+            ..TinySpec::default()
+        })
+        .unwrap();
+        let inspected = Model::inspect(&Gguf::from_bytes(bad.clone()).unwrap()).unwrap_err();
+        let loaded = Model::from_gguf(Gguf::from_bytes(bad).unwrap())
+            .err()
+            .unwrap();
+        assert_eq!(inspected.to_string(), loaded.to_string());
     }
 
     #[test]

@@ -155,12 +155,14 @@ fn find_optional_vector(g: &Gguf, name: &str, len: usize) -> Result<Option<Vec<f
 }
 
 impl ModelWeights {
-    pub fn from_gguf(g: &Gguf, hp: &HParams) -> Result<ModelWeights> {
+    /// Every weight found and its shape checked, nothing repacked yet
+    /// ([`ModelWeights::repack`] is loading's second step; [`crate::Model::inspect`] stops here).
+    pub(crate) fn located(g: &Gguf, hp: &HParams) -> Result<ModelWeights> {
         let (e, ff, q_dim, kv_dim) = (hp.n_embd, hp.n_ff, hp.q_dim(), hp.kv_dim());
         let token_embd = find(g, "token_embd.weight", hp.n_vocab, e)?;
         // An lm head of its own can carry an adapter; one tied to the embedding cannot (as in
         // llama.cpp, where a tied head's adapter would be the embedding's).
-        let mut output = match g.tensor("output.weight") {
+        let output = match g.tensor("output.weight") {
             Some(_) => TensorRef {
                 slot: Some(hp.n_layer * PROJECTIONS.len()),
                 ..find(g, "output.weight", hp.n_vocab, e)?
@@ -207,15 +209,35 @@ impl ModelWeights {
                 Some(v)
             }
         };
-        let packed = repack(g, &mut layers, &mut output)?;
         Ok(ModelWeights {
             token_embd,
             layers,
             output_norm,
             output,
             rope_freqs,
-            packed,
+            packed: Vec::new(),
         })
+    }
+
+    /// Repacks the matrices this CPU multiplies faster in another layout ([`repack`]).
+    pub(crate) fn repack(&mut self, g: &Gguf) -> Result<()> {
+        self.packed = repack(g, &mut self.layers, &mut self.output)?;
+        Ok(())
+    }
+
+    /// The most common weight type among the layers' matrices, e.g. "Q4_1": what users call
+    /// the model's quantization.
+    pub fn quantization(&self) -> &'static str {
+        let mut counts = std::collections::HashMap::new();
+        for l in &self.layers {
+            for t in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
+                *counts.entry(t.ty.name()).or_insert(0usize) += t.size;
+            }
+        }
+        counts
+            .into_iter()
+            .max_by_key(|(_, bytes)| *bytes)
+            .map_or("unknown", |(name, _)| name)
     }
 }
 
