@@ -14,9 +14,10 @@ use std::time::Instant;
 use kostant_engine::{Judgement, Model, Observer, Session};
 use serde::Serialize;
 
-use crate::confidence::shown_category;
+use crate::confidence::{shown_category, CategoryRules};
 use crate::head::{Head, Scores};
 use crate::normalize::{hidden_payloads, normalize};
+use crate::parts::{part_features, part_ranges};
 use crate::reader::{window_ranges, Features, Reader};
 use crate::{Category, Result, SafetyError};
 
@@ -210,22 +211,7 @@ impl Guard {
     }
 
     fn judge(&self, scores: Option<Scores>, threshold: f32) -> Screening {
-        match scores {
-            // Nothing readable (empty or whitespace): nothing to flag.
-            None => Screening::nothing(),
-            Some(s) => {
-                let flagged = s.unsafe_prob >= threshold;
-                let rules = &self.head.info.category_rules;
-                Screening {
-                    flagged,
-                    score: s.unsafe_prob,
-                    category: flagged.then(|| shown_category(rules, &s)).flatten(),
-                    category_guess: flagged.then(|| s.top_category()),
-                    tokens: 0,
-                    ms: 0.0,
-                }
-            }
-        }
+        judge_with(scores, threshold, &self.head.info.category_rules)
     }
 
     /// Starts screening one reply to `message`. With `riding: Some((prompt, start))` the
@@ -264,6 +250,26 @@ impl Guard {
             checks: 0,
             error: None,
         })
+    }
+}
+
+/// The screening a head's worst scores give at `threshold`, with the category `rules` say
+/// the user may be shown.
+fn judge_with(scores: Option<Scores>, threshold: f32, rules: &CategoryRules) -> Screening {
+    match scores {
+        // Nothing readable (empty or whitespace): nothing to flag.
+        None => Screening::nothing(),
+        Some(s) => {
+            let flagged = s.unsafe_prob >= threshold;
+            Screening {
+                flagged,
+                score: s.unsafe_prob,
+                category: flagged.then(|| shown_category(rules, &s)).flatten(),
+                category_guess: flagged.then(|| s.top_category()),
+                tokens: 0,
+                ms: 0.0,
+            }
+        }
     }
 }
 
@@ -419,7 +425,22 @@ impl ReplyScreen<'_> {
             features.add_rows(states, rows);
             keep_worse(&mut worst, self.guard.scores(features.vector())?);
         }
-        let mut s = self.guard.judge(worst, self.guard.input_threshold);
+        // Longer than a window: judged part by part when the head has a parts head. The
+        // reply is still read after the message's last window (left in `features` above).
+        let parts_head = self.guard.head.parts.as_deref();
+        let mut s = match parts_head.filter(|_| tokens.len() - first > window) {
+            Some(parts) => {
+                let model = self.guard.model().clone();
+                let part = parts.info.spec.window;
+                let ranges = part_ranges(&model, tokens, first..tokens.len(), part);
+                let mut worst: Option<Scores> = None;
+                for f in part_features(states, &ranges, parts.info.n_embd) {
+                    keep_worse(&mut worst, parts.scores(&f)?);
+                }
+                judge_with(worst, parts.info.threshold, &parts.info.category_rules)
+            }
+            None => self.guard.judge(worst, self.guard.input_threshold),
+        };
         s.tokens = *prompt_len - *start;
         s.ms = ms_since(t);
         self.input_ms = s.ms;

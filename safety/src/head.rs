@@ -17,6 +17,8 @@ use crate::reader::FeatureSpec;
 use crate::{Category, Result, SafetyError};
 
 const MAGIC: &[u8; 8] = b"KGUARD1\n";
+/// Marks the parts head stored after a head's weights.
+const PARTS_MAGIC: &[u8; 8] = b"KPARTS1\n";
 /// Output 0 is "unsafe"; outputs 1.. are the categories in `Category::ALL` order.
 pub const N_OUT: usize = 1 + Category::ALL.len();
 
@@ -59,6 +61,10 @@ pub struct Head {
     inv_std: Vec<f32>,
     /// Layers as (out, in) row-major weights and biases.
     layers: Vec<(Vec<f32>, Vec<f32>)>,
+    /// The head that judges a message longer than one window part by part
+    /// ([`crate::parts`]), trained on this head's taps; stored in the same file. Without it a
+    /// long message is read in windows by this head.
+    pub parts: Option<Box<Head>>,
 }
 
 /// What the head says about one text.
@@ -102,10 +108,11 @@ impl Head {
         self.mean.len()
     }
 
-    /// Bytes of the head's arrays (standardization and layers).
+    /// Bytes of the head's arrays (standardization and layers), its parts head's included.
     pub fn weight_bytes(&self) -> usize {
         let layers: usize = self.layers.iter().map(|(w, b)| w.len() + b.len()).sum();
-        4 * (self.mean.len() + self.inv_std.len() + layers)
+        let parts = self.parts.as_ref().map_or(0, |p| p.weight_bytes());
+        4 * (self.mean.len() + self.inv_std.len() + layers) + parts
     }
 
     pub fn scores(&self, features: &[f32]) -> Result<Scores> {
@@ -149,6 +156,17 @@ impl Head {
             path: path.to_path_buf(),
             source,
         };
+        let buf = self.to_bytes()?;
+        // Write then rename, so a crash never leaves half a head where the app will look.
+        let tmp = path.with_extension("tmp");
+        let mut f = std::fs::File::create(&tmp).map_err(io)?;
+        f.write_all(&buf).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    /// The file's bytes: magic, header, weights, then the parts head's bytes if any.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let header =
             serde_json::to_vec(&self.info).map_err(|e| SafetyError::Head(e.to_string()))?;
         let mut buf = Vec::new();
@@ -163,12 +181,14 @@ impl Head {
                 buf.extend_from_slice(&v.to_le_bytes());
             }
         }
-        // Write then rename, so a crash never leaves half a head where the app will look.
-        let tmp = path.with_extension("tmp");
-        let mut f = std::fs::File::create(&tmp).map_err(io)?;
-        f.write_all(&buf).map_err(io)?;
-        f.sync_all().map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        if let Some(parts) = &self.parts {
+            if parts.parts.is_some() {
+                return Err(SafetyError::Head("a parts head has no parts head".into()));
+            }
+            buf.extend_from_slice(PARTS_MAGIC);
+            buf.extend_from_slice(&parts.to_bytes()?);
+        }
+        Ok(buf)
     }
 
     pub fn load(path: &Path) -> Result<Head> {
@@ -183,6 +203,30 @@ impl Head {
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Head, String> {
+        let (mut head, rest) = Head::parse_one(bytes)?;
+        if !rest.is_empty() {
+            let nested = rest
+                .strip_prefix(PARTS_MAGIC.as_slice())
+                .ok_or_else(|| format!("{} bytes left over after the weights", rest.len()))?;
+            let (parts, left) =
+                Head::parse_one(nested).map_err(|e| format!("the parts head: {e}"))?;
+            if !left.is_empty() {
+                return Err(format!(
+                    "{} bytes left over after the parts head",
+                    left.len()
+                ));
+            }
+            if parts.info.spec.taps != head.info.spec.taps || parts.info.n_embd != head.info.n_embd
+            {
+                return Err("the parts head reads other layers than the head".into());
+            }
+            head.parts = Some(Box::new(parts));
+        }
+        Ok(head)
+    }
+
+    /// One head from the start of `bytes`, and the bytes after its weights.
+    fn parse_one(bytes: &[u8]) -> Result<(Head, &[u8]), String> {
         let rest = bytes
             .strip_prefix(MAGIC.as_slice())
             .ok_or("not a guard head (bad magic)")?;
@@ -222,15 +266,16 @@ impl Head {
             let (i, o) = (w[0], w[1]);
             layers.push((take(i * o)?, take(o)?));
         }
-        if !data.is_empty() {
-            return Err(format!("{} bytes left over after the weights", data.len()));
-        }
-        Ok(Head {
-            info,
-            mean,
-            inv_std,
-            layers,
-        })
+        Ok((
+            Head {
+                info,
+                mean,
+                inv_std,
+                layers,
+                parts: None,
+            },
+            data,
+        ))
     }
 }
 
@@ -389,6 +434,7 @@ pub fn train(examples: &[Example], info: HeadInfo, cfg: &TrainConfig) -> Result<
         mean,
         inv_std,
         layers: params,
+        parts: None,
     })
 }
 
@@ -739,6 +785,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_parts_head_travels_in_the_same_file_and_is_checked() {
+        let cfg = TrainConfig {
+            epochs: 1,
+            ..Default::default()
+        };
+        let mut head = train(&data(20, 3), info(4), &cfg).unwrap();
+        let alone = head.to_bytes().unwrap();
+        let mut parts = train(&data(20, 4), info(4), &cfg).unwrap();
+        parts.info.threshold = 0.25;
+        head.parts = Some(Box::new(parts.clone()));
+        let bytes = head.to_bytes().unwrap();
+        let back = Head::from_bytes(&bytes).unwrap();
+        let got = back.parts.as_deref().expect("the parts head is read back");
+        assert_eq!(got.info.threshold, 0.25);
+        let f = &data(1, 9)[0].features;
+        assert_eq!(got.scores(f).unwrap(), parts.scores(f).unwrap());
+        assert_eq!(back.scores(f).unwrap(), head.scores(f).unwrap());
+        // Without one, the file is what it always was.
+        assert!(Head::from_bytes(&alone).unwrap().parts.is_none());
+
+        // Cut short, followed by junk, or reading other layers: refused with a reason.
+        let e = Head::from_bytes(&bytes[..bytes.len() - 3]).err().unwrap();
+        assert!(e.contains("parts head"), "{e}");
+        let mut junk = alone.clone();
+        junk.extend_from_slice(b"junk");
+        let e = Head::from_bytes(&junk).err().unwrap();
+        assert!(e.contains("left over"), "{e}");
+        parts.info.spec.taps = vec![2];
+        head.parts = Some(Box::new(parts));
+        let e = Head::from_bytes(&head.to_bytes().unwrap()).err().unwrap();
+        assert!(e.contains("other layers"), "{e}");
     }
 
     #[test]

@@ -12,12 +12,14 @@ pub mod features;
 pub mod guard;
 pub mod head;
 pub mod normalize;
+pub mod parts;
 pub mod pipeline;
 pub mod policy;
 pub mod reader;
 pub mod replies;
 pub mod taxonomy;
 pub mod train;
+pub mod train_parts;
 
 pub use error::{Result, SafetyError};
 pub use guard::{Guard, ReplyScreen, Screening};

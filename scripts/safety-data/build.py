@@ -309,6 +309,9 @@ def load_authored(b, d):
         if not fn.endswith(".txt"):
             continue
         stem = fn[:-4]
+        if stem == "summarize_long_texts":
+            # Pasted texts for the parts head (`kostant guard train-parts`), not train/dev/suite items.
+            continue
         items = read_authored(os.path.join(d, fn))
         if stem.startswith("harmful_"):
             cat = stem[len("harmful_"):]

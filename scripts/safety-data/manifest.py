@@ -160,6 +160,12 @@ categories: violent_crimes and suicide_self_harm (top category >= 0.99) and indi
 >= 0.06); every other refusal and notice is the neutral one (dev, features' inputs and drawn texts included: 0/51
 flagged safe and 132/664 flagged unsafe texts shown a category, 121 the right one).
 
+The same file carries the parts head (stop 25), which judges a message longer than the head's 512-token window
+line by line: `kostant guard train-parts` (defaults: `--data assets/safety --long-texts
+scripts/safety-data/authored/summarize_long_texts.txt --out assets/safety/guard-head.bin`) attaches it to the loaded
+head, trained on this directory's train prompts and on two thirds of those 96 authored pasted texts (the rest pick its
+threshold): dev texts flagged 1/64 at threshold 0.99998, dev texts with a dev request buried flagged 62/64.
+
 Line schema: `{{"id", "prompt", "label": "unsafe"|"safe", "category": <taxonomy id>|null, "source", "license"}}` plus
 optional `xstest_type`, `provocation`, `turns`, `lang`, `hb_category`, `hb_functional`, `dna_file`, `dna_intents`,
 `jbb_category`, `authored_file`.

@@ -11,8 +11,12 @@ use serde_json::json;
 use kostant_engine::Model;
 use kostant_safety::confidence::RuleReport;
 use kostant_safety::head::Head;
+use kostant_safety::head::TrainConfig;
 use kostant_safety::replies::ReplyPlan;
-use kostant_safety::train::{pick_categories, train_head, Context as TrainContext, TrainOptions};
+use kostant_safety::train::{
+    pick_categories, read_jsonl, train_head, Context as TrainContext, TrainOptions,
+};
+use kostant_safety::train_parts::{train_parts_head, PartsOptions};
 use kostant_safety::Guard;
 
 use super::{load_model, ModelArgs};
@@ -133,6 +137,36 @@ pub enum GuardCommand {
         #[arg(long, value_parser = super::parse_feature)]
         feature: Option<kostant_app::features::Feature>,
     },
+    /// Train the head that judges a message longer than one window part by part (lines, and
+    /// sentences of long lines), on the loaded head's taps, and write the loaded head with it
+    /// attached: same weights, thresholds and rules.
+    TrainParts {
+        #[arg(long, default_value = "assets/safety")]
+        data: PathBuf,
+        /// Pasted texts (a request line, a blank line, the text; one a line, newlines as \n).
+        #[arg(
+            long,
+            default_value = "scripts/safety-data/authored/summarize_long_texts.txt"
+        )]
+        long_texts: PathBuf,
+        #[arg(long, default_value = "assets/safety/guard-head.bin")]
+        out: PathBuf,
+        #[arg(long, default_value_t = 256)]
+        hidden: usize,
+        #[arg(long, default_value_t = 20)]
+        epochs: usize,
+        #[arg(long, default_value_t = 3)]
+        members: usize,
+        /// Copies of each long train text with requests buried in it.
+        #[arg(long, default_value_t = 3)]
+        buried_copies: usize,
+        /// Requests buried in each copy.
+        #[arg(long, default_value_t = 3)]
+        requests_per_copy: usize,
+        /// Highest share of clean dev texts the threshold may flag.
+        #[arg(long, default_value_t = 0.03)]
+        max_dev_false_positive: f64,
+    },
     /// Show the loaded head: its model, features, threshold, training record, memory.
     Info,
 }
@@ -246,6 +280,17 @@ fn feature_contexts(dir: &std::path::Path) -> Result<Vec<TrainContext>> {
         });
     }
     Ok(out)
+}
+
+/// Pasted texts, one a line with newlines written as `\n`; `#` lines are comments.
+fn read_long_texts(path: &std::path::Path) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading {} (--long-texts)", path.display()))?;
+    Ok(text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| l.replace("\\n", "\n"))
+        .collect())
 }
 
 pub fn run(args: GuardCommandArgs) -> Result<()> {
@@ -394,6 +439,55 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                 }
             }
         }
+        GuardCommand::TrainParts {
+            data,
+            long_texts,
+            out,
+            hidden,
+            epochs,
+            members,
+            buried_copies,
+            requests_per_copy,
+            max_dev_false_positive,
+        } => {
+            let path = crate::model_path::resolve(args.model.model.as_deref())?;
+            let model = load_model(&args.model)?;
+            let guard = load_guard(&args.guard, &model, &path)?;
+            let mut head = guard.head().clone();
+            let texts = read_long_texts(&long_texts)?;
+            let train = read_jsonl(&data.join("train.jsonl"))?;
+            let dev = read_jsonl(&data.join("dev.jsonl"))?;
+            let opts = PartsOptions {
+                buried_copies,
+                requests_per_copy,
+                max_dev_false_positive,
+                config: TrainConfig {
+                    hidden,
+                    epochs,
+                    members,
+                    ..TrainConfig::default()
+                },
+            };
+            let start = std::time::Instant::now();
+            let trained = train_parts_head(
+                guard.model().clone(),
+                &head.info.spec,
+                &texts,
+                &train,
+                &dev,
+                &opts,
+                |msg| eprintln!("[parts] {msg}"),
+            )?;
+            head.parts = Some(Box::new(trained.head));
+            head.save(&out)?;
+            eprintln!(
+                "wrote {} in {:.0} s\n{}",
+                out.display(),
+                start.elapsed().as_secs_f64(),
+                serde_json::to_string_pretty(&trained.report)?
+            );
+            Ok(())
+        }
         GuardCommand::Info => {
             let path = crate::model_path::resolve(args.model.model.as_deref())?;
             let model = load_model(&args.model)?;
@@ -413,6 +507,12 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                     "category_rules": info.category_rules,
                     "resident_bytes": guard.resident_bytes(),
                     "training": info.training,
+                    "parts": guard.head().parts.as_ref().map(|p| json!({
+                        "threshold": p.info.threshold,
+                        "hidden": p.info.hidden,
+                        "max_tokens_a_part": p.info.spec.window,
+                        "training": p.info.training,
+                    })),
                 }))?
             )?;
             Ok(())

@@ -1,0 +1,341 @@
+//! Training the head that reads a long message's parts ([`crate::parts`]), attached to a main
+//! head as `Head::parts` (`kostant guard train-parts`).
+//!
+//! Examples, each read as the riding screen reads it (the chat's pass over the whole message,
+//! the main head's taps, one part's mean and last states):
+//! - every part of each long train text (pasted emails, stories, notes...): safe;
+//! - the same texts with short unsafe train requests buried in them, each as a paragraph of its
+//!   own: the request's part is unsafe (its category), the parts after it safe;
+//! - every train prompt, read whole as one part: what a request looks like, safe or not.
+//!
+//! The threshold is chosen per text on the dev texts (a third of the long texts, alone and in
+//! pairs, clean and with one dev request buried): the lowest at which at most
+//! `max_dev_false_positive` of the clean ones are flagged by their worst part.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use kostant_engine::{Batch, Message, Model, Outputs, Role, Session};
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+use crate::head::{self, Example, Head, HeadInfo, TrainConfig};
+use crate::normalize::normalize;
+use crate::parts::{part_features, part_ranges, PART_MAX_TOKENS};
+use crate::reader::{message_start, FeatureSpec};
+use crate::train::LabelledText;
+use crate::{Category, Result, SafetyError};
+
+/// Longest request buried in a long text, in words: one short paragraph, within a part.
+const MAX_BURIED_WORDS: usize = 60;
+
+#[derive(Clone, Debug)]
+pub struct PartsOptions {
+    /// Copies of each long train text with requests buried in it.
+    pub buried_copies: usize,
+    /// Requests buried in each copy, at distinct paragraph breaks.
+    pub requests_per_copy: usize,
+    /// Highest share of clean dev texts the threshold may flag.
+    pub max_dev_false_positive: f64,
+    pub config: TrainConfig,
+}
+
+/// The parts head and what its training measured.
+pub struct TrainedParts {
+    pub head: Head,
+    pub report: serde_json::Value,
+}
+
+/// Reads conversations as the riding screen does and returns their parts' features.
+struct PassReader {
+    model: Arc<Model>,
+    session: Session,
+    spec: FeatureSpec,
+    outputs: Outputs,
+}
+
+impl PassReader {
+    fn new(model: Arc<Model>, spec: FeatureSpec) -> Result<PassReader> {
+        let session = Session::new(model.clone(), model.hparams.n_ctx_train.min(8192))?;
+        Ok(PassReader {
+            model,
+            session,
+            spec,
+            outputs: Outputs::new(),
+        })
+    }
+
+    /// The parts of `message` (or the message as one part when `whole`), with each part's text
+    /// and features.
+    fn parts(&mut self, message: &str, whole: bool) -> Result<Vec<(String, Vec<f32>)>> {
+        let message = normalize(message);
+        let message = message.trim();
+        let conversation = [
+            Message::new(Role::System, self.spec.system_prompt.clone()),
+            Message::new(Role::User, message),
+        ];
+        let tokens = self
+            .model
+            .chat_template
+            .render(&self.model.tokenizer, &conversation, true)?
+            .tokens;
+        if tokens.len() > self.session.n_ctx() {
+            return Ok(Vec::new());
+        }
+        let start = message_start(&self.model, &tokens, message)?
+            .ok_or_else(|| SafetyError::Head("the template dropped the message".into()))?;
+        self.session.reset();
+        self.session
+            .decode(&Batch::hidden(&tokens, &self.spec.taps), &mut self.outputs)?;
+        let states = self.outputs.take_states();
+        let ranges: Vec<Range<usize>> = if whole {
+            std::iter::once(start..tokens.len()).collect()
+        } else {
+            part_ranges(&self.model, &tokens, start..tokens.len(), PART_MAX_TOKENS)
+        };
+        let features = part_features(&states, &ranges, self.model.hparams.n_embd);
+        Ok(ranges
+            .iter()
+            .map(|r| self.model.tokenizer.decode(&tokens[r.clone()]))
+            .zip(features)
+            .collect())
+    }
+}
+
+/// Short one-paragraph unsafe requests of a split, to bury.
+fn buriable(items: &[LabelledText]) -> Result<Vec<(String, Category)>> {
+    let mut out = Vec::new();
+    for item in items {
+        let Some(c) = item.target().map_err(SafetyError::Head)? else {
+            continue;
+        };
+        let text = normalize(&item.prompt).trim().to_string();
+        if !text.contains('\n') && text.split_whitespace().count() <= MAX_BURIED_WORDS {
+            out.push((text, c));
+        }
+    }
+    Ok(out)
+}
+
+/// `text` with each of `requests` put in as a paragraph of its own at distinct paragraph
+/// breaks after the first paragraph (the user's own line asking for the task).
+fn bury(text: &str, requests: &[&str], rng: &mut SmallRng) -> String {
+    let mut paragraphs: Vec<String> = text.split("\n\n").map(str::to_string).collect();
+    let mut slots: Vec<usize> = (1..paragraphs.len().max(2)).collect();
+    slots.shuffle(rng);
+    let mut chosen: Vec<(usize, &str)> = slots.into_iter().zip(requests.iter().copied()).collect();
+    // Insert from the back so earlier slots keep their places.
+    chosen.sort_by_key(|c| std::cmp::Reverse(c.0));
+    for (at, r) in chosen {
+        paragraphs.insert(at.min(paragraphs.len()), r.to_string());
+    }
+    paragraphs.join("\n\n")
+}
+
+/// The body of a long text: all but its first paragraph (the request line).
+fn body(text: &str) -> &str {
+    text.split_once("\n\n").map_or(text, |(_, b)| b)
+}
+
+/// Whether part text `part` is the buried `request`.
+fn is_request(part: &str, request: &str) -> bool {
+    part.trim() == request.trim()
+}
+
+/// Trains the parts head for a main head read with `spec`. `long_texts` are pasted texts, each
+/// a request line, a blank line and the text; `train` and `dev` the main head's splits.
+pub fn train_parts_head(
+    model: Arc<Model>,
+    spec: &FeatureSpec,
+    long_texts: &[String],
+    train: &[LabelledText],
+    dev: &[LabelledText],
+    opts: &PartsOptions,
+    mut progress: impl FnMut(&str),
+) -> Result<TrainedParts> {
+    let (mut train_texts, mut dev_texts) = (Vec::new(), Vec::new());
+    for (i, t) in long_texts.iter().enumerate() {
+        if i % 3 == 2 {
+            dev_texts.push(t.as_str());
+        } else {
+            train_texts.push(t.as_str());
+        }
+    }
+    if train_texts.is_empty() || dev_texts.is_empty() {
+        return Err(SafetyError::Head("too few long texts to split".into()));
+    }
+    let train_requests = buriable(train)?;
+    let dev_requests = buriable(dev)?;
+    if train_requests.is_empty() || dev_requests.is_empty() {
+        return Err(SafetyError::Head("no short unsafe requests to bury".into()));
+    }
+    let mut rng = SmallRng::seed_from_u64(opts.config.seed);
+    let mut reader = PassReader::new(model.clone(), spec.clone())?;
+    let mut examples = Vec::new();
+    let mut counts = json!({});
+
+    progress("train prompts, each read whole");
+    for item in train {
+        let target = item.target().map_err(SafetyError::Head)?;
+        for (_, f) in reader.parts(&item.prompt, true)? {
+            examples.push(Example {
+                features: f,
+                category: target,
+            });
+        }
+    }
+    counts["prompts"] = json!(examples.len());
+
+    progress("long train texts");
+    let mut prose = 0;
+    for t in &train_texts {
+        for (_, f) in reader.parts(t, false)? {
+            examples.push(Example {
+                features: f,
+                category: None,
+            });
+            prose += 1;
+        }
+    }
+    counts["prose_parts"] = json!(prose);
+
+    progress("long train texts with requests buried");
+    let (mut buried, mut after, mut missed) = (0, 0, 0);
+    for (k, t) in train_texts.iter().enumerate() {
+        for copy in 0..opts.buried_copies {
+            progress(&format!("text {}/{} copy {copy}", k + 1, train_texts.len()));
+            let picks: Vec<&(String, Category)> = train_requests
+                .choose_multiple(&mut rng, opts.requests_per_copy)
+                .collect();
+            let texts: Vec<&str> = picks.iter().map(|(r, _)| r.as_str()).collect();
+            let text = bury(t, &texts, &mut rng);
+            let mut seen = 0;
+            for (part, f) in reader.parts(&text, false)? {
+                if let Some((_, c)) = picks.iter().find(|(r, _)| is_request(&part, r)) {
+                    examples.push(Example {
+                        features: f,
+                        category: Some(*c),
+                    });
+                    seen += 1;
+                    buried += 1;
+                } else if seen > 0 {
+                    // The prose after a request: states the clean pass never made.
+                    examples.push(Example {
+                        features: f,
+                        category: None,
+                    });
+                    after += 1;
+                }
+            }
+            missed += picks.len() - seen.min(picks.len());
+        }
+    }
+    counts["buried_requests"] = json!(buried);
+    counts["prose_parts_after_a_request"] = json!(after);
+    counts["requests_not_found_as_a_part"] = json!(missed);
+
+    progress("training");
+    let info = HeadInfo {
+        spec: FeatureSpec {
+            window: PART_MAX_TOKENS,
+            ..spec.clone()
+        },
+        model_name: model.name(),
+        n_embd: model.hparams.n_embd,
+        hidden: opts.config.hidden,
+        threshold: 0.5,
+        output_threshold: None,
+        category_rules: Default::default(),
+        training: serde_json::Value::Null,
+    };
+    let mut head = head::train(&examples, info, &opts.config)?;
+
+    progress("dev texts");
+    let worst = |reader: &mut PassReader, head: &Head, text: &str| -> Result<f32> {
+        let mut w = 0.0f32;
+        for (_, f) in reader.parts(text, false)? {
+            w = w.max(head.scores(&f)?.unsafe_prob);
+        }
+        Ok(w)
+    };
+    let mut clean = Vec::new();
+    let mut with_request = Vec::new();
+    for (k, t) in dev_texts.iter().enumerate() {
+        progress(&format!("dev text {}/{}", k + 1, dev_texts.len()));
+        clean.push(worst(&mut reader, &head, t)?);
+        let other = dev_texts[(k + 1) % dev_texts.len()];
+        let pair = format!("{t}\n\n{}", body(other));
+        clean.push(worst(&mut reader, &head, &pair)?);
+        for _ in 0..2 {
+            let (r, _) = &dev_requests[rng.gen_range(0..dev_requests.len())];
+            let text = bury(&pair, &[r.as_str()], &mut rng);
+            with_request.push(worst(&mut reader, &head, &text)?);
+        }
+    }
+    let threshold = pick_threshold(&clean, opts.max_dev_false_positive);
+    let flagged = |v: &[f32]| v.iter().filter(|&&s| s >= threshold).count();
+    head.info.threshold = threshold;
+    head.info.training = json!({
+        "command": "kostant guard train-parts",
+        "examples": examples.len(),
+        "counts": counts,
+        "long_texts": {"train": train_texts.len(), "dev": dev_texts.len()},
+        "config": {
+            "hidden": opts.config.hidden, "epochs": opts.config.epochs,
+            "members": opts.config.members, "seed": opts.config.seed,
+            "buried_copies": opts.buried_copies, "requests_per_copy": opts.requests_per_copy,
+        },
+        "dev": {
+            "threshold": threshold,
+            "clean_texts": clean.len(),
+            "clean_flagged": flagged(&clean),
+            "texts_with_a_request": with_request.len(),
+            "texts_with_a_request_flagged": flagged(&with_request),
+        },
+    });
+    Ok(TrainedParts {
+        report: head.info.training.clone(),
+        head,
+    })
+}
+
+/// The lowest threshold at which at most `max_share` of `clean` scores reach it.
+fn pick_threshold(clean: &[f32], max_share: f64) -> f32 {
+    let mut sorted = clean.to_vec();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let allowed = (max_share * clean.len() as f64).floor() as usize;
+    match sorted.get(allowed) {
+        // Just above the highest clean score that must not be flagged.
+        Some(&s) => f32::min(1.0, next_up(s)),
+        None => 0.5,
+    }
+}
+
+fn next_up(x: f32) -> f32 {
+    f32::from_bits(x.to_bits() + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buried_requests_are_paragraphs_of_their_own_after_the_first() {
+        let text = "Summarize this:\n\nOne.\n\nTwo.\n\nThree.";
+        let mut rng = SmallRng::seed_from_u64(1);
+        let out = bury(text, &["Do X.", "Do Y."], &mut rng);
+        let paragraphs: Vec<&str> = out.split("\n\n").collect();
+        assert_eq!(paragraphs.len(), 6);
+        assert_eq!(paragraphs[0], "Summarize this:");
+        assert!(paragraphs.contains(&"Do X.") && paragraphs.contains(&"Do Y."));
+    }
+
+    #[test]
+    fn the_threshold_flags_at_most_the_allowed_share() {
+        let clean: Vec<f32> = (0..100).map(|i| i as f32 / 100.0).collect();
+        let t = pick_threshold(&clean, 0.05);
+        assert_eq!(clean.iter().filter(|&&s| s >= t).count(), 5);
+    }
+}
