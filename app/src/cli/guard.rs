@@ -43,6 +43,28 @@ pub struct GuardCommandArgs {
     pub model: ModelArgs,
 }
 
+/// How a head is trained: its width and how long, and how many seeds are averaged.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct HeadShape {
+    /// Hidden layer width (0: a linear head).
+    #[arg(long, default_value_t = 256)]
+    hidden: usize,
+    #[arg(long, default_value_t = 20)]
+    epochs: usize,
+    /// Heads trained from consecutive seeds and averaged into one (stored as one head this
+    /// many times as wide).
+    #[arg(long, default_value_t = 3)]
+    members: usize,
+}
+
+impl HeadShape {
+    fn apply(self, config: &mut TrainConfig) {
+        config.hidden = self.hidden;
+        config.epochs = self.epochs;
+        config.members = self.members;
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum GuardCommand {
     /// Train the head from labelled data (train.jsonl, dev.jsonl, augment_templates.jsonl).
@@ -51,15 +73,8 @@ pub enum GuardCommand {
         data: PathBuf,
         #[arg(long, default_value = "assets/safety/guard-head.bin")]
         out: PathBuf,
-        /// Hidden layer width (0: a linear head).
-        #[arg(long, default_value_t = 256)]
-        hidden: usize,
-        #[arg(long, default_value_t = 20)]
-        epochs: usize,
-        /// Heads trained from consecutive seeds and averaged into one (stored as one head this
-        /// many times as wide).
-        #[arg(long, default_value_t = 3)]
-        members: usize,
+        #[command(flatten)]
+        shape: HeadShape,
         /// Highest share of dev safe prompts the chosen threshold may flag.
         #[arg(long, default_value_t = 0.08)]
         max_dev_false_positive: f64,
@@ -151,12 +166,8 @@ pub enum GuardCommand {
         long_texts: PathBuf,
         #[arg(long, default_value = "assets/safety/guard-head.bin")]
         out: PathBuf,
-        #[arg(long, default_value_t = 256)]
-        hidden: usize,
-        #[arg(long, default_value_t = 20)]
-        epochs: usize,
-        #[arg(long, default_value_t = 3)]
-        members: usize,
+        #[command(flatten)]
+        shape: HeadShape,
         /// Copies of each long train text with requests buried in it.
         #[arg(long, default_value_t = 3)]
         buried_copies: usize,
@@ -298,9 +309,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
         GuardCommand::Train {
             data,
             out,
-            hidden,
-            epochs,
-            members,
+            shape,
             max_dev_false_positive,
             reply_tokens,
             max_dev_reply_false_positive,
@@ -323,9 +332,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             if let Some(window) = window {
                 opts.spec.window = window;
             }
-            opts.config.hidden = hidden;
-            opts.config.epochs = epochs;
-            opts.config.members = members;
+            shape.apply(&mut opts.config);
             opts.max_dev_false_positive = max_dev_false_positive;
             opts.max_dev_reply_false_positive = max_dev_reply_false_positive;
             opts.replies = opts
@@ -443,9 +450,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             data,
             long_texts,
             out,
-            hidden,
-            epochs,
-            members,
+            shape,
             buried_copies,
             requests_per_copy,
             max_dev_false_positive,
@@ -457,17 +462,13 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             let texts = read_long_texts(&long_texts)?;
             let train = read_jsonl(&data.join("train.jsonl"))?;
             let dev = read_jsonl(&data.join("dev.jsonl"))?;
-            let opts = PartsOptions {
+            let mut opts = PartsOptions {
                 buried_copies,
                 requests_per_copy,
                 max_dev_false_positive,
-                config: TrainConfig {
-                    hidden,
-                    epochs,
-                    members,
-                    ..TrainConfig::default()
-                },
+                config: TrainConfig::default(),
             };
+            shape.apply(&mut opts.config);
             let start = std::time::Instant::now();
             let trained = train_parts_head(
                 guard.model().clone(),
