@@ -398,9 +398,10 @@ impl ReplyScreen<'_> {
         Ok(Judgement::Show)
     }
 
-    /// Judges the message from the states of the chat's pass over it, window by window as the
-    /// guard's own session reads it; the reply is then read on from the last window. Returns
-    /// whether it was flagged.
+    /// Judges the message from the states of the chat's pass over it: window by window as the
+    /// guard's own session reads it, or part by part when it is longer than a window and the
+    /// head has a parts head; the reply is then read on from the last window. Returns whether
+    /// it was flagged.
     fn judge_message(&mut self, tokens: &[u32], states: &[Vec<f32>]) -> Result<bool> {
         let Mode::Riding {
             prompt_len,
@@ -418,28 +419,34 @@ impl ReplyScreen<'_> {
             ));
         }
         let first = *start - ran_from;
-        let window = self.guard.head.info.spec.window;
-        let mut worst: Option<Scores> = None;
-        for rows in window_ranges(first, tokens.len(), window) {
-            features.clear();
-            features.add_rows(states, rows);
-            keep_worse(&mut worst, self.guard.scores(features.vector())?);
-        }
-        // Longer than a window: judged part by part when the head has a parts head. The
-        // reply is still read after the message's last window (left in `features` above).
+        let windows = window_ranges(first, tokens.len(), self.guard.head.info.spec.window);
+        // Longer than a window: judged part by part when the head has a parts head
+        // ([`crate::parts`]); otherwise window by window, the worst deciding. Either way the
+        // reply is read on from the message's last window.
         let parts_head = self.guard.head.parts.as_deref();
-        let mut s = match parts_head.filter(|_| tokens.len() - first > window) {
+        let mut s = match parts_head.filter(|_| windows.len() > 1) {
             Some(parts) => {
-                let model = self.guard.model().clone();
                 let part = parts.info.spec.window;
-                let ranges = part_ranges(&model, tokens, first..tokens.len(), part);
+                let ranges = part_ranges(self.guard.model(), tokens, first..tokens.len(), part);
                 let mut worst: Option<Scores> = None;
                 for f in part_features(states, &ranges, parts.info.n_embd) {
                     keep_worse(&mut worst, parts.scores(&f)?);
                 }
+                if let Some(last) = windows.last() {
+                    features.clear();
+                    features.add_rows(states, last.clone());
+                }
                 judge_with(worst, parts.info.threshold, &parts.info.category_rules)
             }
-            None => self.guard.judge(worst, self.guard.input_threshold),
+            None => {
+                let mut worst: Option<Scores> = None;
+                for rows in windows {
+                    features.clear();
+                    features.add_rows(states, rows);
+                    keep_worse(&mut worst, self.guard.scores(features.vector())?);
+                }
+                self.guard.judge(worst, self.guard.input_threshold)
+            }
         };
         s.tokens = *prompt_len - *start;
         s.ms = ms_since(t);

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use kostant_engine::{Batch, Message, Model, Outputs, Role, Session};
 
+use crate::normalize::normalize;
 use crate::{Result, SafetyError};
 
 /// Which layers are read and how the guard frames text when it reads on its own; stored with
@@ -130,6 +131,28 @@ pub fn window_ranges(begin: usize, end: usize, window: usize) -> Vec<Range<usize
         }
         at += step;
     }
+}
+
+/// `message` as the guard reads it (normalized, trimmed), the user's turn after
+/// `system_prompt` in the model's chat template with the assistant's turn opened, and the index
+/// of the message's first token: how the riding screen sees a one-message conversation.
+pub fn frame_message(
+    model: &Model,
+    system_prompt: &str,
+    message: &str,
+) -> Result<(Vec<u32>, usize)> {
+    let message = normalize(message);
+    let conversation = [
+        Message::new(Role::System, system_prompt),
+        Message::new(Role::User, message.trim()),
+    ];
+    let prompt = model
+        .chat_template
+        .render(&model.tokenizer, &conversation, true)?
+        .tokens;
+    let start = message_start(model, &prompt, message.trim())?
+        .ok_or_else(|| SafetyError::Head("the template dropped the message".into()))?;
+    Ok((prompt, start))
 }
 
 /// Where the user's message starts in a rendered prompt: the last place its content's tokens

@@ -13,14 +13,13 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use kostant_engine::{
-    generate_observed, CancelHandle, GenerateRequest, Judgement, Message, Model, Observer, Role,
-    SamplingParams, Session, Speculation,
+    generate_observed, CancelHandle, GenerateRequest, Judgement, Model, Observer, SamplingParams,
+    Session, Speculation,
 };
 
 use crate::guard::ends_sentence;
-use crate::normalize::normalize;
-use crate::reader::{message_start, FeatureSpec, Features};
-use crate::{Result, SafetyError};
+use crate::reader::{frame_message, FeatureSpec, Features};
+use crate::Result;
 
 /// How replies are drawn and read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -88,17 +87,7 @@ pub fn reply_checkpoints(
     plan: ReplyPlan,
 ) -> Result<Vec<Vec<f32>>> {
     let model = session.model().clone();
-    let message = normalize(message);
-    let conversation = [
-        Message::new(Role::System, spec.system_prompt.clone()),
-        Message::new(Role::User, message.trim()),
-    ];
-    let prompt = model
-        .chat_template
-        .render(&model.tokenizer, &conversation, true)?
-        .tokens;
-    let start = message_start(&model, &prompt, message.trim())?
-        .ok_or_else(|| SafetyError::Head("the template dropped the message".into()))?;
+    let (prompt, start) = frame_message(&model, &spec.system_prompt, message)?;
     let mut recorder = Recorder {
         taps: spec.taps.clone(),
         start,

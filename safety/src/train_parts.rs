@@ -15,7 +15,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use kostant_engine::{Batch, Message, Model, Outputs, Role, Session};
+use kostant_engine::{Batch, Model, Outputs, Session};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -24,7 +24,7 @@ use serde_json::json;
 use crate::head::{self, Example, Head, HeadInfo, TrainConfig};
 use crate::normalize::normalize;
 use crate::parts::{part_features, part_ranges, PART_MAX_TOKENS};
-use crate::reader::{message_start, FeatureSpec};
+use crate::reader::{frame_message, FeatureSpec};
 use crate::train::LabelledText;
 use crate::{Category, Result, SafetyError};
 
@@ -70,22 +70,14 @@ impl PassReader {
     /// The parts of `message` (or the message as one part when `whole`), with each part's text
     /// and features.
     fn parts(&mut self, message: &str, whole: bool) -> Result<Vec<(String, Vec<f32>)>> {
-        let message = normalize(message);
-        let message = message.trim();
-        let conversation = [
-            Message::new(Role::System, self.spec.system_prompt.clone()),
-            Message::new(Role::User, message),
-        ];
-        let tokens = self
-            .model
-            .chat_template
-            .render(&self.model.tokenizer, &conversation, true)?
-            .tokens;
+        let (tokens, start) = frame_message(&self.model, &self.spec.system_prompt, message)?;
         if tokens.len() > self.session.n_ctx() {
-            return Ok(Vec::new());
+            return Err(SafetyError::Head(format!(
+                "a text of {} tokens does not fit the {}-token context it is read in",
+                tokens.len(),
+                self.session.n_ctx()
+            )));
         }
-        let start = message_start(&self.model, &tokens, message)?
-            .ok_or_else(|| SafetyError::Head("the template dropped the message".into()))?;
         self.session.reset();
         self.session
             .decode(&Batch::hidden(&tokens, &self.spec.taps), &mut self.outputs)?;
