@@ -229,6 +229,7 @@ impl Guard {
                 prompt_len,
                 start,
                 features: Features::new(self.head.info.spec.taps.len(), self.head.info.n_embd),
+                long: false,
             },
             None => {
                 self.read_context(message)?;
@@ -291,6 +292,9 @@ enum Mode {
         prompt_len: usize,
         start: usize,
         features: Features,
+        /// The message was judged part by part (longer than a window): its reply is judged by
+        /// the long-reply head when the head has one.
+        long: bool,
     },
     Own {
         /// Reply text not read yet.
@@ -370,8 +374,12 @@ impl ReplyScreen<'_> {
 
     fn try_check(&mut self) -> Result<Judgement> {
         let start = Instant::now();
+        let mut after_long = false;
         let features = match &mut self.mode {
-            Mode::Riding { features, .. } => features.vector(),
+            Mode::Riding { features, long, .. } => {
+                after_long = *long;
+                features.vector()
+            }
             Mode::Own { pending } => {
                 // Trailing whitespace waits for the next word: read apart, it would tokenize
                 // differently from the reply as a whole.
@@ -383,12 +391,20 @@ impl ReplyScreen<'_> {
                 self.guard.reader.features()
             }
         };
-        let scores = self.guard.scores(features)?;
+        let f = features.ok_or_else(|| SafetyError::Head("no text was read".into()))?;
+        // A reply to a message judged part by part: the long-reply head when there is one
+        // (the main head learned replies to short messages only).
+        let reply_head = match &self.guard.head.long_replies {
+            Some(h) if after_long => h.info.output_threshold.map(|t| (&**h, t)),
+            _ => None,
+        };
+        let (head, threshold) =
+            reply_head.unwrap_or((&self.guard.head, self.guard.output_threshold));
+        let scores = head.scores(&f)?;
         self.checks += 1;
         self.since_check = 0;
         self.worst = self.worst.max(scores.unsafe_prob);
-        let threshold = self.guard.output_threshold;
-        let mut s = self.guard.judge(Some(scores), threshold);
+        let mut s = judge_with(Some(scores), threshold, &head.info.category_rules);
         s.ms = ms_since(start);
         self.ms += s.ms;
         if s.flagged {
@@ -407,6 +423,7 @@ impl ReplyScreen<'_> {
             prompt_len,
             start,
             features,
+            long,
         } = &mut self.mode
         else {
             return Ok(false);
@@ -426,6 +443,7 @@ impl ReplyScreen<'_> {
         let parts_head = self.guard.head.parts.as_deref();
         let mut s = match parts_head.filter(|_| windows.len() > 1) {
             Some(parts) => {
+                *long = true;
                 let part = parts.info.spec.window;
                 let ranges = part_ranges(self.guard.model(), tokens, first..tokens.len(), part);
                 let mut worst: Option<Scores> = None;

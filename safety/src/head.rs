@@ -19,6 +19,8 @@ use crate::{Category, Result, SafetyError};
 const MAGIC: &[u8; 8] = b"KGUARD1\n";
 /// Marks the parts head stored after a head's weights.
 const PARTS_MAGIC: &[u8; 8] = b"KPARTS1\n";
+/// Marks the long-reply head, stored after the parts head.
+const LONG_REPLIES_MAGIC: &[u8; 8] = b"KLREPL1\n";
 /// Output 0 is "unsafe"; outputs 1.. are the categories in `Category::ALL` order.
 pub const N_OUT: usize = 1 + Category::ALL.len();
 
@@ -65,6 +67,10 @@ pub struct Head {
     /// ([`crate::parts`]), trained on this head's taps; stored in the same file. Without it a
     /// long message is read in windows by this head.
     pub parts: Option<Box<Head>>,
+    /// The head that judges the reply to a message the parts head judged
+    /// ([`crate::train_long_replies`]), on this head's taps, at its `output_threshold`;
+    /// stored after the parts head. Without it such a reply is judged by this head.
+    pub long_replies: Option<Box<Head>>,
 }
 
 /// What the head says about one text.
@@ -111,8 +117,12 @@ impl Head {
     /// Bytes of the head's arrays (standardization and layers), its parts head's included.
     pub fn weight_bytes(&self) -> usize {
         let layers: usize = self.layers.iter().map(|(w, b)| w.len() + b.len()).sum();
-        let parts = self.parts.as_ref().map_or(0, |p| p.weight_bytes());
-        4 * (self.mean.len() + self.inv_std.len() + layers) + parts
+        let nested: usize = [&self.parts, &self.long_replies]
+            .into_iter()
+            .flatten()
+            .map(|h| h.weight_bytes())
+            .sum();
+        4 * (self.mean.len() + self.inv_std.len() + layers) + nested
     }
 
     pub fn scores(&self, features: &[f32]) -> Result<Scores> {
@@ -165,7 +175,8 @@ impl Head {
         std::fs::rename(&tmp, path).map_err(io)
     }
 
-    /// The file's bytes: magic, header, weights, then the parts head's bytes if any.
+    /// The file's bytes: magic, header, weights, then the parts head's bytes if any, then the
+    /// long-reply head's (only beside a parts head).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let header =
             serde_json::to_vec(&self.info).map_err(|e| SafetyError::Head(e.to_string()))?;
@@ -181,12 +192,24 @@ impl Head {
                 buf.extend_from_slice(&v.to_le_bytes());
             }
         }
-        if let Some(parts) = &self.parts {
-            if parts.parts.is_some() {
-                return Err(SafetyError::Head("a parts head has no parts head".into()));
+        let nested = [
+            (PARTS_MAGIC, &self.parts),
+            (LONG_REPLIES_MAGIC, &self.long_replies),
+        ];
+        if self.long_replies.is_some() && self.parts.is_none() {
+            return Err(SafetyError::Head(
+                "a long-reply head needs a parts head beside it".into(),
+            ));
+        }
+        for (magic, head) in nested {
+            let Some(head) = head else { continue };
+            if head.parts.is_some() || head.long_replies.is_some() {
+                return Err(SafetyError::Head(
+                    "a nested head has no heads of its own".into(),
+                ));
             }
-            buf.extend_from_slice(PARTS_MAGIC);
-            buf.extend_from_slice(&parts.to_bytes()?);
+            buf.extend_from_slice(magic);
+            buf.extend_from_slice(&head.to_bytes()?);
         }
         Ok(buf)
     }
@@ -203,24 +226,33 @@ impl Head {
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Head, String> {
-        let (mut head, rest) = Head::parse_one(bytes)?;
+        let (mut head, mut rest) = Head::parse_one(bytes)?;
+        for (magic, name) in [
+            (PARTS_MAGIC, "the parts head"),
+            (LONG_REPLIES_MAGIC, "the long-reply head"),
+        ] {
+            let Some(nested) = rest.strip_prefix(magic.as_slice()) else {
+                continue;
+            };
+            let (h, left) = Head::parse_one(nested).map_err(|e| format!("{name}: {e}"))?;
+            if h.info.spec.taps != head.info.spec.taps || h.info.n_embd != head.info.n_embd {
+                return Err(format!("{name} reads other layers than the head"));
+            }
+            if magic == LONG_REPLIES_MAGIC {
+                if head.parts.is_none() {
+                    return Err(format!("{name} comes without a parts head"));
+                }
+                if h.info.output_threshold.is_none() {
+                    return Err(format!("{name} has no reply threshold"));
+                }
+                head.long_replies = Some(Box::new(h));
+            } else {
+                head.parts = Some(Box::new(h));
+            }
+            rest = left;
+        }
         if !rest.is_empty() {
-            let nested = rest
-                .strip_prefix(PARTS_MAGIC.as_slice())
-                .ok_or_else(|| format!("{} bytes left over after the weights", rest.len()))?;
-            let (parts, left) =
-                Head::parse_one(nested).map_err(|e| format!("the parts head: {e}"))?;
-            if !left.is_empty() {
-                return Err(format!(
-                    "{} bytes left over after the parts head",
-                    left.len()
-                ));
-            }
-            if parts.info.spec.taps != head.info.spec.taps || parts.info.n_embd != head.info.n_embd
-            {
-                return Err("the parts head reads other layers than the head".into());
-            }
-            head.parts = Some(Box::new(parts));
+            return Err(format!("{} bytes left over after the weights", rest.len()));
         }
         Ok(head)
     }
@@ -273,6 +305,7 @@ impl Head {
                 inv_std,
                 layers,
                 parts: None,
+                long_replies: None,
             },
             data,
         ))
@@ -435,6 +468,7 @@ pub fn train(examples: &[Example], info: HeadInfo, cfg: &TrainConfig) -> Result<
         inv_std,
         layers: params,
         parts: None,
+        long_replies: None,
     })
 }
 
@@ -819,6 +853,38 @@ mod tests {
         head.parts = Some(Box::new(parts));
         let e = Head::from_bytes(&head.to_bytes().unwrap()).err().unwrap();
         assert!(e.contains("other layers"), "{e}");
+    }
+
+    #[test]
+    fn a_long_reply_head_travels_after_the_parts_head_and_is_checked() {
+        let cfg = TrainConfig {
+            epochs: 1,
+            ..Default::default()
+        };
+        let mut head = train(&data(20, 3), info(4), &cfg).unwrap();
+        let parts = train(&data(20, 4), info(4), &cfg).unwrap();
+        let mut replies = train(&data(20, 5), info(4), &cfg).unwrap();
+        replies.info.output_threshold = Some(0.75);
+        // Not without a parts head.
+        head.long_replies = Some(Box::new(replies.clone()));
+        assert!(head.to_bytes().is_err());
+        head.parts = Some(Box::new(parts));
+        let bytes = head.to_bytes().unwrap();
+        let back = Head::from_bytes(&bytes).unwrap();
+        let got = back.long_replies.as_deref().expect("read back");
+        assert_eq!(got.info.output_threshold, Some(0.75));
+        let f = &data(1, 9)[0].features;
+        assert_eq!(got.scores(f).unwrap(), replies.scores(f).unwrap());
+        assert!(back.parts.is_some());
+        assert_eq!(back.weight_bytes(), head.weight_bytes());
+
+        // Cut short, or without its threshold: refused with a reason.
+        let e = Head::from_bytes(&bytes[..bytes.len() - 3]).err().unwrap();
+        assert!(e.contains("long-reply head"), "{e}");
+        replies.info.output_threshold = None;
+        head.long_replies = Some(Box::new(replies));
+        let e = Head::from_bytes(&head.to_bytes().unwrap()).err().unwrap();
+        assert!(e.contains("no reply threshold"), "{e}");
     }
 
     #[test]

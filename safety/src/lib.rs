@@ -19,6 +19,7 @@ pub mod reader;
 pub mod replies;
 pub mod taxonomy;
 pub mod train;
+pub mod train_long_replies;
 pub mod train_parts;
 
 pub use error::{Result, SafetyError};

@@ -1,7 +1,8 @@
 //! What the guard sees while a reply streams, for training: the chat model's own greedy reply
 //! to a training prompt, read the way [`crate::ReplyScreen`] reads it when riding on the chat's
-//! pass (features from the start of the user's message through the reply so far), taken at
-//! every point where the screen would judge it.
+//! pass (features from the start of the user's message, or of its last window when it is
+//! longer than one, through the reply so far), taken at every point where the screen would
+//! judge it.
 //!
 //! Why: a head shown only users' messages has never seen a conversation in which the assistant
 //! has begun to answer. On replies it was out of its depth and saturated (stop 3's head scored
@@ -18,8 +19,8 @@ use kostant_engine::{
 };
 
 use crate::guard::ends_sentence;
-use crate::reader::{frame_message, FeatureSpec, Features};
-use crate::Result;
+use crate::reader::{frame_message, window_ranges, FeatureSpec, Features};
+use crate::{Result, SafetyError};
 
 /// How replies are drawn and read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -34,7 +35,8 @@ pub struct ReplyPlan {
 /// Collects the features at each checkpoint of one reply.
 struct Recorder {
     taps: Vec<usize>,
-    /// Index, in the prompt, of the user's message's first token.
+    /// Index, in the prompt, of the first token read: the user's message's first, or its last
+    /// window's when it is longer than one.
     start: usize,
     features: Features,
     every: usize,
@@ -88,9 +90,20 @@ pub fn reply_checkpoints(
 ) -> Result<Vec<Vec<f32>>> {
     let model = session.model().clone();
     let (prompt, start) = frame_message(&model, &spec.system_prompt, message)?;
+    if prompt.len() + plan.max_tokens > session.n_ctx() {
+        return Err(SafetyError::Head(format!(
+            "a message of {} tokens and its reply do not fit the {}-token context",
+            prompt.len(),
+            session.n_ctx()
+        )));
+    }
+    // The screen reads the reply on from the message's last window (`ReplyScreen`).
+    let from = window_ranges(start, prompt.len(), spec.window)
+        .last()
+        .map_or(start, |w| w.start);
     let mut recorder = Recorder {
         taps: spec.taps.clone(),
-        start,
+        start: from,
         features: Features::new(spec.taps.len(), model.hparams.n_embd),
         every: plan.every_tokens.max(1),
         since: 0,

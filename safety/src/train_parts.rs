@@ -25,6 +25,7 @@ use crate::head::{self, Example, Head, HeadInfo, TrainConfig};
 use crate::normalize::normalize;
 use crate::parts::{part_features, part_ranges, PART_MAX_TOKENS};
 use crate::reader::{frame_message, FeatureSpec};
+use crate::replies::{reply_checkpoints, ReplyPlan};
 use crate::train::LabelledText;
 use crate::{Category, Result, SafetyError};
 
@@ -49,7 +50,7 @@ pub struct TrainedParts {
 }
 
 /// Reads conversations as the riding screen does and returns their parts' features.
-struct PassReader {
+pub(crate) struct PassReader {
     model: Arc<Model>,
     session: Session,
     spec: FeatureSpec,
@@ -57,7 +58,7 @@ struct PassReader {
 }
 
 impl PassReader {
-    fn new(model: Arc<Model>, spec: FeatureSpec) -> Result<PassReader> {
+    pub(crate) fn new(model: Arc<Model>, spec: FeatureSpec) -> Result<PassReader> {
         let session = Session::new(model.clone(), model.hparams.n_ctx_train.min(8192))?;
         Ok(PassReader {
             model,
@@ -67,9 +68,24 @@ impl PassReader {
         })
     }
 
+    /// The chat model's greedy reply to `message` under `plan`, read at its checkpoints as the
+    /// screen reads a reply (from the message's last window on).
+    pub(crate) fn reply(&mut self, message: &str, plan: ReplyPlan) -> Result<Vec<Vec<f32>>> {
+        reply_checkpoints(&mut self.session, &self.spec, message, plan)
+    }
+
+    /// The highest unsafe probability `head` gives a part of `message`.
+    pub(crate) fn worst_part(&mut self, head: &Head, message: &str) -> Result<f32> {
+        let mut w = 0.0f32;
+        for (_, f) in self.parts(message, false)? {
+            w = w.max(head.scores(&f)?.unsafe_prob);
+        }
+        Ok(w)
+    }
+
     /// The parts of `message` (or the message as one part when `whole`), with each part's text
     /// and features.
-    fn parts(&mut self, message: &str, whole: bool) -> Result<Vec<(String, Vec<f32>)>> {
+    pub(crate) fn parts(&mut self, message: &str, whole: bool) -> Result<Vec<(String, Vec<f32>)>> {
         let (tokens, start) = frame_message(&self.model, &self.spec.system_prompt, message)?;
         if tokens.len() > self.session.n_ctx() {
             return Err(SafetyError::Head(format!(
@@ -97,7 +113,7 @@ impl PassReader {
 }
 
 /// Short one-paragraph unsafe requests of a split, to bury.
-fn buriable(items: &[LabelledText]) -> Result<Vec<(String, Category)>> {
+pub(crate) fn buriable(items: &[LabelledText]) -> Result<Vec<(String, Category)>> {
     let mut out = Vec::new();
     for item in items {
         let Some(c) = item.target().map_err(SafetyError::Head)? else {
@@ -127,13 +143,44 @@ fn bury(text: &str, requests: &[&str], rng: &mut SmallRng) -> String {
 }
 
 /// The body of a long text: all but its first paragraph (the request line).
-fn body(text: &str) -> &str {
+pub(crate) fn body(text: &str) -> &str {
     text.split_once("\n\n").map_or(text, |(_, b)| b)
 }
 
 /// Whether part text `part` is the buried `request`.
 fn is_request(part: &str, request: &str) -> bool {
     part.trim() == request.trim()
+}
+
+/// What a head for `model` read with `spec` says of itself before training and dev fill in
+/// its thresholds and record.
+pub(crate) fn untrained_info(spec: FeatureSpec, model: &Model, hidden: usize) -> HeadInfo {
+    HeadInfo {
+        spec,
+        model_name: model.name(),
+        n_embd: model.hparams.n_embd,
+        hidden,
+        threshold: 0.5,
+        output_threshold: None,
+        category_rules: Default::default(),
+        training: serde_json::Value::Null,
+    }
+}
+
+/// The long texts' train and dev shares: every third text is dev.
+pub(crate) fn split_texts(long_texts: &[String]) -> Result<(Vec<&str>, Vec<&str>)> {
+    let (mut train, mut dev) = (Vec::new(), Vec::new());
+    for (i, t) in long_texts.iter().enumerate() {
+        if i % 3 == 2 {
+            dev.push(t.as_str());
+        } else {
+            train.push(t.as_str());
+        }
+    }
+    if train.is_empty() || dev.is_empty() {
+        return Err(SafetyError::Head("too few long texts to split".into()));
+    }
+    Ok((train, dev))
 }
 
 /// Trains the parts head for a main head read with `spec`. `long_texts` are pasted texts, each
@@ -147,17 +194,7 @@ pub fn train_parts_head(
     opts: &PartsOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<TrainedParts> {
-    let (mut train_texts, mut dev_texts) = (Vec::new(), Vec::new());
-    for (i, t) in long_texts.iter().enumerate() {
-        if i % 3 == 2 {
-            dev_texts.push(t.as_str());
-        } else {
-            train_texts.push(t.as_str());
-        }
-    }
-    if train_texts.is_empty() || dev_texts.is_empty() {
-        return Err(SafetyError::Head("too few long texts to split".into()));
-    }
+    let (train_texts, dev_texts) = split_texts(long_texts)?;
     let train_requests = buriable(train)?;
     let dev_requests = buriable(dev)?;
     if train_requests.is_empty() || dev_requests.is_empty() {
@@ -229,29 +266,15 @@ pub fn train_parts_head(
     counts["requests_not_found_as_a_part"] = json!(missed);
 
     progress("training");
-    let info = HeadInfo {
-        spec: FeatureSpec {
-            window: PART_MAX_TOKENS,
-            ..spec.clone()
-        },
-        model_name: model.name(),
-        n_embd: model.hparams.n_embd,
-        hidden: opts.config.hidden,
-        threshold: 0.5,
-        output_threshold: None,
-        category_rules: Default::default(),
-        training: serde_json::Value::Null,
+    let spec = FeatureSpec {
+        window: PART_MAX_TOKENS,
+        ..spec.clone()
     };
+    let info = untrained_info(spec, &model, opts.config.hidden);
     let mut head = head::train(&examples, info, &opts.config)?;
 
     progress("dev texts");
-    let worst = |reader: &mut PassReader, head: &Head, text: &str| -> Result<f32> {
-        let mut w = 0.0f32;
-        for (_, f) in reader.parts(text, false)? {
-            w = w.max(head.scores(&f)?.unsafe_prob);
-        }
-        Ok(w)
-    };
+    let worst = |reader: &mut PassReader, head: &Head, text: &str| reader.worst_part(head, text);
     let mut clean = Vec::new();
     let mut with_request = Vec::new();
     for (k, t) in dev_texts.iter().enumerate() {
@@ -294,7 +317,7 @@ pub fn train_parts_head(
 }
 
 /// The lowest threshold at which at most `max_share` of `clean` scores reach it.
-fn pick_threshold(clean: &[f32], max_share: f64) -> f32 {
+pub(crate) fn pick_threshold(clean: &[f32], max_share: f64) -> f32 {
     let mut sorted = clean.to_vec();
     sorted.sort_by(|a, b| b.total_cmp(a));
     let allowed = (max_share * clean.len() as f64).floor() as usize;

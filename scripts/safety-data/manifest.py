@@ -164,7 +164,11 @@ The same file carries the parts head (stop 25), which judges a message longer th
 line by line: `kostant guard train-parts` (defaults: `--data assets/safety --long-texts
 scripts/safety-data/authored/summarize_long_texts.txt --out assets/safety/guard-head.bin`) attaches it to the loaded
 head, trained on this directory's train prompts and on two thirds of those 96 authored pasted texts (the rest pick its
-threshold): dev texts flagged 1/64 at threshold 0.99998, dev texts with a dev request buried flagged 62/64.
+threshold): dev texts flagged 1/64 at threshold 0.99998, dev texts with a dev request buried flagged 62/64. Since stop 26 it also
+carries the long-reply head, which judges the reply to such a message: `kostant guard train-long-replies` (same
+defaults; 400 train prompts' replies, 64 reply tokens) attaches it, trained on the chat model's replies to the same
+two thirds of the pasted texts (safe), to them with a train request buried near their end (unsafe) and to a sample of
+train prompts; dev: 1/63 replies to clean dev texts stopped at threshold 0.999994.
 
 Line schema: `{{"id", "prompt", "label": "unsafe"|"safe", "category": <taxonomy id>|null, "source", "license"}}` plus
 optional `xstest_type`, `provocation`, `turns`, `lang`, `hb_category`, `hb_functional`, `dna_file`, `dna_intents`,

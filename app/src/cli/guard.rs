@@ -14,8 +14,9 @@ use kostant_safety::head::Head;
 use kostant_safety::head::TrainConfig;
 use kostant_safety::replies::ReplyPlan;
 use kostant_safety::train::{
-    pick_categories, read_jsonl, train_head, Context as TrainContext, TrainOptions,
+    pick_categories, read_jsonl, train_head, Context as TrainContext, LabelledText, TrainOptions,
 };
+use kostant_safety::train_long_replies::{train_long_reply_head, LongReplyOptions};
 use kostant_safety::train_parts::{train_parts_head, PartsOptions};
 use kostant_safety::Guard;
 
@@ -41,6 +42,32 @@ pub struct GuardCommandArgs {
     pub guard: GuardArgs,
     #[command(flatten)]
     pub model: ModelArgs,
+}
+
+/// The data a long-message head learns from, and where the head goes.
+#[derive(Args, Debug, Clone)]
+pub struct LongTextData {
+    #[arg(long, default_value = "assets/safety")]
+    data: PathBuf,
+    /// Pasted texts (a request line, a blank line, the text; one a line, newlines as \n).
+    #[arg(
+        long,
+        default_value = "scripts/safety-data/authored/summarize_long_texts.txt"
+    )]
+    long_texts: PathBuf,
+    #[arg(long, default_value = "assets/safety/guard-head.bin")]
+    out: PathBuf,
+}
+
+impl LongTextData {
+    /// The long texts and the main head's train and dev splits.
+    fn read(&self) -> Result<(Vec<String>, Vec<LabelledText>, Vec<LabelledText>)> {
+        Ok((
+            read_long_texts(&self.long_texts)?,
+            read_jsonl(&self.data.join("train.jsonl"))?,
+            read_jsonl(&self.data.join("dev.jsonl"))?,
+        ))
+    }
 }
 
 /// How a head is trained: its width and how long, and how many seeds are averaged.
@@ -156,16 +183,8 @@ pub enum GuardCommand {
     /// sentences of long lines), on the loaded head's taps, and write the loaded head with it
     /// attached: same weights, thresholds and rules.
     TrainParts {
-        #[arg(long, default_value = "assets/safety")]
-        data: PathBuf,
-        /// Pasted texts (a request line, a blank line, the text; one a line, newlines as \n).
-        #[arg(
-            long,
-            default_value = "scripts/safety-data/authored/summarize_long_texts.txt"
-        )]
-        long_texts: PathBuf,
-        #[arg(long, default_value = "assets/safety/guard-head.bin")]
-        out: PathBuf,
+        #[command(flatten)]
+        texts: LongTextData,
         #[command(flatten)]
         shape: HeadShape,
         /// Copies of each long train text with requests buried in it.
@@ -175,6 +194,25 @@ pub enum GuardCommand {
         #[arg(long, default_value_t = 3)]
         requests_per_copy: usize,
         /// Highest share of clean dev texts the threshold may flag.
+        #[arg(long, default_value_t = 0.03)]
+        max_dev_false_positive: f64,
+    },
+    /// Train the head that judges the reply to a message the parts head judged (longer than
+    /// one window), on the loaded head's taps, and write the loaded head (which must have a
+    /// parts head) with it attached: everything else unchanged.
+    TrainLongReplies {
+        /// (The same texts and train/dev split as train-parts.)
+        #[command(flatten)]
+        texts: LongTextData,
+        #[command(flatten)]
+        shape: HeadShape,
+        /// Most tokens of each reply learned and judged (the eval's replies are 64).
+        #[arg(long, default_value_t = 64)]
+        reply_tokens: usize,
+        /// Train prompts whose replies are learned too, a random sample.
+        #[arg(long, default_value_t = 400)]
+        reply_prompts: usize,
+        /// Highest share of replies to clean dev texts the threshold may stop.
         #[arg(long, default_value_t = 0.03)]
         max_dev_false_positive: f64,
     },
@@ -219,6 +257,14 @@ impl std::fmt::Display for HeadId {
             Some(p) => write!(f, "head {} (sha256 {})", p.display(), self.sha256),
         }
     }
+}
+
+/// The guard of the model `model` names (the default one when none), for the guard's own
+/// commands.
+fn guard_of(model: &ModelArgs, guard: &GuardArgs) -> Result<Guard> {
+    let path = crate::model_path::resolve(model.model.as_deref())?;
+    let chat = load_model(model)?;
+    load_guard(guard, &chat, &path)
 }
 
 /// The guard for `chat_model`: the same model when the guard model is the same file.
@@ -371,9 +417,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             reply_tokens,
             features_cache,
         } => {
-            let path = crate::model_path::resolve(args.model.model.as_deref())?;
-            let model = load_model(&args.model)?;
-            let guard = load_guard(&args.guard, &model, &path)?;
+            let guard = guard_of(&args.model, &args.guard)?;
             let mut head = guard.head().clone();
             let replies = (reply_tokens > 0).then_some(ReplyPlan {
                 max_tokens: reply_tokens,
@@ -415,9 +459,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             reply_to,
             feature,
         } => {
-            let path = crate::model_path::resolve(args.model.model.as_deref())?;
-            let model = load_model(&args.model)?;
-            let mut guard = load_guard(&args.guard, &model, &path)?;
+            let mut guard = guard_of(&args.model, &args.guard)?;
             if let Some(f) = feature {
                 guard.read_under(&f.system_prompt())?;
             }
@@ -447,21 +489,15 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             }
         }
         GuardCommand::TrainParts {
-            data,
-            long_texts,
-            out,
+            texts: data,
             shape,
             buried_copies,
             requests_per_copy,
             max_dev_false_positive,
         } => {
-            let path = crate::model_path::resolve(args.model.model.as_deref())?;
-            let model = load_model(&args.model)?;
-            let guard = load_guard(&args.guard, &model, &path)?;
+            let guard = guard_of(&args.model, &args.guard)?;
             let mut head = guard.head().clone();
-            let texts = read_long_texts(&long_texts)?;
-            let train = read_jsonl(&data.join("train.jsonl"))?;
-            let dev = read_jsonl(&data.join("dev.jsonl"))?;
+            let (texts, train, dev) = data.read()?;
             let mut opts = PartsOptions {
                 buried_copies,
                 requests_per_copy,
@@ -480,19 +516,69 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                 |msg| eprintln!("[parts] {msg}"),
             )?;
             head.parts = Some(Box::new(trained.head));
-            head.save(&out)?;
+            if head.long_replies.take().is_some() {
+                eprintln!(
+                    "the long-reply head was dropped: its threshold was picked behind the old \
+                     parts head (retrain it: kostant guard train-long-replies)"
+                );
+            }
+            head.save(&data.out)?;
             eprintln!(
                 "wrote {} in {:.0} s\n{}",
-                out.display(),
+                data.out.display(),
+                start.elapsed().as_secs_f64(),
+                serde_json::to_string_pretty(&trained.report)?
+            );
+            Ok(())
+        }
+        GuardCommand::TrainLongReplies {
+            texts: data,
+            shape,
+            reply_tokens,
+            reply_prompts,
+            max_dev_false_positive,
+        } => {
+            let guard = guard_of(&args.model, &args.guard)?;
+            let mut head = guard.head().clone();
+            if head.parts.is_none() {
+                bail!("the head has no parts head: train one first (kostant guard train-parts)");
+            }
+            if reply_tokens == 0 {
+                bail!("--reply-tokens must be at least 1");
+            }
+            let (texts, train, dev) = data.read()?;
+            let mut opts = LongReplyOptions {
+                plan: ReplyPlan {
+                    max_tokens: reply_tokens,
+                    every_tokens: kostant_safety::pipeline::OUTPUT_CHECK_EVERY,
+                },
+                prompts: reply_prompts,
+                max_dev_false_positive,
+                config: TrainConfig::default(),
+            };
+            shape.apply(&mut opts.config);
+            let start = std::time::Instant::now();
+            let trained = train_long_reply_head(
+                guard.model().clone(),
+                &head,
+                &texts,
+                &train,
+                &dev,
+                &opts,
+                |msg| eprintln!("[long replies] {msg}"),
+            )?;
+            head.long_replies = Some(Box::new(trained.head));
+            head.save(&data.out)?;
+            eprintln!(
+                "wrote {} in {:.0} s\n{}",
+                data.out.display(),
                 start.elapsed().as_secs_f64(),
                 serde_json::to_string_pretty(&trained.report)?
             );
             Ok(())
         }
         GuardCommand::Info => {
-            let path = crate::model_path::resolve(args.model.model.as_deref())?;
-            let model = load_model(&args.model)?;
-            let guard = load_guard(&args.guard, &model, &path)?;
+            let guard = guard_of(&args.model, &args.guard)?;
             let info = &guard.head().info;
             let mut out = std::io::stdout().lock();
             writeln!(
@@ -513,6 +599,10 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                         "hidden": p.info.hidden,
                         "max_tokens_a_part": p.info.spec.window,
                         "training": p.info.training,
+                    })),
+                    "long_replies": guard.head().long_replies.as_ref().map(|h| json!({
+                        "reply_threshold": h.info.output_threshold,
+                        "training": h.info.training,
                     })),
                 }))?
             )?;
