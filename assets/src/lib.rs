@@ -149,8 +149,8 @@ pub fn sha256_file(path: &Path) -> Result<String, AssetError> {
 const ADAPTERS_JSON: &str = include_str!("../adapters/manifest.json");
 
 /// The feature adapters' files, compiled in like the guard head (a few MB each), by the
-/// manifest's `file` names.
-const ADAPTER_FILES: [(&str, &[u8]); 4] = [
+/// manifest's `file` names. A `static`, like [`GUARD_HEAD`], so the bytes are in the binary once.
+static ADAPTER_FILES: [(&str, &[u8]); 4] = [
     (
         "summarize/summarize.gguf",
         include_bytes!("../adapters/summarize/summarize.gguf"),
@@ -231,8 +231,9 @@ pub fn builtin_adapters() -> Result<Vec<BuiltinAdapter>, AssetError> {
 }
 
 /// The guard's trained head (`kostant guard train` writes it; see assets/safety/MANIFEST.md).
-/// Compiled in so that the guard can never be missing.
-pub const GUARD_HEAD: &[u8] = include_bytes!("../safety/guard-head.bin");
+/// Compiled in so that the guard can never be missing. A `static`, not a `const`: a const's
+/// bytes are copied into each place that uses it (the Android library carried the head twice).
+pub static GUARD_HEAD: &[u8] = include_bytes!("../safety/guard-head.bin");
 
 #[cfg(test)]
 mod tests {
