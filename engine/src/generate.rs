@@ -25,6 +25,8 @@ use crate::{EngineError, Result};
 pub struct GenerateRequest {
     /// The whole conversation as tokens, ending where the reply begins.
     pub prompt: Vec<u32>,
+    /// At most this many reply tokens. A reply is never empty when this is above 0: its first
+    /// token is never an end token.
     pub max_tokens: usize,
     pub sampling: SamplingParams,
     /// The drafter [`generate`] and [`generate_observed`] use (a drafter passed to
@@ -289,6 +291,16 @@ fn generate_riding(
             break StopReason::MaxTokens;
         }
         let logits = out.logits_mut(burst.row());
+        if tokens.is_empty() {
+            // A reply says something: an end token first would show the user an empty reply
+            // (the chat adapter once answered a long pasted text so: docs/eval-report.md,
+            // stop 40). The likeliest other token starts the reply instead.
+            for &s in &stop_ids {
+                if let Some(l) = logits.get_mut(s as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
         let id = match burst.pending() {
             Some(d) => sampler.sample_or_accept(logits, &history, d),
             None => sampler.sample(logits, &history),
