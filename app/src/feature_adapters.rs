@@ -15,7 +15,7 @@ use crate::features::Feature;
 /// Why a feature runs without an adapter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NoAdapter {
-    /// The feature has none (chat is the base model's own job).
+    /// No adapter ships for the feature.
     NoneShipped,
     /// The shipped adapter was trained on another model.
     OtherModel { trained_on: String },

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use kostant_app::feature_adapters::{FeatureAdapters, NoAdapter};
+use kostant_app::feature_adapters::FeatureAdapters;
 use kostant_app::features::Feature;
 use kostant_engine::testing::{gemma3_model_path, real_model_path};
 use kostant_engine::{Model, Session};
@@ -38,8 +38,8 @@ fn done(out: &Output) -> serde_json::Value {
     serde_json::from_str(last).expect("JSON")
 }
 
-/// `chat --feature proofread` on `text`, greedy, as JSON lines.
-fn proofread(model: &Path, text: &str, extra: &[&str]) -> Output {
+/// `chat` on `text`, greedy, as JSON lines, with `extra` arguments.
+fn chat(model: &Path, text: &str, extra: &[&str]) -> Output {
     let mut args = vec![
         "chat",
         "--no-history",
@@ -48,13 +48,16 @@ fn proofread(model: &Path, text: &str, extra: &[&str]) -> Output {
         "0",
         "--max-tokens",
         "40",
-        "--feature",
-        "proofread",
         "--prompt",
         text,
     ];
     args.extend_from_slice(extra);
     kostant(model, &args)
+}
+
+/// `chat --feature proofread` on `text`.
+fn proofread(model: &Path, text: &str, extra: &[&str]) -> Output {
+    chat(model, text, &[&["--feature", "proofread"], extra].concat())
 }
 
 #[test]
@@ -63,11 +66,8 @@ fn every_shipped_adapter_loads_above_the_guards_taps_so_the_guard_rides() {
     let head = Head::from_bytes(kostant_assets::GUARD_HEAD).unwrap();
     let guard = Guard::new(model.clone(), head).unwrap();
     let mut adapters = FeatureAdapters::new(model.clone());
-    assert_eq!(
-        adapters.get(Feature::Chat).unwrap().unwrap_err(),
-        NoAdapter::NoneShipped
-    );
     for f in [
+        Feature::Chat,
         Feature::Summarize,
         Feature::Proofread,
         Feature::Reply,
@@ -107,6 +107,23 @@ fn proofread_runs_its_adapter_and_corrects_what_the_prompt_alone_does_not() {
 }
 
 #[test]
+fn plain_chat_runs_the_chats_adapter_and_a_prompt_of_ones_own_does_not() {
+    let model = real_model_path();
+    let adapter = |extra: &[&str]| {
+        done(&chat(
+            &model,
+            "You useless thing, how many minutes are in an hour?",
+            extra,
+        ))["adapter"]
+            .clone()
+    };
+    assert_eq!(adapter(&[]), "chat");
+    assert!(adapter(&["--no-adapter"]).is_null());
+    // The chat's adapter learned under Kostant's system prompt, not under the user's.
+    assert!(adapter(&["--system", "You answer in one short sentence."]).is_null());
+}
+
+#[test]
 fn a_feature_on_another_model_runs_on_its_prompt_alone_and_says_why() {
     let out = proofread(&gemma3_model_path(), "My brother dont like coffe.", &[]);
     let d = done(&out);
@@ -132,7 +149,10 @@ fn adapter_list_and_eval_report_the_shipped_adapters() {
         .iter()
         .map(|r| r["feature"].as_str().unwrap())
         .collect();
-    assert_eq!(features, ["summarize", "reply", "rewrite", "proofread"]);
+    assert_eq!(
+        features,
+        ["chat", "summarize", "reply", "rewrite", "proofread"]
+    );
     for r in &rows {
         assert_eq!(r["applies"], true, "{r}");
         assert_eq!(r["layers"], serde_json::json!([21, 29]), "{r}");

@@ -150,7 +150,7 @@ const ADAPTERS_JSON: &str = include_str!("../adapters/manifest.json");
 
 /// The feature adapters' files, compiled in like the guard head (a few MB each), by the
 /// manifest's `file` names. A `static`, like [`GUARD_HEAD`], so the bytes are in the binary once.
-static ADAPTER_FILES: [(&str, &[u8]); 4] = [
+static ADAPTER_FILES: [(&str, &[u8]); 5] = [
     (
         "summarize/summarize.gguf",
         include_bytes!("../adapters/summarize/summarize.gguf"),
@@ -167,12 +167,16 @@ static ADAPTER_FILES: [(&str, &[u8]); 4] = [
         "rewrite/rewrite.gguf",
         include_bytes!("../adapters/rewrite/rewrite.gguf"),
     ),
+    (
+        "chat/chat.gguf",
+        include_bytes!("../adapters/chat/chat.gguf"),
+    ),
 ];
 
 /// One shipped feature adapter (assets/adapters/manifest.json).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct AdapterEntry {
-    /// The feature it serves (summarize, proofread, reply, rewrite).
+    /// The feature it serves (summarize, proofread, reply, rewrite, chat).
     pub feature: String,
     /// Under assets/adapters/.
     pub file: String,

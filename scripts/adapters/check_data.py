@@ -33,6 +33,7 @@ KEYS = {
     "reply": {"input", "output"},
     "rewrite": {"input", "output", "tone", "tone_line"},
     "proofread": {"input", "output", "source", "errors"},
+    "chat": {"input", "output", "kind", "twin"},
 }
 MAX_TOKENS = 512
 SHORTER_MAX = 0.7
@@ -143,6 +144,9 @@ def check(feature, tok, verbose):
                 added = sorted(set(digits(out)) - set(digits(inp)))
                 if added:
                     fail(where, f"output has numbers not in the input: {added}")
+            if feature == "chat" and (ex.get("kind") not in ("rude", "venting", "anchor")
+                                      or ("twin" in ex) != (ex.get("kind") == "rude")):
+                fail(where, "kind must be rude (with its twin), venting or anchor")
             if feature == "summarize" and len(inp.split()) > 250:
                 fail(where, f"input has {len(inp.split())} words (max 250)")
             if tok is not None:

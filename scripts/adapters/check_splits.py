@@ -4,7 +4,7 @@ string "input" and "output" (rewrite: also "tone"), no input repeats within or a
 and no word 8-gram (lower-cased, punctuation stripped) of a test or dev example's input or output
 also occurs in a train example (for proofread, whose pairs share a clean source sentence by
 design, the check runs on the clean outputs: no test/dev sentence shares an 8-gram with a train
-sentence). Exits 1 on any failure and prints the offending n-grams.
+sentence; for chat, on the inputs only). Exits 1 on any failure and prints the offending n-grams.
 
   python3 scripts/adapters/check_splits.py [FEATURE ...]
 """
@@ -14,7 +14,7 @@ import re
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-FEATURES = ["summarize", "proofread", "reply", "rewrite"]
+FEATURES = ["summarize", "proofread", "reply", "rewrite", "chat"]
 N = 8
 
 
@@ -43,7 +43,9 @@ def check(feature):
     if len(set(inputs)) != len(inputs):
         print(f"{feature}: repeated inputs")
         ok = False
-    fields = ["output"] if feature == "proofread" else ["input", "output"]
+    # Chat's outputs are the model's own replies and six fixed calm ones, shared by design:
+    # its check is on the messages.
+    fields = {"proofread": ["output"], "chat": ["input"]}.get(feature, ["input", "output"])
     train = set()
     for ex in splits["train"]:
         for f in fields:

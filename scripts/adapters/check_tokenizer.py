@@ -2,7 +2,7 @@
 """Checks that common.Tokenizer gives llama.cpp's ids (which the Rust engine's tokenizer tests
 also hold it to): every case of engine/tests/fixtures/tokenizer_golden.json, with and without
 special-token parsing, and the chat prompts of generation_golden.json. Also checks that the
-system prompts in common.py still equal app/src/features.rs + policy::TONE_RULES.
+system prompts in common.py still equal safety/src/features.rs + policy::TONE_RULES.
 
   PYTHONPATH=/tmp/adapters-py python3 scripts/adapters/check_tokenizer.py
 """

@@ -1,7 +1,7 @@
 """Shared pieces of the adapter scripts: the features' system prompts, the GGUF's tokenizer and
 the chat template the training examples are rendered with.
 
-The system prompts are copies of app/src/features.rs `Feature::system_prompt` (task sentence,
+The system prompts are copies of safety/src/features.rs `Feature::system_prompt` (task sentence,
 one space, `kostant_safety::policy::TONE_RULES` from safety/src/policy.rs). `check_prompts()`
 reads both Rust files and fails if a copy here has drifted.
 """
@@ -11,10 +11,12 @@ import re
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 BASE_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
-FEATURES = ["summarize", "proofread", "reply", "rewrite"]
+FEATURES = ["summarize", "proofread", "reply", "rewrite", "chat"]
 
 TONE_RULES = "Stay polite and calm even if the user is rude, and do not insult them back."
 TASKS = {
+    # Chat's is safety/src/policy.rs `default_system_prompt` (its task sentences, then the rules).
+    "chat": "You are a knowledgeable assistant. Give a direct, useful answer to every question.",
     "summarize": "Summarize the text the user gives you in a few short sentences. Keep its facts, "
                  "names and numbers; add nothing that is not in it.",
     "reply": "Write a reply to the message the user pastes, as the user, ready to send. Match "
@@ -51,15 +53,19 @@ def _rust_string(src, start):
 
 
 def check_prompts():
-    feats = open(os.path.join(ROOT, "app/src/features.rs")).read()
+    feats = open(os.path.join(ROOT, "safety/src/features.rs")).read()
     policy = open(os.path.join(ROOT, "safety/src/policy.rs")).read()
     m = re.search(r"pub const TONE_RULES: &str =\s*", policy)
     assert _rust_string(policy, m.end()) == TONE_RULES, "TONE_RULES drifted from safety/src/policy.rs"
     assert re.search(r'format!\("\{task\} \{\}", policy::TONE_RULES\)', feats), "features.rs joins differently"
+    m = re.search(r"pub fn default_system_prompt\(\) -> String \{\s*format!\(\s*", policy)
+    assert _rust_string(policy, m.end()) == TASKS["chat"] + " {TONE_RULES}", "chat's prompt drifted from policy.rs"
     for f, text in TASKS.items():
+        if f == "chat":
+            continue
         m = re.search(r"Feature::%s => \{\s*" % f.capitalize(), feats)
         assert m, f
-        assert _rust_string(feats, m.end()) == text, f"{f}'s task prompt drifted from app/src/features.rs"
+        assert _rust_string(feats, m.end()) == text, f"{f}'s task prompt drifted from safety/src/features.rs"
 
 
 class Tokenizer:

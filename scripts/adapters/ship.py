@@ -16,14 +16,14 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import MODEL, ROOT  # noqa: E402
+from common import FEATURES, MODEL, ROOT  # noqa: E402
 
 MANIFEST = os.path.join(ROOT, "assets/adapters/manifest.json")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("features", nargs="+", choices=["summarize", "proofread", "reply", "rewrite"])
+    p.add_argument("features", nargs="+", choices=FEATURES)
     p.add_argument("--peft-root", default=os.path.join(ROOT, "target/adapters"))
     p.add_argument("--kostant", default=os.path.join(ROOT, "target/release/kostant"))
     args = p.parse_args()
@@ -55,8 +55,7 @@ def main():
             "license": "Apache-2.0 (trained by this project on its own CC0 data, over the Apache-2.0 base)",
             "made_by": f"python3 scripts/adapters/train.py {f}; python3 scripts/adapters/ship.py {f}",
         })
-    order = ["summarize", "proofread", "reply", "rewrite"]
-    kept.sort(key=lambda e: order.index(e["feature"]))
+    kept.sort(key=lambda e: FEATURES.index(e["feature"]))
     with open(MANIFEST, "w") as fh:
         json.dump({"adapters": kept}, fh, indent=2)
         fh.write("\n")

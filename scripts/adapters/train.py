@@ -24,7 +24,7 @@ frozen layers below the adapter are run once per example before training, and th
 is cached, so each step runs only the adapted layers.
 
 Examples are rendered with the model's ChatML template under the feature's exact system prompt
-(common.py, checked against app/src/features.rs); the loss is the mean cross-entropy over the
+(common.py, checked against safety/src/features.rs); the loss is the mean cross-entropy over the
 assistant reply's tokens and its closing <|im_end|> only.
 
 Q/K ROW ORDER (why lora_B of q_proj/k_proj is un-permuted before it is written)

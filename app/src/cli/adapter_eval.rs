@@ -59,7 +59,7 @@ fn tasks(list: &str) -> Result<Vec<Task>> {
     let mut out = Vec::new();
     for id in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let Some(t) = Task::parse(id) else {
-            bail!("--feature {id:?}: the features with test data are summarize, proofread, reply and rewrite");
+            bail!("--feature {id:?}: the features scored against reference outputs are summarize, proofread, reply and rewrite");
         };
         out.push(t);
     }

@@ -42,11 +42,14 @@ pub fn run(args: ChatArgs) -> Result<()> {
     let path = crate::model_path::resolve(args.model.model.as_deref())?;
     let (guard, head) = super::guard::load_guard_named(&args.guard, &model, &path)?;
     let mut session = Session::with_kv_type(model.clone(), args.model.ctx, args.kv.kv_type)?;
-    let adapter = match args.feature {
-        Some(f) if !args.no_adapter && args.adapter.adapter.is_none() => {
-            super::adapter::apply_feature(f, &mut session)?
+    // The feature's shipped adapter, plain chat's included, unless the caller brings their
+    // own adapter or system prompt (chat's adapter learned under the default prompt).
+    let own = args.no_adapter || args.adapter.adapter.is_some() || args.system.is_some();
+    let adapter = match own {
+        false => {
+            super::adapter::apply_feature(args.feature.unwrap_or(Feature::Chat), &mut session)?
         }
-        _ => args.adapter.apply(&mut session)?,
+        true => args.adapter.apply(&mut session)?,
     };
     let draft_model = match &args.draft_model {
         Some(path) => {

@@ -120,7 +120,8 @@ pub struct ChatArgs {
     /// Random seed (default: a new one each run).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// System prompt (default: Kostant's own). The tone rules are always added to it.
+    /// System prompt (default: Kostant's own). The tone rules are always added to it. A
+    /// prompt of your own runs without the chat's shipped adapter, which learned under Kostant's.
     #[arg(long, conflicts_with = "feature")]
     pub system: Option<String>,
     /// What to do, as the app's feature chips do: chat, summarize, proofread, reply or
@@ -128,8 +129,8 @@ pub struct ChatArgs {
     /// it was trained on (see `kostant adapter list`).
     #[arg(long, value_parser = parse_feature)]
     pub feature: Option<kostant_app::features::Feature>,
-    /// With --feature: its system prompt only, not its adapter.
-    #[arg(long, requires = "feature", conflicts_with = "adapter")]
+    /// The feature's system prompt only, not its shipped adapter (plain chat's included).
+    #[arg(long, conflicts_with = "adapter")]
     pub no_adapter: bool,
     /// One JSON object per line on stdout: a line per token, then a final "done" line.
     #[arg(long)]

@@ -372,17 +372,19 @@ mod tests {
     #[test]
     fn every_shipped_adapter_is_listed_with_whether_it_applies() {
         let shipped = kostant_assets::builtin_adapters().unwrap();
-        assert_eq!(shipped.len(), 4);
+        assert_eq!(shipped.len(), 5);
         let mut s = SettingsController::new(GenerationSettings::default(), Ok("k".into()));
         let before = s.adapters();
-        assert_eq!(before.len(), 4, "{before:?}");
+        assert_eq!(before.len(), 5, "{before:?}");
         assert!(before
             .iter()
             .all(|l| l.detail.starts_with("rank 16 · layers 21–29")));
-        assert!(
-            before.iter().any(|l| l.feature == "Proofread"),
-            "{before:?}"
-        );
+        for feature in ["Proofread", "Chat"] {
+            assert!(
+                before.iter().any(|l| l.feature == feature),
+                "{before:?}"
+            );
+        }
         // Another model: every adapter says it is not used, and why.
         s.model_loaded(summary(), super::super::no_notify());
         for l in s.adapters() {
