@@ -17,9 +17,14 @@ use ui_support::*;
 
 /// A finger's tap at the centre of `e`, in the native window's physical pixels.
 fn tap(ui: &PhoneApp, touch: &mut TouchTracker, v: &Viewport, e: &ElementHandle) {
+    tap_at(ui, touch, v, e, 0.5);
+}
+
+/// A finger's tap across the middle of `e`, `down` of the way from its top.
+fn tap_at(ui: &PhoneApp, touch: &mut TouchTracker, v: &Viewport, e: &ElementHandle, down: f32) {
     let (p, s) = (e.absolute_position(), e.size());
     let x = v.left as f32 + (p.x + s.width / 2.0) * v.scale;
-    let y = v.top as f32 + (p.y + s.height / 2.0) * v.scale;
+    let y = v.top as f32 + (p.y + s.height * down) * v.scale;
     for phase in [TouchPhase::Down, TouchPhase::Up] {
         let t = Touch {
             phase,
@@ -101,7 +106,9 @@ fn taps_and_keys_from_android_drive_the_phone_layout() {
     // A tap on the conversation leaves the composer: the keyboard goes; a tap on the composer
     // brings it back.
     assert!(ui.keyboard().get_wanted());
-    tap(&ui, &mut touch, &v, &find(&ui, "Assistant reply"));
+    // Near the top, on the reply's text: a reply element also holds the Copy, Regenerate and
+    // Edit buttons below it, which can sit at the element's centre when the reply is one line.
+    tap_at(&ui, &mut touch, &v, &find(&ui, "Assistant reply"), 0.15);
     assert!(
         !ui.keyboard().get_wanted(),
         "a tap on the conversation hides the keyboard"

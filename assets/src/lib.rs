@@ -258,7 +258,10 @@ mod tests {
         let adapters = builtin_adapters().unwrap();
         let mut features: Vec<&str> = adapters.iter().map(|a| a.entry.feature.as_str()).collect();
         features.sort_unstable();
-        assert_eq!(features, ["proofread", "reply", "rewrite", "summarize"]);
+        assert_eq!(
+            features,
+            ["chat", "proofread", "reply", "rewrite", "summarize"]
+        );
         for a in &adapters {
             assert_eq!(a.bytes.len() as u64, a.entry.size, "{}", a.entry.file);
             assert_eq!(sha256_hex(a.bytes), a.entry.sha256, "{}", a.entry.file);

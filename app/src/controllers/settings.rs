@@ -380,10 +380,7 @@ mod tests {
             .iter()
             .all(|l| l.detail.starts_with("rank 16 · layers 21–29")));
         for feature in ["Proofread", "Chat"] {
-            assert!(
-                before.iter().any(|l| l.feature == feature),
-                "{before:?}"
-            );
+            assert!(before.iter().any(|l| l.feature == feature), "{before:?}");
         }
         // Another model: every adapter says it is not used, and why.
         s.model_loaded(summary(), super::super::no_notify());
