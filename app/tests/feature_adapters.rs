@@ -124,6 +124,37 @@ fn plain_chat_runs_the_chats_adapter_and_a_prompt_of_ones_own_does_not() {
 }
 
 #[test]
+fn the_apps_responder_runs_the_chats_adapter_on_a_plain_chat() {
+    use kostant_app::controllers::chat::{
+        ContextOrigin, GenerationSettings, GuardedResponder, ReplyEvent, ReplyRequest, Responder,
+    };
+    use kostant_engine::{CancelHandle, Message, Role};
+    let (mut r, _) = GuardedResponder::load(&real_model_path(), 0).unwrap();
+    let req = ReplyRequest {
+        system: Feature::Chat.system_prompt(),
+        feature: Feature::Chat,
+        turns: vec![Message::new(
+            Role::User,
+            "You useless thing, how many minutes are in an hour?",
+        )],
+        settings: GenerationSettings {
+            temperature: 0.0,
+            max_tokens: 8,
+            ..GenerationSettings::default()
+        },
+        conversation: None,
+        origin: ContextOrigin::Switched(None),
+    };
+    let mut adapter = None;
+    r.respond(&req, &CancelHandle::new(), &mut |ev| match ev {
+        ReplyEvent::Done(o) => adapter = Some(o.stats.expect("a generation").adapter),
+        ReplyEvent::Failed(e) => panic!("{e}"),
+        _ => {}
+    });
+    assert_eq!(adapter, Some(Some("chat".to_string())));
+}
+
+#[test]
 fn a_feature_on_another_model_runs_on_its_prompt_alone_and_says_why() {
     let out = proofread(&gemma3_model_path(), "My brother dont like coffe.", &[]);
     let d = done(&out);

@@ -32,24 +32,13 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(__file__))
+from check_splits import grams  # noqa: E402  (the 8-gram rule the split check applies)
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 KOSTANT = os.environ.get("KOSTANT", os.path.join(ROOT, "target/release/kostant"))
 DATA = os.path.join(ROOT, "assets/adapters/chat")
 
-# Words that mark a clause as an insult, a complaint or filler rather than the request.
-RUDE = re.compile(
-    r"\b(useless|idiot\w*|stupid|moron\w*|dumb\w*|junk|bot|robot|machine|program|trash|loser|joke|"
-    r"pathetic|worthless|brainless|braindead|brain-dead|thick|clown|dimwit|numbskull|hopeless|"
-    r"garbage|crap\w*|shit\w*|fuck\w*|damn\w*|hell|bullshit|screw|piss|jesus|god\w*|ugh|wow|omg|"
-    r"bruh|lol|nerd|waste|worst|slow|deaf|annoying|incompetent|excuse|autocomplete|toaster|"
-    r"bucket|bolts|suck\w*|hate|trash|pile|scream\w*|done with you|kidding|einstein|genius|"
-    r"nothing|uninstall\w*|deleting|review|switching|report\w*|warning|cancel\w* my|smash\w*|"
-    r"seconds|plug|furious|mad at you|ruined|wrecked|because of you|look stupid|polite|"
-    r"niceties|cheerful|apologise|frustration|real|feelings|numbers|scrapped|king|"
-    r"nul|abruti|inútil|idiota|estúpido|nutzlos|idiot|dummer|inutile|stomme|beznadziejny|"
-    r"бесполезный|идиот|aptalsın|没用|役立たず|쓸모없네|बेकार|عديم)\b",
-    re.I,
-)
 # Openings a request clause starts with.
 REQUEST = re.compile(
     r"^(how|what|what's|whats|which|when|where|who|why|can|could|would|is|are|do|does|give|tell|"
@@ -129,16 +118,6 @@ def ended(reply, stopped):
     return reply[:m[-1].end()].strip() if m else None
 
 
-def grams(text, n=8):
-    w = re.findall(r"[a-z0-9]+", text.lower())
-    return {" ".join(w[i:i + n]) for i in range(len(w) - n + 1)}
-
-
-def shares_with(text, train):
-    seen = set().union(*(grams(p) for _, p in train))
-    return bool(grams(text) & seen)
-
-
 def rude_lines():
     """(line, vents): the rude file's single-turn lines, and whether each is under its
     "venting only" header (a message with no request, answered with a CALM reply)."""
@@ -193,8 +172,9 @@ def main():
         splits[name] += [("anchor", x["prompt"]) for x in others[::12]]
     # A dev or test message that shares a word 8-gram with a train one (the rude file and the
     # guard's provocation items overlap a little) is left out (check_splits.py's rule).
+    seen = set().union(*(grams(p) for _, p in splits["train"]))
     for name in ("dev", "test"):
-        splits[name] = [(k, p) for k, p in splits[name] if not shares_with(p, splits["train"])]
+        splits[name] = [(k, p) for k, p in splits[name] if not grams(p) & seen]
     # One pass of the model over every prompt whose reply is wanted.
     asks = []
     for name, items in splits.items():

@@ -19,6 +19,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import FEATURES, MODEL, ROOT  # noqa: E402
 
 MANIFEST = os.path.join(ROOT, "assets/adapters/manifest.json")
+# What each adapter's data is (its MANIFEST.md says how it was made).
+LICENSE = {
+    "*": "Apache-2.0 (trained by this project on its own CC0 data, over the Apache-2.0 base)",
+    "chat": "Apache-2.0 (trained by this project on its own Apache-2.0 messages and the "
+            "Apache-2.0 base model's own replies, over that base)",
+}
 
 
 def main():
@@ -52,7 +58,7 @@ def main():
             "layers": [min(layers), max(layers)],
             "base": f"{base['name']} ({base['file']})",
             "base_fingerprint": base["fingerprint"],
-            "license": "Apache-2.0 (trained by this project on its own CC0 data, over the Apache-2.0 base)",
+            "license": LICENSE.get(f, LICENSE["*"]),
             "made_by": f"python3 scripts/adapters/train.py {f}; python3 scripts/adapters/ship.py {f}",
         })
     kept.sort(key=lambda e: FEATURES.index(e["feature"]))

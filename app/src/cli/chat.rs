@@ -45,11 +45,10 @@ pub fn run(args: ChatArgs) -> Result<()> {
     // The feature's shipped adapter, plain chat's included, unless the caller brings their
     // own adapter or system prompt (chat's adapter learned under the default prompt).
     let own = args.no_adapter || args.adapter.adapter.is_some() || args.system.is_some();
-    let adapter = match own {
-        false => {
-            super::adapter::apply_feature(args.feature.unwrap_or(Feature::Chat), &mut session)?
-        }
-        true => args.adapter.apply(&mut session)?,
+    let adapter = if own {
+        args.adapter.apply(&mut session)?
+    } else {
+        super::adapter::apply_feature(args.feature.unwrap_or(Feature::Chat), &mut session)?
     };
     let draft_model = match &args.draft_model {
         Some(path) => {

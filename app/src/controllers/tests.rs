@@ -59,6 +59,8 @@ impl Responder for Scripted {
                     generated_tokens: 2,
                     ttft_ms: 12.0,
                     decode_tok_s: 34.5,
+                    // Chat runs without one here (as on a model no adapter was trained on), so
+                    // the readout's no-adapter case is covered too.
                     adapter: (req.feature != Feature::Chat).then(|| req.feature.id().to_string()),
                 }),
                 context: None,
