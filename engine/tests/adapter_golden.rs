@@ -4,11 +4,10 @@
 //! same base file, on two dev prompts per feature. How the fixture was recorded:
 //! fixtures/README.md.
 //!
-//! Without the adapter the greedy replies are equal, text for text. With it they are not yet
-//! (issue 21): fed llama.cpp's reply token by token, our top token is llama.cpp's at all but a
-//! few positions, and where it is not, llama.cpp's token is within `MARGIN` of ours in logits,
-//! a near tie that a last-bits difference in the side path tips. A wrong row order, scale or
-//! rounding moves logits by whole units and fails here.
+//! The greedy replies are llama.cpp's, text for text, with the adapter and without. Near ties
+//! are common with an adapter on (rewrite's first prompt has " you" and "." 0.06 logits apart),
+//! so this holds only because the side path sums as ggml does, bit for bit: tinyBLAS's order
+//! for a prompt, `ggml_vec_dot_f16`'s for one token (kostant_kernels::lora).
 
 use std::path::PathBuf;
 
@@ -35,19 +34,14 @@ fn reply(s: &mut Session, prompt: &[u32], max: usize) -> String {
     text
 }
 
-/// How far below our top logit llama.cpp's token may be where the two differ.
-const MARGIN: f32 = 0.1;
-/// The share of positions where the top tokens must agree.
-const AGREE: f64 = 0.95;
-
 #[test]
-fn the_shipped_adapters_follow_llama_cpps_lora_token_by_token() {
+fn the_shipped_adapters_give_llama_cpps_greedy_replies() {
     let fx: serde_json::Value =
         serde_json::from_str(include_str!("fixtures/adapter_golden.json")).unwrap();
     let model = Model::load(&real_model_path()).unwrap();
     let max = fx["max_new_tokens"].as_u64().unwrap() as usize;
     let assets = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/adapters");
-    let (mut differs_from_base, mut agreed, mut positions) = (0, 0, 0);
+    let mut differs_from_base = 0;
     for case in fx["cases"].as_array().unwrap() {
         let feature = case["feature"].as_str().unwrap();
         let adapter = LoraAdapter::load(
@@ -76,28 +70,12 @@ fn the_shipped_adapters_follow_llama_cpps_lora_token_by_token() {
             scale: 1.0,
         }))
         .unwrap();
-        // Teacher-forced: llama.cpp's reply, token by token.
-        let theirs = model
-            .tokenizer
-            .encode(case["lora_text"].as_str().unwrap(), false)
-            .unwrap();
-        let (mut logits, _) = prefill(&mut s, &prompt).unwrap();
-        for &t in &theirs {
-            let ours = argmax(&logits);
-            positions += 1;
-            if ours == t {
-                agreed += 1;
-            } else {
-                let gap = logits[ours as usize] - logits[t as usize];
-                assert!(
-                    gap < MARGIN,
-                    "{feature} dev line {line}: llama.cpp's token {t} is {gap} below ours ({ours})"
-                );
-            }
-            logits = step(&mut s, t).unwrap();
-        }
-        s.reset();
         let got = reply(&mut s, &prompt, max);
+        assert_eq!(
+            got,
+            case["lora_text"].as_str().unwrap(),
+            "{feature} dev line {line} with the adapter"
+        );
         s.set_adapter(None).unwrap();
         let base = reply(&mut s, &prompt, max);
         assert_eq!(
@@ -107,11 +85,6 @@ fn the_shipped_adapters_follow_llama_cpps_lora_token_by_token() {
         );
         differs_from_base += usize::from(got != base);
     }
-    let share = agreed as f64 / positions as f64;
-    assert!(
-        share >= AGREE,
-        "top tokens agree at {agreed} of {positions} positions"
-    );
     assert!(
         differs_from_base > 0,
         "the adapters changed no reply: the test would not see one missing"

@@ -14,7 +14,7 @@ use half::f16;
 use crate::dispatch::kernels;
 
 /// The order in which ggml adds the products of an f16 x f16 dot product (KQ and KQV in
-/// attention). A batch of several query rows goes through llamafile's tinyBLAS (one 8-lane
+/// attention; a LoRA pair's side path, `crate::lora`). A batch of several query rows goes through llamafile's tinyBLAS (one 8-lane
 /// accumulator); a single row through `ggml_vec_dot_f16` (four 8-lane accumulators).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum F16SumOrder {

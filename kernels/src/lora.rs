@@ -2,19 +2,28 @@
 //! B (rows, r) float matrices (F32, F16, BF16) and r small (8 to 64).
 //!
 //! The sums are ggml's: `x` is rounded to A's type before A, `x A^T` to B's type before B
-//! (what ggml does to the activations of an F16 or BF16 matmul), and every dot runs in the
-//! order of this table's `dot_f16` / `dot_bf16` / `dot_f32`. So the result is bit for bit what
-//! two [`crate::matmul_input`] calls and an add give; this kernel only drops their costs, which
-//! dwarfed the arithmetic at this size: a fork-join of the pool per call (a decode step makes
-//! ~60 of them), an f16 widening per weight per token, and a call with its own horizontal sum
-//! for each of B's rows of r values. Here one call runs both stages for a run of tokens, on
-//! the calling thread for one token (only a large B's rows split over the pool), over the pool
-//! (tokens split) for many; B's rows are summed eight at a time ([`Kernels::lora_rows_f16`]).
+//! (what ggml does to the activations of an F16 or BF16 matmul), and each F16 dot runs in the
+//! order ggml's CPU matmul gives it on x86: for two tokens or more, llamafile's tinyBLAS order
+//! ([`Kernels::dot_f16_tiny_blas`]) where tinyBLAS takes the matrix ([`sum_order`]: every pair of
+//! every shipped adapter); for one token (decode, and the last layer's feed-forward of a
+//! prompt, which llama.cpp runs for the output row only) and wherever tinyBLAS declines,
+//! `ggml_vec_dot_f16`'s ([`Kernels::dot_f16`]). That is what makes our greedy replies with an
+//! adapter llama.cpp's, token for token (engine/tests/adapter_golden.rs). F32 and BF16 pairs
+//! keep `ggml_vec_dot`'s order for any number of tokens (llama.cpp runs tinyBLAS for those
+//! too; no adapter we know of ships them).
+//!
+//! This kernel only drops the costs of two plain matmul calls, which dwarfed the arithmetic at
+//! this size: a fork-join of the pool per call (a decode step makes ~60 of them), an f16
+//! widening per weight per token, and a call with its own horizontal sum for each of B's rows
+//! of r values. Here one call runs both stages for a run of tokens, on the calling thread for
+//! one token (only a large B's rows split over the pool), over the pool (tokens split) for
+//! many; in tinyBLAS order B's rows are summed eight at a time ([`Kernels::lora_rows_f16`]).
 
 use std::cell::Cell;
 
 use rayon::prelude::*;
 
+use crate::attention::F16SumOrder;
 use crate::attention_group::round_to_f16;
 use crate::block::{cast_blocks, f32_view};
 use crate::dispatch::{kernels, Kernels};
@@ -27,20 +36,40 @@ use crate::{GgmlType, KernelError, Weights};
 #[derive(Clone, Copy)]
 enum Rows<'a> {
     F32(&'a [f32]),
-    F16(&'a [F16]),
+    /// With the order ggml sums this matrix's dots in for this call ([`sum_order`]).
+    F16(&'a [F16], F16SumOrder),
     BF16(&'a [BF16]),
 }
 
+/// The order ggml's CPU matmul sums an F16 matrix of `rows` rows of `cols` values times
+/// `n_tokens` tokens in on x86 (AVX2 and F16C): llamafile's tinyBLAS takes it for two tokens
+/// or more ([`F16SumOrder::for_batch`]: "only enable sgemm for prompt processing") where its
+/// run of 8 divides the rows' length and its tiles of 4 rows their number
+/// (ggml-cpu/llamafile/sgemm.cpp); `ggml_vec_dot_f16` does the rest.
+fn sum_order(rows: usize, cols: usize, n_tokens: usize) -> F16SumOrder {
+    match F16SumOrder::for_batch(n_tokens) {
+        F16SumOrder::TinyBlas if cols.is_multiple_of(8) && rows.is_multiple_of(4) => {
+            F16SumOrder::TinyBlas
+        }
+        _ => F16SumOrder::VecDot,
+    }
+}
+
 impl<'a> Rows<'a> {
-    /// `w`'s elements (F32 bytes through [`f32_view`], which may copy into `copy`).
+    /// `w`'s elements (F32 bytes through [`f32_view`], which may copy into `copy`), to be
+    /// multiplied by `n_tokens` tokens.
     fn of(
         w: &Weights<'a>,
         what: &'static str,
+        n_tokens: usize,
         copy: &'a mut Vec<f32>,
     ) -> Result<Self, KernelError> {
         Ok(match w.ty {
             GgmlType::F32 => Rows::F32(f32_view(w.data, copy)),
-            GgmlType::F16 => Rows::F16(cast_blocks::<F16>(w.data)),
+            GgmlType::F16 => Rows::F16(
+                cast_blocks::<F16>(w.data),
+                sum_order(w.rows, w.cols, n_tokens),
+            ),
             GgmlType::BF16 => Rows::BF16(cast_blocks::<BF16>(w.data)),
             ty => return Err(KernelError::Type { what, ty }),
         })
@@ -50,7 +79,7 @@ impl<'a> Rows<'a> {
     fn round(self, v: &mut [f32]) {
         match self {
             Rows::F32(_) => {}
-            Rows::F16(_) => round_to_f16(v),
+            Rows::F16(..) => round_to_f16(v),
             Rows::BF16(_) => v
                 .iter_mut()
                 .for_each(|x| *x = half::bf16::from_f32(*x).to_f32()),
@@ -62,7 +91,10 @@ impl<'a> Rows<'a> {
         let n = x.len();
         match self {
             Rows::F32(w) => rows_each(w, n, out, |row| k.dot_f32(row, x)),
-            Rows::F16(w) => rows_each(w, n, out, |row| k.dot_f16(row, x)),
+            Rows::F16(w, F16SumOrder::TinyBlas) => {
+                rows_each(w, n, out, |row| k.dot_f16_tiny_blas(row, x))
+            }
+            Rows::F16(w, F16SumOrder::VecDot) => rows_each(w, n, out, |row| k.dot_f16(row, x)),
             Rows::BF16(w) => rows_each(w, n, out, |row| k.dot_bf16(row, x)),
         }
     }
@@ -72,7 +104,7 @@ impl<'a> Rows<'a> {
         let r = first * n..(first + count) * n;
         match self {
             Rows::F32(w) => Rows::F32(&w[r]),
-            Rows::F16(w) => Rows::F16(&w[r]),
+            Rows::F16(w, order) => Rows::F16(&w[r], order),
             Rows::BF16(w) => Rows::BF16(&w[r]),
         }
     }
@@ -82,7 +114,7 @@ impl<'a> Rows<'a> {
         let n = x.len();
         let add = |o: &mut f32, d: f32| *o += d * scale;
         match self {
-            Rows::F16(w) => k.lora_rows_f16(w, x, scale, out),
+            Rows::F16(w, order) => k.lora_rows_f16(w, x, scale, out, order),
             Rows::F32(w) => out
                 .iter_mut()
                 .zip(w.chunks_exact(n))
@@ -152,8 +184,8 @@ pub fn lora_add(
         });
     }
     let (mut copy_a, mut copy_b) = (Vec::new(), Vec::new());
-    let ra = Rows::of(a, "lora_a", &mut copy_a)?;
-    let rb = Rows::of(b, "lora_b", &mut copy_b)?;
+    let ra = Rows::of(a, "lora_a", n, &mut copy_a)?;
+    let rb = Rows::of(b, "lora_b", n, &mut copy_b)?;
     if out.is_empty() {
         return Ok(());
     }
@@ -208,11 +240,21 @@ pub fn lora_add(
 }
 
 /// Scalar reference of [`Kernels::lora_rows_f16`]: `out[i] += dot(row i of w, x) * scale`,
-/// each dot the scalar `dot_f16`.
-pub(crate) fn rows_f16_scalar(w: &[F16], x: &[f32], scale: f32, out: &mut [f32]) {
+/// each dot the scalar table's `dot_f16_tiny_blas` or `dot_f16`, as `order` says.
+pub(crate) fn rows_f16_scalar(
+    w: &[F16],
+    x: &[f32],
+    scale: f32,
+    out: &mut [f32],
+    order: F16SumOrder,
+) {
     let n = x.len().max(1);
+    let dot = match order {
+        F16SumOrder::TinyBlas => f16::tiny_blas_dot_scalar,
+        F16SumOrder::VecDot => f16::dot_scalar,
+    };
     for (o, row) in out.iter_mut().zip(w.chunks_exact(n)) {
-        *o += f16::dot_scalar(row, x) * scale;
+        *o += dot(row, x) * scale;
     }
 }
 
@@ -220,8 +262,81 @@ pub(crate) fn rows_f16_scalar(w: &[F16], x: &[f32], scale: f32, out: &mut [f32])
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
-    use crate::formats::f16::avx2::{dot, lanes};
+    use crate::attention::F16SumOrder;
+    use crate::formats::f16::avx2::{dot, tiny_blas_dot, tiny_blas_lanes};
     use crate::formats::f16::F16;
+
+    /// [`dot`] of eight rows of `x.len()` values (a multiple of 8 below 32) side by side. Rows
+    /// that short are all leftovers to `ggml_vec_dot_f16`: their products added one by one in
+    /// f64. So each run of 8 columns is multiplied row by row, transposed so that a column of
+    /// the eight rows is one vector, and added column after column into two f64 vectors of
+    /// four rows each: the same additions in the same order as [`dot`] makes, eight rows at once.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn short_vec_dots8(w: &[F16], x: &[f32]) -> __m256 {
+        let n = x.len();
+        assert!(
+            w.len() >= 8 * n && n.is_multiple_of(8),
+            "short_vec_dots8: shapes"
+        );
+        let (mut lo, mut hi) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+        for c in (0..n).step_by(8) {
+            // SAFETY: c + 8 <= n: 8 floats of x; row i's halves c..c + 8 lie inside w's 8 rows.
+            let xv = unsafe { _mm256_loadu_ps(x.as_ptr().add(c)) };
+            let p: [__m256; 8] = std::array::from_fn(|i| {
+                // SAFETY: as above.
+                let h = unsafe { _mm_loadu_si128(w.as_ptr().add(i * n + c).cast()) };
+                _mm256_mul_ps(_mm256_cvtph_ps(h), xv)
+            });
+            for column in transpose8(p) {
+                lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(column)));
+                hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(column)));
+            }
+        }
+        _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo))
+    }
+
+    /// The 8x8 transpose: lane i of output j is lane j of input i.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+        let t: [__m256; 8] = std::array::from_fn(|i| {
+            let (a, b) = (r[2 * (i / 2)], r[2 * (i / 2) + 1]);
+            if i % 2 == 0 {
+                _mm256_unpacklo_ps(a, b)
+            } else {
+                _mm256_unpackhi_ps(a, b)
+            }
+        });
+        // t: lo01, hi01, lo23, hi23, lo45, hi45, lo67, hi67; u[k] holds column k of rows 0-3
+        // (k = 0..4) in its low half and column k + 4 in its high half, u[k + 4] rows 4-7.
+        let q = |a: __m256, b: __m256, hi: bool| {
+            if hi {
+                _mm256_shuffle_ps::<0xEE>(a, b)
+            } else {
+                _mm256_shuffle_ps::<0x44>(a, b)
+            }
+        };
+        let u = [
+            q(t[0], t[2], false),
+            q(t[0], t[2], true),
+            q(t[1], t[3], false),
+            q(t[1], t[3], true),
+            q(t[4], t[6], false),
+            q(t[4], t[6], true),
+            q(t[5], t[7], false),
+            q(t[5], t[7], true),
+        ];
+        [
+            _mm256_permute2f128_ps::<0x20>(u[0], u[4]),
+            _mm256_permute2f128_ps::<0x20>(u[1], u[5]),
+            _mm256_permute2f128_ps::<0x20>(u[2], u[6]),
+            _mm256_permute2f128_ps::<0x20>(u[3], u[7]),
+            _mm256_permute2f128_ps::<0x31>(u[0], u[4]),
+            _mm256_permute2f128_ps::<0x31>(u[1], u[5]),
+            _mm256_permute2f128_ps::<0x31>(u[2], u[6]),
+            _mm256_permute2f128_ps::<0x31>(u[3], u[7]),
+        ]
+    }
 
     /// `a`'s and `b`'s 8 lanes folded to 4 each as `hsum_ps` folds them (lane i plus lane
     /// i + 4), in the order [a0, a2, a1, a3 | b0, b2, b1, b3], ready for two `hadd`s.
@@ -233,15 +348,39 @@ pub(crate) mod avx2 {
         _mm256_permute_ps::<0b11_01_10_00>(_mm256_add_ps(lo, hi))
     }
 
-    /// `out[i] += dot(row i of w, x) * scale`, bit for bit as [`dot`] and a scalar multiply-add
-    /// would give, eight rows at a time: their accumulators are reduced together (two `hadd`s
-    /// pair the lanes as `hsum_ps` does), then scaled and added as one vector.
+    /// `out[i] += dot(row i of w, x) * scale`, bit for bit as [`tiny_blas_dot`] or [`dot`] (as
+    /// `order` says) and a scalar multiply-add would give. In tinyBLAS order eight rows at a time:
+    /// their accumulators are reduced together (two `hadd`s pair the lanes as `hsum_ps`
+    /// does), then scaled and added as one vector.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn rows_f16(w: &[F16], x: &[f32], scale: f32, out: &mut [f32]) {
+    pub(crate) fn rows_f16(w: &[F16], x: &[f32], scale: f32, out: &mut [f32], order: F16SumOrder) {
         let n = x.len();
+        if order == F16SumOrder::VecDot {
+            let mut r = 0;
+            if n > 0 && n < 32 && n.is_multiple_of(8) {
+                let rows = out.len().min(w.len() / n);
+                let vscale = _mm256_set1_ps(scale);
+                while r + 8 <= rows {
+                    let sums = short_vec_dots8(&w[r * n..(r + 8) * n], x);
+                    // SAFETY: r + 8 <= rows <= out.len().
+                    unsafe {
+                        let o = out.as_mut_ptr().add(r);
+                        _mm256_storeu_ps(
+                            o,
+                            _mm256_add_ps(_mm256_loadu_ps(o), _mm256_mul_ps(sums, vscale)),
+                        );
+                    }
+                    r += 8;
+                }
+            }
+            for (o, row) in out[r..].iter_mut().zip(w[r * n..].chunks_exact(n.max(1))) {
+                *o += dot(row, x) * scale;
+            }
+            return;
+        }
         if n == 0 || !n.is_multiple_of(8) {
             for (o, row) in out.iter_mut().zip(w.chunks_exact(n.max(1))) {
-                *o += dot(row, x) * scale;
+                *o += tiny_blas_dot(row, x) * scale;
             }
             return;
         }
@@ -251,7 +390,7 @@ pub(crate) mod avx2 {
         let mut r = 0;
         while r + 8 <= rows {
             let acc: [__m256; 8] =
-                std::array::from_fn(|i| lanes(&w[(r + i) * n..(r + i + 1) * n], x));
+                std::array::from_fn(|i| tiny_blas_lanes(&w[(r + i) * n..(r + i + 1) * n], x));
             let h0 = _mm256_hadd_ps(fold_pair(acc[0], acc[1]), fold_pair(acc[2], acc[3]));
             let h1 = _mm256_hadd_ps(fold_pair(acc[4], acc[5]), fold_pair(acc[6], acc[7]));
             // Lanes [s0, s2, s4, s6 | s1, s3, s5, s7], put back in row order.
@@ -267,7 +406,7 @@ pub(crate) mod avx2 {
             r += 8;
         }
         for (o, row) in out[r..rows].iter_mut().zip(w[r * n..].chunks_exact(n)) {
-            *o += dot(row, x) * scale;
+            *o += tiny_blas_dot(row, x) * scale;
         }
     }
 }
@@ -288,8 +427,25 @@ mod tests {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
     }
 
-    /// The side path as two matmuls and an add, the way the engine computed it before this
-    /// kernel: the reference the kernel must equal bit for bit.
+    /// One stage of the reference, `x (n, w.cols) W^T`: an F16 matrix that ggml hands to
+    /// tinyBLAS dotted in its order by the scalar reference, any other by `matmul_input`.
+    fn stage(w: &Weights, x: &[f32], n: usize) -> Vec<f32> {
+        let mut out = vec![0.0; n * w.rows];
+        if w.ty == GgmlType::F16 && sum_order(w.rows, w.cols, n) == F16SumOrder::TinyBlas {
+            let h = cast_blocks::<F16>(w.data);
+            for (xr, o) in x.chunks_exact(w.cols).zip(out.chunks_exact_mut(w.rows)) {
+                for (o, row) in o.iter_mut().zip(h.chunks_exact(w.cols)) {
+                    *o = f16::tiny_blas_dot_scalar(row, xr);
+                }
+            }
+        } else {
+            matmul_input(w, Input::Rows(x), n, &mut out).unwrap();
+        }
+        out
+    }
+
+    /// The side path as two matmuls and an add, each as ggml runs it: the reference the
+    /// kernel must equal bit for bit.
     fn two_matmuls(a: &Weights, b: &Weights, x: Input, n: usize, scale: f32, out: &mut [f32]) {
         let round = |ty: GgmlType, v: &mut [f32]| match ty {
             GgmlType::F16 => v
@@ -310,11 +466,9 @@ mod tests {
             }
         }
         round(a.ty, &mut xr);
-        let mut xa = vec![0.0; n * a.rows];
-        matmul_input(a, Input::Rows(&xr), n, &mut xa).unwrap();
+        let mut xa = stage(a, &xr, n);
         round(b.ty, &mut xa);
-        let mut d = vec![0.0; n * b.rows];
-        matmul_input(b, Input::Rows(&xa), n, &mut d).unwrap();
+        let d = stage(b, &xa, n);
         for (o, d) in out.iter_mut().zip(&d) {
             *o += d * scale;
         }
@@ -332,6 +486,7 @@ mod tests {
             (64, 128, 24, 1),
             (5, 33, 19, 2),
             (13, 40, 9, 65),
+            (8, 36, 40, 2),
         ] {
             for (ta, tb) in [
                 (GgmlType::F16, GgmlType::F16),
@@ -390,6 +545,8 @@ mod tests {
             (32, 17),
             (64, 8),
             (24, 7),
+            (24, 16),
+            (16, 13),
             (5, 11),
             (0, 3),
         ] {
@@ -397,20 +554,28 @@ mod tests {
             let w = cast_blocks::<F16>(&w);
             let x = random_f32(&mut r, n, 1.0);
             let start = random_f32(&mut r, rows, 1.0);
-            let (mut got, mut want) = (start.clone(), start.clone());
-            // SAFETY: the test returned above unless the CPU has avx2 (every x86 table implies fma
-            // and f16c with it).
-            unsafe { avx2::rows_f16(w, &x, 0.37, &mut got) };
-            for (o, row) in want.iter_mut().zip(w.chunks_exact(n.max(1))) {
-                // SAFETY: as above.
-                *o += unsafe { f16::avx2::dot(row, &x) } * 0.37;
+            for order in [F16SumOrder::TinyBlas, F16SumOrder::VecDot] {
+                let (mut got, mut want) = (start.clone(), start.clone());
+                // SAFETY: the test returned above unless the CPU has avx2 (every x86 table
+                // implies fma and f16c with it).
+                unsafe { avx2::rows_f16(w, &x, 0.37, &mut got, order) };
+                for (o, row) in want.iter_mut().zip(w.chunks_exact(n.max(1))) {
+                    // SAFETY: as above.
+                    let d = unsafe {
+                        match order {
+                            F16SumOrder::TinyBlas => f16::avx2::tiny_blas_dot(row, &x),
+                            F16SumOrder::VecDot => f16::avx2::dot(row, &x),
+                        }
+                    };
+                    *o += d * 0.37;
+                }
+                assert!(
+                    got.iter()
+                        .zip(&want)
+                        .all(|(g, w)| g.to_bits() == w.to_bits()),
+                    "n {n} rows {rows} {order:?}"
+                );
             }
-            assert!(
-                got.iter()
-                    .zip(&want)
-                    .all(|(g, w)| g.to_bits() == w.to_bits()),
-                "n {n} rows {rows}"
-            );
         }
     }
 

@@ -1,6 +1,7 @@
 //! F16: IEEE halves, little endian. Dotted directly against f32 activations, widening the
 //! weights with F16C in the AVX2 path.
 
+use crate::attention::hsum8;
 use crate::block::{f16_to_f32, f32_to_f16, ByteBlock};
 
 /// One half, as stored in the file.
@@ -11,6 +12,27 @@ unsafe impl ByteBlock for F16 {}
 /// Scalar reference dot: one sequential f32 sum of widened weights times activations.
 pub(crate) fn dot_scalar(w: &[F16], x: &[f32]) -> f32 {
     w.iter().zip(x).map(|(&h, &v)| f16_to_f32(h) * v).sum()
+}
+
+/// Scalar reference of the dot in ggml's F16 *matmul* order on x86. For an F16 matrix whose
+/// rows are a multiple of 8 long and number a multiple of 4, ggml hands the product to
+/// llamafile's tinyBLAS, not to its `ggml_vec_dot_f16`: one accumulator of 8 lanes, each fed
+/// a fused multiply-add per run of 8, then summed as [`hsum8`] sums. (A tail past the last
+/// full run, which tinyBLAS never sees, is added in order.) Bit for bit [`avx2::tiny_blas_dot`].
+pub(crate) fn tiny_blas_dot_scalar(w: &[F16], x: &[f32]) -> f32 {
+    let n = w.len().min(x.len());
+    let full = n - n % 8;
+    let mut lanes = [0.0f32; 8];
+    for (wr, xr) in w[..full].chunks_exact(8).zip(x[..full].chunks_exact(8)) {
+        for ((lane, &h), &v) in lanes.iter_mut().zip(wr).zip(xr) {
+            *lane = f16_to_f32(h).mul_add(v, *lane);
+        }
+    }
+    let mut s = hsum8(&lanes);
+    for j in full..n {
+        s += f16_to_f32(w[j]) * x[j];
+    }
+    s
 }
 
 pub(crate) fn dequantize(w: &[F16], out: &mut [f32]) {
@@ -35,19 +57,21 @@ pub(crate) mod avx2 {
     use super::F16;
     use crate::x86::{f16_to_f32, hsum_ps};
 
-    /// The products of the first `n - n % 8` values (`n` the shorter length) summed into 8
-    /// lanes: widen 8 halves with F16C, four FMA accumulators over runs of 32, the rest into
-    /// the first, then the four added pairwise. [`dot`] and the LoRA rows kernel share it.
-    #[inline]
+    /// `ggml_vec_dot_f16`'s order on AVX2, bit for bit: four FMA accumulators over runs of 32
+    /// (none for a row shorter than 32), added (0 + 2) + (1 + 3), each lane plus the one four
+    /// above it, then two `hadd`s; the products past the last run of 32 are added one by one
+    /// in f64, and the sum is rounded to f32 once at the end. ggml runs this for one token
+    /// (and for any F16 matrix tinyBLAS declines: [`tiny_blas_dot`]).
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn lanes(w: &[F16], x: &[f32]) -> __m256 {
+    pub(crate) fn dot(w: &[F16], x: &[f32]) -> f32 {
         let n = w.len().min(x.len());
         let (pw, px) = (w.as_ptr(), x.as_ptr());
+        let runs = n - n % 32;
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut i = 0;
-        while i + 32 <= n {
+        while i < runs {
             for (k, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: i + 8k + 8 <= n: 8 halves (16 bytes) and 8 floats inside the slices.
+                // SAFETY: i + 8k + 8 <= runs <= n: 8 halves (16 bytes) and 8 floats inside.
                 let (h, v) = unsafe {
                     (
                         _mm_loadu_si128(pw.add(i + 8 * k).cast()),
@@ -58,6 +82,40 @@ pub(crate) mod avx2 {
             }
             i += 32;
         }
+        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+        let t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
+        let t = _mm_hadd_ps(t, t);
+        let mut sum = f64::from(_mm_cvtss_f32(_mm_hadd_ps(t, t)));
+        // The leftovers: products eight at a time (each rounded once, as one at a time would
+        // be), summed in order.
+        let mut products = [0.0f32; 8];
+        while i + 8 <= n {
+            // SAFETY: i + 8 <= n: 8 halves and 8 floats inside the slices; 8 floats out.
+            unsafe {
+                let h = _mm_loadu_si128(pw.add(i).cast());
+                let p = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(px.add(i)));
+                _mm256_storeu_ps(products.as_mut_ptr(), p);
+            }
+            for &p in &products {
+                sum += f64::from(p);
+            }
+            i += 8;
+        }
+        for j in i..n {
+            sum += f64::from(f16_to_f32(w[j]) * x[j]);
+        }
+        sum as f32
+    }
+
+    /// The products of the first `n - n % 8` values summed into 8 lanes in ggml's F16 matmul
+    /// order ([`super::tiny_blas_dot_scalar`]): one FMA accumulator, run after run.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn tiny_blas_lanes(w: &[F16], x: &[f32]) -> __m256 {
+        let n = w.len().min(x.len());
+        let (pw, px) = (w.as_ptr(), x.as_ptr());
+        let mut acc = _mm256_setzero_ps();
+        let mut i = 0;
         while i + 8 <= n {
             // SAFETY: i + 8 <= n: 8 halves and 8 floats inside the slices.
             let (h, v) = unsafe {
@@ -66,17 +124,18 @@ pub(crate) mod avx2 {
                     _mm256_loadu_ps(px.add(i)),
                 )
             };
-            acc[0] = _mm256_fmadd_ps(_mm256_cvtph_ps(h), v, acc[0]);
+            acc = _mm256_fmadd_ps(_mm256_cvtph_ps(h), v, acc);
             i += 8;
         }
-        _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))
+        acc
     }
 
-    /// AVX2 dot: [`lanes`], their horizontal sum, then a scalar tail.
+    /// [`tiny_blas_lanes`], their horizontal sum, then a scalar tail: [`super::tiny_blas_dot_scalar`]
+    /// bit for bit.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn dot(w: &[F16], x: &[f32]) -> f32 {
+    pub(crate) fn tiny_blas_dot(w: &[F16], x: &[f32]) -> f32 {
         let n = w.len().min(x.len());
-        let mut s = hsum_ps(lanes(w, x));
+        let mut s = hsum_ps(tiny_blas_lanes(w, x));
         for j in n - n % 8..n {
             s += f16_to_f32(w[j]) * x[j];
         }
@@ -123,5 +182,80 @@ mod tests {
             let simd = unsafe { avx2::dot(&w, &x) };
             assert_reordered_sum_close(simd, dot_scalar(&w, &x), terms, n);
         }
+    }
+
+    /// `ggml_vec_dot_f16` on AVX2, written out plainly (vec.cpp and simd-mappings.h of the
+    /// reference build): the reference [`avx2::dot`] must equal bit for bit.
+    fn ggml_vec_dot_f16(w: &[F16], x: &[f32]) -> f32 {
+        let n = w.len();
+        let runs = n - n % 32;
+        let mut acc = [[0.0f32; 8]; 4];
+        for i in (0..runs).step_by(32) {
+            for (k, acc) in acc.iter_mut().enumerate() {
+                for (l, a) in acc.iter_mut().enumerate() {
+                    *a = f16_to_f32(w[i + 8 * k + l]).mul_add(x[i + 8 * k + l], *a);
+                }
+            }
+        }
+        let s: [f32; 8] =
+            std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+        let t: [f32; 4] = std::array::from_fn(|l| s[l] + s[l + 4]);
+        let mut sum = f64::from((t[0] + t[1]) + (t[2] + t[3]));
+        for j in runs..n {
+            sum += f64::from(f16_to_f32(w[j]) * x[j]);
+        }
+        sum as f32
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_dot_is_ggml_vec_dot_f16_bit_for_bit() {
+        if !crate::required::test_needs("avx2") {
+            return;
+        }
+        let mut r = rng(73);
+        for n in [0, 1, 7, 8, 16, 31, 32, 33, 64, 100, 576, 1536, 1001] {
+            let mut w = vec![[0u8; 2]; n];
+            quantize(&random_f32(&mut r, n, 1.0), &mut w);
+            let x = random_f32(&mut r, n, 1.0);
+            // SAFETY: guarded by the avx2+fma+f16c detection above.
+            let simd = unsafe { avx2::dot(&w, &x) };
+            assert_eq!(simd.to_bits(), ggml_vec_dot_f16(&w, &x).to_bits(), "n {n}");
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_tiny_blas_dot_equals_its_scalar_reference_bit_for_bit() {
+        if !crate::required::test_needs("avx2") {
+            return;
+        }
+        let mut r = rng(72);
+        for n in [0, 1, 7, 8, 16, 33, 576, 1536, 1001] {
+            let mut w = vec![[0u8; 2]; n];
+            quantize(&random_f32(&mut r, n, 1.0), &mut w);
+            let x = random_f32(&mut r, n, 1.0);
+            // SAFETY: guarded by the avx2+fma+f16c detection above.
+            let simd = unsafe { avx2::tiny_blas_dot(&w, &x) };
+            assert_eq!(
+                simd.to_bits(),
+                tiny_blas_dot_scalar(&w, &x).to_bits(),
+                "n {n}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_gemm_order_fuses_each_product_into_its_lane() {
+        // Lane 0 holds -(1 + 2^-10 + 2^-14) after the first run; the second adds
+        // (1 + 2^-10)(1 + 2^-14), whose last term 2^-24 an f32 product rounds away (a tie to
+        // even). Fused, the lane keeps exactly that 2^-24; multiplied then added, it is 0.
+        let c = 1.0 + 2f32.powi(-10) + 2f32.powi(-14);
+        let mut w = vec![f32_to_f16(0.0); 16];
+        let mut x = vec![0.0f32; 16];
+        (w[0], x[0]) = (f32_to_f16(1.0), -c);
+        (w[8], x[8]) = (f32_to_f16(1.0 + 2f32.powi(-10)), 1.0 + 2f32.powi(-14));
+        assert_eq!(f16_to_f32(w[8]) * x[8] - c, 0.0);
+        assert_eq!(tiny_blas_dot_scalar(&w, &x), 2f32.powi(-24));
     }
 }
