@@ -125,11 +125,11 @@ pub(crate) struct Kernels {
     axpy_f32: unsafe fn(f32, &[f32], &mut [f32]),
     exp_f32: unsafe fn(&mut [f32]),
     dot_f16: DotFn<F16, f32>,
-    /// The dot in ggml's F16 matmul order (llamafile's tinyBLAS; `f16::tiny_blas_dot_scalar`).
-    dot_f16_tiny_blas: DotFn<F16, f32>,
+    /// Rows' dots in llamafile's tinyBLAS order (`f16::tiny_blas_dot_scalar`).
+    dots_f16_tiny_blas: RowsFn<F16, f32>,
     dot_bf16: DotFn<BF16, f32>,
-    /// A LoRA pair's B rows against one token: `out[i] += dot(row i, x) * scale`, each dot
-    /// `dot_f16_tiny_blas` or `dot_f16` as the order says.
+    /// A LoRA pair's B rows against one token: `out[i] += dot(row i, x) * scale`, each dot in
+    /// tinyBLAS's order or `dot_f16`'s as the order says.
     lora_rows_f16: unsafe fn(&[F16], &[f32], f32, &mut [f32], F16SumOrder),
     quantize_q8_1: unsafe fn(&[f32], &mut [BlockQ8_1]),
     quantize_q8_k: unsafe fn(&[f32], &mut [BlockQ8K]),
@@ -172,7 +172,7 @@ static SCALAR: Kernels = Kernels {
     axpy_f32: f32::axpy_scalar,
     exp_f32: exp::exp_scalar,
     dot_f16: f16::dot_scalar,
-    dot_f16_tiny_blas: f16::tiny_blas_dot_scalar,
+    dots_f16_tiny_blas: f16::tiny_blas_dots_scalar,
     lora_rows_f16: lora::rows_f16_scalar,
     dot_bf16: bf16::dot_scalar,
     quantize_q8_1: q8_1::quantize_scalar,
@@ -214,7 +214,7 @@ static AVX2: Kernels = Kernels {
     axpy_f32: f32::avx2::axpy,
     exp_f32: exp::avx2::exp,
     dot_f16: f16::avx2::dot,
-    dot_f16_tiny_blas: f16::avx2::tiny_blas_dot,
+    dots_f16_tiny_blas: f16::avx2::tiny_blas_dots,
     lora_rows_f16: lora::avx2::rows_f16,
     dot_bf16: bf16::avx2::dot,
     quantize_q8_1: q8_1::avx2::quantize,
@@ -268,7 +268,7 @@ static NEON: Kernels = Kernels {
     axpy_f32: f32::neon::axpy,
     exp_f32: exp::exp_scalar,
     dot_f16: f16::dot_scalar,
-    dot_f16_tiny_blas: f16::tiny_blas_dot_scalar,
+    dots_f16_tiny_blas: f16::tiny_blas_dots_scalar,
     lora_rows_f16: lora::rows_f16_scalar,
     dot_bf16: bf16::neon::dot,
     quantize_q8_1: q8_1::neon::quantize,
@@ -483,16 +483,25 @@ impl Kernels {
         unsafe { (self.dot_f16)(w, x) }
     }
 
-    /// [`Self::dot_f16`] in ggml's F16 matmul order (`f16::tiny_blas_dot_scalar`).
+    /// `out[i] = dot(row i of w, x)` for the `out.len()` rows of `x.len()` values in `w`, each
+    /// in llamafile's tinyBLAS order (`f16::tiny_blas_dot_scalar`), not [`Self::dot_f16`]'s.
     #[inline]
-    pub fn dot_f16_tiny_blas(&self, w: &[F16], x: &[f32]) -> f32 {
-        assert_eq!(w.len(), x.len(), "dot_f16_tiny_blas: length mismatch");
+    pub fn dots_f16_tiny_blas(&self, w: &[F16], x: &[f32], out: &mut [f32]) {
+        assert!(
+            w.len() >= out.len() * x.len(),
+            "dots_f16_tiny_blas: {} rows of {} need {} values, got {}",
+            out.len(),
+            x.len(),
+            out.len() * x.len(),
+            w.len()
+        );
         // SAFETY: as in `dot_f32`.
-        unsafe { (self.dot_f16_tiny_blas)(w, x) }
+        unsafe { (self.dots_f16_tiny_blas)(w, x, out) }
     }
 
     /// `out[i] += dot(row i of w, x) * scale` for the `out.len()` rows of `x.len()` values in
-    /// `w`, each dot [`Self::dot_f16_tiny_blas`] or [`Self::dot_f16`] as `order` says.
+    /// `w`, each dot in [`Self::dots_f16_tiny_blas`]'s order or [`Self::dot_f16`]'s as `order`
+    /// says.
     #[inline]
     pub fn lora_rows_f16(
         &self,

@@ -4,7 +4,7 @@
 //! The sums are ggml's: `x` is rounded to A's type before A, `x A^T` to B's type before B
 //! (what ggml does to the activations of an F16 or BF16 matmul), and each F16 dot runs in the
 //! order ggml's CPU matmul gives it on x86: for two tokens or more, llamafile's tinyBLAS order
-//! ([`Kernels::dot_f16_tiny_blas`]) where tinyBLAS takes the matrix ([`sum_order`]: every pair of
+//! ([`Kernels::dots_f16_tiny_blas`]) where tinyBLAS takes the matrix ([`sum_order`]: every pair of
 //! every shipped adapter); for one token (decode, and the last layer's feed-forward of a
 //! prompt, which llama.cpp runs for the output row only) and wherever tinyBLAS declines,
 //! `ggml_vec_dot_f16`'s ([`Kernels::dot_f16`]). That is what makes our greedy replies with an
@@ -91,9 +91,7 @@ impl<'a> Rows<'a> {
         let n = x.len();
         match self {
             Rows::F32(w) => rows_each(w, n, out, |row| k.dot_f32(row, x)),
-            Rows::F16(w, F16SumOrder::TinyBlas) => {
-                rows_each(w, n, out, |row| k.dot_f16_tiny_blas(row, x))
-            }
+            Rows::F16(w, F16SumOrder::TinyBlas) => k.dots_f16_tiny_blas(w, x, out),
             Rows::F16(w, F16SumOrder::VecDot) => rows_each(w, n, out, |row| k.dot_f16(row, x)),
             Rows::BF16(w) => rows_each(w, n, out, |row| k.dot_bf16(row, x)),
         }
@@ -240,7 +238,7 @@ pub fn lora_add(
 }
 
 /// Scalar reference of [`Kernels::lora_rows_f16`]: `out[i] += dot(row i of w, x) * scale`,
-/// each dot the scalar table's `dot_f16_tiny_blas` or `dot_f16`, as `order` says.
+/// each dot `f16::tiny_blas_dot_scalar` or `f16::dot_scalar`, as `order` says.
 pub(crate) fn rows_f16_scalar(
     w: &[F16],
     x: &[f32],

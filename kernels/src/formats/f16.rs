@@ -35,6 +35,17 @@ pub(crate) fn tiny_blas_dot_scalar(w: &[F16], x: &[f32]) -> f32 {
     s
 }
 
+/// `out[i] = tiny_blas_dot_scalar(row i of w, x)` for the `out.len()` rows of `x.len()` values.
+pub(crate) fn tiny_blas_dots_scalar(w: &[F16], x: &[f32], out: &mut [f32]) {
+    if x.is_empty() {
+        out.fill(0.0);
+        return;
+    }
+    for (o, row) in out.iter_mut().zip(w.chunks_exact(x.len().max(1))) {
+        *o = tiny_blas_dot_scalar(row, x);
+    }
+}
+
 pub(crate) fn dequantize(w: &[F16], out: &mut [f32]) {
     assert_eq!(w.len(), out.len(), "f16 dequantize: length mismatch");
     for (y, &h) in out.iter_mut().zip(w) {
@@ -130,8 +141,8 @@ pub(crate) mod avx2 {
         acc
     }
 
-    /// [`tiny_blas_lanes`], their horizontal sum, then a scalar tail: [`super::tiny_blas_dot_scalar`]
-    /// bit for bit.
+    /// [`tiny_blas_lanes`], their horizontal sum, then a scalar tail:
+    /// [`super::tiny_blas_dot_scalar`] bit for bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn tiny_blas_dot(w: &[F16], x: &[f32]) -> f32 {
         let n = w.len().min(x.len());
@@ -140,6 +151,45 @@ pub(crate) mod avx2 {
             s += f16_to_f32(w[j]) * x[j];
         }
         s
+    }
+
+    /// `out[i] = tiny_blas_dot(row i of w, x)` for the `out.len()` rows of `x.len()` values,
+    /// four rows at a time: one accumulator waits on its previous FMA every run, four
+    /// independent ones keep the FMA units busy (as tinyBLAS's tiles of rows do). Each row's
+    /// own sum is unchanged, so this is the per-row dot bit for bit.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn tiny_blas_dots(w: &[F16], x: &[f32], out: &mut [f32]) {
+        let n = x.len();
+        if n == 0 {
+            out.fill(0.0);
+            return;
+        }
+        let mut r = 0;
+        if n.is_multiple_of(8) {
+            let rows = out.len().min(w.len() / n);
+            let (pw, px) = (w.as_ptr(), x.as_ptr());
+            while r + 4 <= rows {
+                let mut acc = [_mm256_setzero_ps(); 4];
+                let mut i = 0;
+                while i < n {
+                    // SAFETY: i + 8 <= n; rows r..r + 4 lie inside w (r + 4 <= w.len() / n).
+                    let v = unsafe { _mm256_loadu_ps(px.add(i)) };
+                    for (k, acc) in acc.iter_mut().enumerate() {
+                        // SAFETY: as above.
+                        let h = unsafe { _mm_loadu_si128(pw.add((r + k) * n + i).cast()) };
+                        *acc = _mm256_fmadd_ps(_mm256_cvtph_ps(h), v, *acc);
+                    }
+                    i += 8;
+                }
+                for (k, acc) in acc.iter().enumerate() {
+                    out[r + k] = hsum_ps(*acc);
+                }
+                r += 4;
+            }
+        }
+        for (o, row) in out[r..].iter_mut().zip(w[r * n..].chunks_exact(n)) {
+            *o = tiny_blas_dot(row, x);
+        }
     }
 }
 
@@ -245,8 +295,37 @@ mod tests {
         }
     }
 
+    #[cfg(target_arch = "x86_64")]
     #[test]
-    fn the_gemm_order_fuses_each_product_into_its_lane() {
+    fn avx2_tiny_blas_rows_equal_the_dot_per_row() {
+        if !crate::required::test_needs("avx2") {
+            return;
+        }
+        let mut r = rng(74);
+        for (n, rows) in [
+            (576, 16),
+            (64, 7),
+            (8, 4),
+            (24, 9),
+            (12, 5),
+            (0, 3),
+            (1536, 3),
+        ] {
+            let mut w = vec![[0u8; 2]; n * rows];
+            quantize(&random_f32(&mut r, n * rows, 1.0), &mut w);
+            let x = random_f32(&mut r, n, 1.0);
+            let mut got = vec![f32::NAN; rows];
+            // SAFETY: guarded by the avx2+fma+f16c detection above.
+            unsafe { avx2::tiny_blas_dots(&w, &x, &mut got) };
+            for (i, g) in got.iter().enumerate() {
+                let want = tiny_blas_dot_scalar(&w[i * n..(i + 1) * n], &x);
+                assert_eq!(g.to_bits(), want.to_bits(), "n {n} rows {rows} row {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_tiny_blas_order_fuses_each_product_into_its_lane() {
         // Lane 0 holds -(1 + 2^-10 + 2^-14) after the first run; the second adds
         // (1 + 2^-10)(1 + 2^-14), whose last term 2^-24 an f32 product rounds away (a tie to
         // even). Fused, the lane keeps exactly that 2^-24; multiplied then added, it is 0.
