@@ -454,6 +454,16 @@ pub fn cpu_features() -> CpuFeatures {
     }
 }
 
+/// Panics unless `len` values hold `rows` rows of `cols`: the check before a kernel reads
+/// `rows` rows of its weights unchecked.
+fn assert_holds_rows(what: &str, len: usize, rows: usize, cols: usize) {
+    assert!(
+        len >= rows * cols,
+        "{what}: {rows} rows of {cols} need {} values, got {len}",
+        rows * cols
+    );
+}
+
 impl Kernels {
     #[inline]
     pub fn dot_f32(&self, a: &[f32], b: &[f32]) -> f32 {
@@ -487,14 +497,7 @@ impl Kernels {
     /// in llamafile's tinyBLAS order (`f16::tiny_blas_dot_scalar`), not [`Self::dot_f16`]'s.
     #[inline]
     pub fn dots_f16_tiny_blas(&self, w: &[F16], x: &[f32], out: &mut [f32]) {
-        assert!(
-            w.len() >= out.len() * x.len(),
-            "dots_f16_tiny_blas: {} rows of {} need {} values, got {}",
-            out.len(),
-            x.len(),
-            out.len() * x.len(),
-            w.len()
-        );
+        assert_holds_rows("dots_f16_tiny_blas", w.len(), out.len(), x.len());
         // SAFETY: as in `dot_f32`.
         unsafe { (self.dots_f16_tiny_blas)(w, x, out) }
     }
@@ -511,14 +514,7 @@ impl Kernels {
         out: &mut [f32],
         order: F16SumOrder,
     ) {
-        assert!(
-            w.len() >= out.len() * x.len(),
-            "lora_rows_f16: {} rows of {} need {} values, got {}",
-            out.len(),
-            x.len(),
-            out.len() * x.len(),
-            w.len()
-        );
+        assert_holds_rows("lora_rows_f16", w.len(), out.len(), x.len());
         // SAFETY: as in `dot_f32`.
         unsafe { (self.lora_rows_f16)(w, x, scale, out, order) }
     }

@@ -236,6 +236,7 @@ mod tests {
 
     /// `ggml_vec_dot_f16` on AVX2, written out plainly (vec.cpp and simd-mappings.h of the
     /// reference build): the reference [`avx2::dot`] must equal bit for bit.
+    #[cfg(target_arch = "x86_64")]
     fn ggml_vec_dot_f16(w: &[F16], x: &[f32]) -> f32 {
         let n = w.len();
         let runs = n - n % 32;
