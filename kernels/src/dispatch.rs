@@ -131,6 +131,8 @@ pub(crate) struct Kernels {
     /// A LoRA pair's B rows against one token: `out[i] += dot(row i, x) * scale`, each dot in
     /// tinyBLAS's order or `dot_f16`'s as the order says.
     lora_rows_f16: unsafe fn(&[F16], &[f32], f32, &mut [f32], F16SumOrder),
+    /// The same B rows against several tokens of `r` values each, in tinyBLAS's order.
+    lora_tokens_f16: unsafe fn(&[F16], &[f32], usize, f32, &mut [f32]),
     quantize_q8_1: unsafe fn(&[f32], &mut [BlockQ8_1]),
     quantize_q8_k: unsafe fn(&[f32], &mut [BlockQ8K]),
     dot_q4_0: MultiFn<BlockQ4_0, BlockQ8_1>,
@@ -174,6 +176,7 @@ static SCALAR: Kernels = Kernels {
     dot_f16: f16::dot_scalar,
     dots_f16_tiny_blas: f16::tiny_blas_dots_scalar,
     lora_rows_f16: lora::rows_f16_scalar,
+    lora_tokens_f16: lora::tokens_f16_scalar,
     dot_bf16: bf16::dot_scalar,
     quantize_q8_1: q8_1::quantize_scalar,
     quantize_q8_k: q8_k::quantize_scalar,
@@ -216,6 +219,7 @@ static AVX2: Kernels = Kernels {
     dot_f16: f16::avx2::dot,
     dots_f16_tiny_blas: f16::avx2::tiny_blas_dots,
     lora_rows_f16: lora::avx2::rows_f16,
+    lora_tokens_f16: lora::avx2::tokens_f16,
     dot_bf16: bf16::avx2::dot,
     quantize_q8_1: q8_1::avx2::quantize,
     quantize_q8_k: q8_k::avx2::quantize,
@@ -270,6 +274,7 @@ static NEON: Kernels = Kernels {
     dot_f16: f16::dot_scalar,
     dots_f16_tiny_blas: f16::tiny_blas_dots_scalar,
     lora_rows_f16: lora::rows_f16_scalar,
+    lora_tokens_f16: lora::tokens_f16_scalar,
     dot_bf16: bf16::neon::dot,
     quantize_q8_1: q8_1::neon::quantize,
     quantize_q8_k: q8_k::neon::quantize,
@@ -517,6 +522,19 @@ impl Kernels {
         assert_holds_rows("lora_rows_f16", w.len(), out.len(), x.len());
         // SAFETY: as in `dot_f32`.
         unsafe { (self.lora_rows_f16)(w, x, scale, out, order) }
+    }
+
+    /// For each token of `x` (`r` values each), [`Self::lora_rows_f16`] in tinyBLAS order into
+    /// that token's `out.len() / tokens` rows.
+    #[inline]
+    pub fn lora_tokens_f16(&self, w: &[F16], x: &[f32], r: usize, scale: f32, out: &mut [f32]) {
+        let tokens = x.len() / r.max(1);
+        assert_eq!(tokens * r, x.len(), "lora_tokens_f16: tokens of {r} values");
+        if tokens > 0 {
+            assert_holds_rows("lora_tokens_f16", w.len(), out.len() / tokens, r);
+        }
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.lora_tokens_f16)(w, x, r, scale, out) }
     }
 
     #[inline]

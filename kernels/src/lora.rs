@@ -17,7 +17,8 @@
 //! widening per weight per token, and a call with its own horizontal sum for each of B's rows
 //! of r values. Here one call runs both stages for a run of tokens, on the calling thread for
 //! one token (only a large B's rows split over the pool), over the pool (tokens split) for
-//! many; in tinyBLAS order B's rows are summed eight at a time ([`Kernels::lora_rows_f16`]).
+//! many; in tinyBLAS order eight of B's rows are read once for all of a task's tokens
+//! ([`Kernels::lora_tokens_f16`]).
 
 use std::cell::Cell;
 
@@ -104,6 +105,27 @@ impl<'a> Rows<'a> {
             Rows::F32(w) => Rows::F32(&w[r]),
             Rows::F16(w, order) => Rows::F16(&w[r], order),
             Rows::BF16(w) => Rows::BF16(&w[r]),
+        }
+    }
+
+    /// [`Self::add_dots`] for each of several tokens: `x` holds them one after another, `r`
+    /// values each, and `out` their `rows` outputs, one token's after another's. In tinyBLAS
+    /// order the F16 rows are read once for all the tokens ([`Kernels::lora_tokens_f16`]).
+    fn add_dots_tokens(
+        self,
+        k: &Kernels,
+        x: &[f32],
+        (r, rows): (usize, usize),
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        match self {
+            Rows::F16(w, F16SumOrder::TinyBlas) if r > 0 => k.lora_tokens_f16(w, x, r, scale, out),
+            _ => {
+                for (t, o) in out.chunks_exact_mut(rows.max(1)).enumerate() {
+                    self.add_dots(k, &x[t * r..(t + 1) * r], scale, o);
+                }
+            }
         }
     }
 
@@ -194,9 +216,10 @@ pub fn lora_add(
     let split_b = n == 1 && b.data.len() >= PAR_MIN_B_BYTES && threads > 1;
     let tokens = |first: usize, out: &mut [f32]| {
         let (mut xr, mut xa) = SCRATCH.take();
+        let count = out.len() / rows;
         xr.resize(cols, 0.0);
-        xa.resize(rank, 0.0);
-        for (t, o) in out.chunks_exact_mut(rows).enumerate() {
+        xa.resize(count * rank, 0.0);
+        for (t, xa) in xa.chunks_exact_mut(rank.max(1)).enumerate() {
             let t = first + t;
             match x {
                 Input::Rows(all) => xr.copy_from_slice(&all[t * cols..(t + 1) * cols]),
@@ -210,18 +233,18 @@ pub fn lora_add(
                 }
             }
             ra.round(&mut xr);
-            ra.dots(k, &xr, &mut xa);
-            rb.round(&mut xa);
-            if split_b {
-                // Chunks of whole 8-row groups, so each row is summed as it is unsplit.
-                let chunk = rows.div_ceil(4 * threads).next_multiple_of(8);
-                let xa = &xa;
-                o.par_chunks_mut(chunk)
-                    .enumerate()
-                    .for_each(|(c, o)| rb.sub(c * chunk, o.len(), rank).add_dots(k, xa, scale, o));
-            } else {
-                rb.add_dots(k, &xa, scale, o);
-            }
+            ra.dots(k, &xr, xa);
+        }
+        rb.round(&mut xa);
+        if split_b {
+            // One token. Chunks of whole 8-row groups, so each row is summed as it is unsplit.
+            let chunk = rows.div_ceil(4 * threads).next_multiple_of(8);
+            let xa = &xa;
+            out.par_chunks_mut(chunk)
+                .enumerate()
+                .for_each(|(c, o)| rb.sub(c * chunk, o.len(), rank).add_dots(k, xa, scale, o));
+        } else {
+            rb.add_dots_tokens(k, &xa, (rank, rows), scale, out);
         }
         SCRATCH.set((xr, xa));
     };
@@ -256,6 +279,19 @@ pub(crate) fn rows_f16_scalar(
     }
 }
 
+/// Scalar reference of [`Kernels::lora_tokens_f16`]: for each token of `x` (`r` values each),
+/// [`rows_f16_scalar`] in tinyBLAS order into that token's rows of `out`.
+pub(crate) fn tokens_f16_scalar(w: &[F16], x: &[f32], r: usize, scale: f32, out: &mut [f32]) {
+    let tokens = x.len() / r.max(1);
+    let rows = out.len() / tokens.max(1);
+    for (x, o) in x
+        .chunks_exact(r.max(1))
+        .zip(out.chunks_exact_mut(rows.max(1)))
+    {
+        rows_f16_scalar(w, x, scale, o, F16SumOrder::TinyBlas);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
@@ -263,6 +299,71 @@ pub(crate) mod avx2 {
     use crate::attention::F16SumOrder;
     use crate::formats::f16::avx2::{dot, tiny_blas_dot, tiny_blas_lanes};
     use crate::formats::f16::F16;
+
+    /// For each token of `x` (`r` values each) `out[t][i] += tiny_blas_dot(row i of w, x_t) *
+    /// scale`, bit for bit. Eight rows at a time are transposed once for all the tokens, so
+    /// that a column of the eight rows is one vector: tinyBLAS's lane l of row i is then lane i
+    /// of the l-th accumulator, fed the same FMAs in the same order, and its final sum of the
+    /// lanes ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)) is seven vertical adds instead of a
+    /// horizontal sum per output.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn tokens_f16(w: &[F16], x: &[f32], r: usize, scale: f32, out: &mut [f32]) {
+        let tokens = x.len() / r.max(1);
+        let rows = out.len() / tokens.max(1);
+        if r == 0 || !r.is_multiple_of(8) || r > MAX_RANK || tokens == 0 {
+            for (x, o) in x
+                .chunks_exact(r.max(1))
+                .zip(out.chunks_exact_mut(rows.max(1)))
+            {
+                rows_f16(w, x, scale, o, F16SumOrder::TinyBlas);
+            }
+            return;
+        }
+        let rows = rows.min(w.len() / r);
+        let vscale = _mm256_set1_ps(scale);
+        let mut columns = [_mm256_setzero_ps(); MAX_RANK];
+        let mut g = 0;
+        while g + 8 <= rows {
+            for c in (0..r).step_by(8) {
+                let p: [__m256; 8] = std::array::from_fn(|i| {
+                    // SAFETY: row g + i < rows <= w.len() / r and c + 8 <= r: 8 halves inside w.
+                    let h = unsafe { _mm_loadu_si128(w.as_ptr().add((g + i) * r + c).cast()) };
+                    _mm256_cvtph_ps(h)
+                });
+                columns[c..c + 8].copy_from_slice(&transpose8(p));
+            }
+            for t in 0..tokens {
+                let xt = &x[t * r..(t + 1) * r];
+                let mut q = [_mm256_setzero_ps(); 8];
+                for (run, xs) in columns[..r].chunks_exact(8).zip(xt.chunks_exact(8)) {
+                    for ((q, &column), &v) in q.iter_mut().zip(run).zip(xs) {
+                        *q = _mm256_fmadd_ps(column, _mm256_set1_ps(v), *q);
+                    }
+                }
+                let sum = _mm256_add_ps(
+                    _mm256_add_ps(_mm256_add_ps(q[0], q[4]), _mm256_add_ps(q[2], q[6])),
+                    _mm256_add_ps(_mm256_add_ps(q[1], q[5]), _mm256_add_ps(q[3], q[7])),
+                );
+                let o = &mut out[t * rows + g..t * rows + g + 8];
+                // SAFETY: `o` is 8 floats.
+                unsafe {
+                    let v = _mm256_add_ps(_mm256_loadu_ps(o.as_ptr()), _mm256_mul_ps(sum, vscale));
+                    _mm256_storeu_ps(o.as_mut_ptr(), v);
+                }
+            }
+            g += 8;
+        }
+        for t in 0..tokens {
+            let xt = &x[t * r..(t + 1) * r];
+            for i in g..rows {
+                out[t * rows + i] += tiny_blas_dot(&w[i * r..(i + 1) * r], xt) * scale;
+            }
+        }
+    }
+
+    /// The largest rank [`tokens_f16`] keeps a transposed group of on the stack for (larger
+    /// ones go token by token).
+    const MAX_RANK: usize = 64;
 
     /// [`dot`] of eight rows of `x.len()` values (a multiple of 8 below 32) side by side. Rows
     /// that short are all leftovers to `ggml_vec_dot_f16`: their products added one by one in
@@ -574,6 +675,42 @@ mod tests {
                     "n {n} rows {rows} {order:?}"
                 );
             }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_tokens_equal_the_rows_token_by_token() {
+        if !crate::test_needs("avx2") {
+            return;
+        }
+        let mut r = rng(92);
+        for (rank, rows, tokens) in [
+            (16, 1536, 5),
+            (16, 13, 2),
+            (8, 40, 3),
+            (24, 17, 4),
+            (64, 9, 2),
+            (72, 8, 2),
+            (12, 8, 3),
+        ] {
+            let w = halves(&random_f32(&mut r, rank * rows, 0.5));
+            let w = cast_blocks::<F16>(&w);
+            let x = random_f32(&mut r, rank * tokens, 1.0);
+            let start = random_f32(&mut r, rows * tokens, 1.0);
+            let (mut got, mut want) = (start.clone(), start.clone());
+            // SAFETY: the test returned above unless the CPU has avx2 (with fma and f16c).
+            unsafe { avx2::tokens_f16(w, &x, rank, 0.37, &mut got) };
+            for (x, o) in x.chunks_exact(rank).zip(want.chunks_exact_mut(rows)) {
+                // SAFETY: as above.
+                unsafe { avx2::rows_f16(w, x, 0.37, o, F16SumOrder::TinyBlas) };
+            }
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(g, w)| g.to_bits() == w.to_bits()),
+                "rank {rank} rows {rows} tokens {tokens}"
+            );
         }
     }
 
