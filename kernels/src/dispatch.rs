@@ -530,8 +530,8 @@ impl Kernels {
     pub fn lora_tokens_f16(&self, w: &[F16], x: &[f32], r: usize, scale: f32, out: &mut [f32]) {
         let tokens = x.len() / r.max(1);
         assert_eq!(tokens * r, x.len(), "lora_tokens_f16: tokens of {r} values");
-        if tokens > 0 {
-            assert_holds_rows("lora_tokens_f16", w.len(), out.len() / tokens, r);
+        if let Some(rows) = out.len().checked_div(tokens) {
+            assert_holds_rows("lora_tokens_f16", w.len(), rows, r);
         }
         // SAFETY: as in `dot_f32`.
         unsafe { (self.lora_tokens_f16)(w, x, r, scale, out) }
