@@ -1,6 +1,8 @@
 //! What one call into a session runs and what it hands back: [`Batch`] in, [`Outputs`] out, the
 //! single way into [`crate::Session::decode`] (llama.cpp's `llama_decode(batch)` is the model).
 
+use kostant_kernels::attention::F16SumOrder;
+
 /// Which positions of a batch get logits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogitRows {
@@ -22,7 +24,8 @@ pub struct Batch<'a> {
     /// [`crate::model`]'s forward pass: `l < n_layer` is the residual stream after layer `l`,
     /// `n_layer` the final RMSNorm's output.
     pub taps: &'a [usize],
-    /// Run every row as a single decode step would: attention sums in the one-row order, so
+    /// Run every row as a single decode step would: attention and an adapter's side paths sum
+    /// in the one-row order, so
     /// each row's logits and states carry exactly the bits a run of steps would give. Without
     /// it a batch of several rows sums in the prompt order, as llama.cpp's prefill does (the
     /// two differ in the last bits: kernels' `F16SumOrder`).
@@ -63,6 +66,12 @@ impl<'a> Batch<'a> {
             taps,
             as_steps: false,
         }
+    }
+
+    /// The order the batch's pass sums its f16 dots in: a prompt's for several rows, one row's
+    /// for one row or a batch run [`as_steps`](Self::as_steps).
+    pub(crate) fn sum_order(&self) -> F16SumOrder {
+        F16SumOrder::for_batch(if self.as_steps { 1 } else { self.tokens.len() })
     }
 
     /// The same batch, also returning hidden states at `taps`.

@@ -301,9 +301,13 @@ fn generate_riding(
                 }
             }
         }
+        // The repetition penalty reads the reply only: it is there to stop the model repeating
+        // itself, and the prompt holds the user's own words, which proofread and rewrite must
+        // keep (dev splits: scripts/adapters/README.md, "Repetition penalty").
+        let so_far = &history[req.prompt.len()..];
         let id = match burst.pending() {
-            Some(d) => sampler.sample_or_accept(logits, &history, d),
-            None => sampler.sample(logits, &history),
+            Some(d) => sampler.sample_or_accept(logits, so_far, d),
+            None => sampler.sample(logits, so_far),
         };
         let verdict = burst.settle(id);
         stats.accepted += usize::from(verdict == Verdict::Accepted);

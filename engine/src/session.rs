@@ -342,6 +342,7 @@ impl Session {
         let pass = Pass {
             model: &self.model,
             adapter: self.adapter.as_ref(),
+            order: batch.sum_order(),
         };
         // On a pool worker the pass's matmuls split their rows in place instead of waking the
         // pool from outside on every call (about 5 ms a token at 2 threads, measured).

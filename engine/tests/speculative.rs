@@ -10,9 +10,9 @@ use kostant_engine::gguf::Gguf;
 use kostant_engine::speculative::draft::{check_compatible, DraftModel};
 use kostant_engine::testing::{real_model_path, step, tiny_model_bytes, TinySpec};
 use kostant_engine::{
-    generate_with, Batch, CancelHandle, Drafter, EngineError, GenerateRequest, Generation,
-    Judgement, KvType, Message, Model, Observer, Outputs, Riders, Role, SamplingParams, Session,
-    Speculation, StopReason,
+    generate_with, ActiveAdapter, Batch, CancelHandle, Drafter, EngineError, GenerateRequest,
+    Generation, Judgement, KvType, LoraAdapter, Message, Model, Observer, Outputs, Riders, Role,
+    SamplingParams, Session, Speculation, StopReason,
 };
 
 fn tiny() -> Arc<Model> {
@@ -148,14 +148,20 @@ fn next_logits(s: &mut Session, token: u32) -> Vec<f32> {
 fn verified_rows_carry_the_bits_of_single_steps() {
     let model = tiny();
     for kv in [KvType::F16, KvType::Q8_0] {
-        rows_are_steps(&model, kv);
+        rows_are_steps(&model, kv, None);
     }
 }
 
 #[test]
 fn real_model_verified_rows_carry_the_bits_of_single_steps() {
     let real = Model::load(&real_model_path()).unwrap();
-    rows_are_steps(&real, KvType::F16);
+    rows_are_steps(&real, KvType::F16, None);
+    // With a shipped adapter too: its side path sums a prompt in tinyBLAS's order, as ggml
+    // does, but a verification pass in one row's, as a step does.
+    let proofread = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../assets/adapters/proofread/proofread.gguf");
+    let adapter = LoraAdapter::load(&proofread, &real).unwrap();
+    rows_are_steps(&real, KvType::F16, Some(&adapter));
     // And the prompt order really differs somewhere, or the rows-as-steps switch would be
     // untested: a prompt-ordered batch over the same tokens.
     let prompt = test_prompt();
@@ -182,8 +188,8 @@ fn test_prompt() -> Vec<u32> {
 }
 
 /// A verification pass over [`BURST`] after [`test_prompt`] against single steps: every row's
-/// logits and hidden states, bit for bit.
-fn rows_are_steps(model: &Arc<Model>, kv: KvType) {
+/// logits and hidden states, bit for bit (under `adapter` on both sessions if given).
+fn rows_are_steps(model: &Arc<Model>, kv: KvType, adapter: Option<&Arc<LoraAdapter>>) {
     let prompt = test_prompt();
     let burst = BURST;
     let taps = [0, model.hparams.n_layer];
@@ -191,6 +197,11 @@ fn rows_are_steps(model: &Arc<Model>, kv: KvType) {
     let mut many = Session::with_kv_type(model.clone(), 128, kv).unwrap();
     let mut out = Outputs::new();
     for s in [&mut one, &mut many] {
+        s.set_adapter(adapter.map(|a| ActiveAdapter {
+            adapter: a.clone(),
+            scale: 1.0,
+        }))
+        .unwrap();
         s.decode(&Batch::prompt(&prompt), &mut out).unwrap();
     }
     many.decode(&Batch::verify(&burst).with_taps(&taps), &mut out)
@@ -203,12 +214,14 @@ fn rows_are_steps(model: &Arc<Model>, kv: KvType) {
             .unwrap();
         assert!(
             single.last_logits() == out.logits(i),
-            "{kv}: row {i}'s logits differ from a step's"
+            "{kv}, adapter {}: row {i}'s logits differ from a step's",
+            adapter.is_some()
         );
         for (tap, (a, b)) in single.states().iter().zip(out.states()).enumerate() {
             assert!(
                 a[..] == b[i * width..(i + 1) * width],
-                "{kv}: row {i}'s states at tap {tap} differ from a step's"
+                "{kv}, adapter {}: row {i}'s states at tap {tap} differ from a step's",
+                adapter.is_some()
             );
         }
     }

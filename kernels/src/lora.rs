@@ -43,13 +43,16 @@ enum Rows<'a> {
 }
 
 /// The order ggml's CPU matmul sums an F16 matrix of `rows` rows of `cols` values times
-/// `n_tokens` tokens in on x86 (AVX2 and F16C): llamafile's tinyBLAS takes it for two tokens
-/// or more ([`F16SumOrder::for_batch`]: "only enable sgemm for prompt processing") where its
-/// run of 8 divides the rows' length and its tiles of 4 rows their number
-/// (ggml-cpu/llamafile/sgemm.cpp); `ggml_vec_dot_f16` does the rest.
-fn sum_order(rows: usize, cols: usize, n_tokens: usize) -> F16SumOrder {
-    match F16SumOrder::for_batch(n_tokens) {
-        F16SumOrder::TinyBlas if cols.is_multiple_of(8) && rows.is_multiple_of(4) => {
+/// `n_tokens` tokens in on x86 (AVX2 and F16C), within a pass that sums in `pass`:
+/// llamafile's tinyBLAS takes it for two tokens or more ([`F16SumOrder::for_batch`]: "only
+/// enable sgemm for prompt processing") where its run of 8 divides the rows' length and its
+/// tiles of 4 rows their number (ggml-cpu/llamafile/sgemm.cpp); `ggml_vec_dot_f16` does the
+/// rest, and all of a pass in one row's order.
+fn sum_order(rows: usize, cols: usize, n_tokens: usize, pass: F16SumOrder) -> F16SumOrder {
+    match (pass, F16SumOrder::for_batch(n_tokens)) {
+        (F16SumOrder::TinyBlas, F16SumOrder::TinyBlas)
+            if cols.is_multiple_of(8) && rows.is_multiple_of(4) =>
+        {
             F16SumOrder::TinyBlas
         }
         _ => F16SumOrder::VecDot,
@@ -58,18 +61,18 @@ fn sum_order(rows: usize, cols: usize, n_tokens: usize) -> F16SumOrder {
 
 impl<'a> Rows<'a> {
     /// `w`'s elements (F32 bytes through [`f32_view`], which may copy into `copy`), to be
-    /// multiplied by `n_tokens` tokens.
+    /// multiplied by `n_tokens` tokens in a pass summing in `pass`.
     fn of(
         w: &Weights<'a>,
         what: &'static str,
-        n_tokens: usize,
+        (n_tokens, pass): (usize, F16SumOrder),
         copy: &'a mut Vec<f32>,
     ) -> Result<Self, KernelError> {
         Ok(match w.ty {
             GgmlType::F32 => Rows::F32(f32_view(w.data, copy)),
             GgmlType::F16 => Rows::F16(
                 cast_blocks::<F16>(w.data),
-                sum_order(w.rows, w.cols, n_tokens),
+                sum_order(w.rows, w.cols, n_tokens, pass),
             ),
             GgmlType::BF16 => Rows::BF16(cast_blocks::<BF16>(w.data)),
             ty => return Err(KernelError::Type { what, ty }),
@@ -170,12 +173,17 @@ const PAR_MIN_B_BYTES: usize = 64 * 1024;
 
 /// Adds the side path of the pair `a` (r, cols), `b` (rows, r) for `n` tokens of `x` (n, cols)
 /// to `out` (n, rows): `out += scale * ((x A^T) B^T)`, rounded and summed as ggml does (see
-/// the module's comment). A and B may be F32, F16 or BF16, each on its own.
+/// the module's comment). A and B may be F32, F16 or BF16, each on its own. `order` is the
+/// order the pass sums its f16 dots in: [`F16SumOrder::for_batch`] of its tokens, or one
+/// row's for a batch that must carry the bits of single steps (speculative verification);
+/// tinyBLAS's order is used only where the pass's is tinyBLAS's and ggml's matmul would take
+/// these `n` tokens there too.
 pub fn lora_add(
     a: &Weights,
     b: &Weights,
     x: Input,
     n: usize,
+    order: F16SumOrder,
     scale: f32,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
@@ -204,8 +212,8 @@ pub fn lora_add(
         });
     }
     let (mut copy_a, mut copy_b) = (Vec::new(), Vec::new());
-    let ra = Rows::of(a, "lora_a", n, &mut copy_a)?;
-    let rb = Rows::of(b, "lora_b", n, &mut copy_b)?;
+    let ra = Rows::of(a, "lora_a", (n, order), &mut copy_a)?;
+    let rb = Rows::of(b, "lora_b", (n, order), &mut copy_b)?;
     if out.is_empty() {
         return Ok(());
     }
@@ -530,7 +538,8 @@ mod tests {
     /// tinyBLAS dotted in its order by the scalar reference, any other by `matmul_input`.
     fn stage(w: &Weights, x: &[f32], n: usize) -> Vec<f32> {
         let mut out = vec![0.0; n * w.rows];
-        if w.ty == GgmlType::F16 && sum_order(w.rows, w.cols, n) == F16SumOrder::TinyBlas {
+        let pass = F16SumOrder::for_batch(n);
+        if w.ty == GgmlType::F16 && sum_order(w.rows, w.cols, n, pass) == F16SumOrder::TinyBlas {
             let h = cast_blocks::<F16>(w.data);
             for (xr, o) in x.chunks_exact(w.cols).zip(out.chunks_exact_mut(w.rows)) {
                 for (o, row) in o.iter_mut().zip(h.chunks_exact(w.cols)) {
@@ -616,7 +625,8 @@ mod tests {
                     },
                 ] {
                     let (mut got, mut want) = (start.clone(), start.clone());
-                    lora_add(&a, &b, input, n, 1.75, &mut got).unwrap();
+                    let order = F16SumOrder::for_batch(n);
+                    lora_add(&a, &b, input, n, order, 1.75, &mut got).unwrap();
                     two_matmuls(&a, &b, input, n, 1.75, &mut want);
                     let same = got
                         .iter()
@@ -714,19 +724,54 @@ mod tests {
         }
     }
 
+    const VEC: F16SumOrder = F16SumOrder::VecDot;
+
+    #[test]
+    fn a_pass_in_one_rows_order_gives_each_token_the_bits_of_a_step() {
+        let mut r = rng(93);
+        let (rank, cols, rows, n) = (16, 576, 1536, 5);
+        let da = halves(&random_f32(&mut r, rank * cols, 0.1));
+        let db = halves(&random_f32(&mut r, rows * rank, 0.1));
+        let a = Weights::new(GgmlType::F16, &da, rank, cols).unwrap();
+        let b = Weights::new(GgmlType::F16, &db, rows, rank).unwrap();
+        let x = random_f32(&mut r, n * cols, 2.0);
+        let mut batch = vec![0.0; n * rows];
+        lora_add(&a, &b, Input::Rows(&x), n, VEC, 1.0, &mut batch).unwrap();
+        let mut prompt = vec![0.0; n * rows];
+        let tiny = F16SumOrder::TinyBlas;
+        lora_add(&a, &b, Input::Rows(&x), n, tiny, 1.0, &mut prompt).unwrap();
+        for (t, (xt, o)) in x
+            .chunks_exact(cols)
+            .zip(batch.chunks_exact(rows))
+            .enumerate()
+        {
+            let mut step = vec![0.0; rows];
+            lora_add(&a, &b, Input::Rows(xt), 1, tiny, 1.0, &mut step).unwrap();
+            assert!(
+                o.iter().zip(&step).all(|(g, w)| g.to_bits() == w.to_bits()),
+                "token {t}"
+            );
+        }
+        assert_ne!(
+            batch, prompt,
+            "the prompt's order gave a step's bits: nothing tested"
+        );
+    }
+
     #[test]
     fn a_pair_that_does_not_fit_is_an_error() {
         let da = halves(&[0.0; 4 * 8]);
         let db = halves(&[0.0; 6 * 3]);
         let a = Weights::new(GgmlType::F16, &da, 4, 8).unwrap();
         let b = Weights::new(GgmlType::F16, &db, 6, 3).unwrap();
-        let err = lora_add(&a, &b, Input::Rows(&[0.0; 8]), 1, 1.0, &mut [0.0; 6]).unwrap_err();
+        let err = lora_add(&a, &b, Input::Rows(&[0.0; 8]), 1, VEC, 1.0, &mut [0.0; 6]).unwrap_err();
         assert!(err.to_string().contains("lora_b"), "{err}");
         let dq = vec![0u8; 18];
         let q = Weights::new(GgmlType::Q4_0, &dq, 1, 32).unwrap();
         let db = halves(&[0.0; 2]);
         let b = Weights::new(GgmlType::F16, &db, 2, 1).unwrap();
-        let err = lora_add(&q, &b, Input::Rows(&[0.0; 32]), 1, 1.0, &mut [0.0; 2]).unwrap_err();
+        let err =
+            lora_add(&q, &b, Input::Rows(&[0.0; 32]), 1, VEC, 1.0, &mut [0.0; 2]).unwrap_err();
         assert!(err.to_string().contains("Q4_0"), "{err}");
     }
 }

@@ -8,18 +8,19 @@
 //! `x` before A and `A x` before B; the kernel rounds the same way, since without it replies
 //! drift from llama.cpp's `--lora` within a few tokens.
 
+use kostant_kernels::attention::F16SumOrder;
 use kostant_kernels::{lora_add, Input};
 
 use super::ActiveAdapter;
 use crate::Result;
 
 /// Adds `active`'s side path for the matrix in `slot` to `out`, (n, rows), if the adapter
-/// targets it.
+/// targets it, summing in the pass's `order` (a verification pass sums as single steps do).
 pub(crate) fn add_side_path(
     active: &ActiveAdapter,
     slot: Option<usize>,
     x: Input,
-    n: usize,
+    (n, order): (usize, F16SumOrder),
     out: &mut [f32],
 ) -> Result<()> {
     let adapter = &active.adapter;
@@ -33,6 +34,7 @@ pub(crate) fn add_side_path(
         &pair.b.weights(file),
         x,
         n,
+        order,
         scale,
         out,
     )?;

@@ -57,6 +57,9 @@ pub(super) fn embed(model: &Model, tokens: &[u32], x: &mut Vec<f32>) -> Result<(
 pub(crate) struct Pass<'a> {
     pub model: &'a Model,
     pub adapter: Option<&'a ActiveAdapter>,
+    /// The order the pass sums its f16 dots in ([`crate::Batch::sum_order`]): attention's and the
+    /// adapter's side paths'.
+    pub order: F16SumOrder,
 }
 
 impl std::ops::Deref for Pass<'_> {
@@ -82,7 +85,7 @@ pub(super) fn linear_into<'a, 'x>(
         None => matmul_input(&w.weights(&model.file), x, n, out)?,
     }
     if let Some(adapter) = model.adapter {
-        add_side_path(adapter, w.slot, x, n, out)?;
+        add_side_path(adapter, w.slot, x, (n, model.order), out)?;
     }
     Ok(out)
 }
@@ -109,7 +112,7 @@ pub(super) fn linear_fused<'a, const N: usize>(
         matvec_fused(&packed, x, &mut outs.each_mut().map(|o| &mut o[..]))?;
         if let Some(adapter) = model.adapter {
             for (o, w) in outs.iter_mut().zip(ws) {
-                add_side_path(adapter, w.slot, x, n, o)?;
+                add_side_path(adapter, w.slot, x, (n, model.order), o)?;
             }
         }
     } else {

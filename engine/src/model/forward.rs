@@ -1,8 +1,6 @@
 //! One forward pass as a session asks for it: the batch's tokens through the model's own
 //! architecture (`arch/`), then the hidden states and logits the batch wants.
 
-use kostant_kernels::attention::F16SumOrder;
-
 use super::arch::{transformer, Extent};
 use super::blocks::{linear_into, rms_norm, rms_norm_into, Pass, Workspace};
 use super::hparams::HParams;
@@ -38,7 +36,7 @@ pub fn forward(
         _ => hp.n_layer,
     };
     let n = batch.tokens.len();
-    let order = F16SumOrder::for_batch(if batch.as_steps { 1 } else { n });
+    let order = model.order;
     let states = &mut out.states;
     // Only the last row's logits and no tap at the last layer (or the final norm): the last
     // layer's feed-forward runs on that row alone, as llama.cpp's does.
