@@ -86,6 +86,7 @@ fn every_shipped_adapter_loads_above_the_guards_taps_so_the_guard_rides() {
 #[test]
 fn proofread_runs_its_adapter_and_corrects_what_the_prompt_alone_does_not() {
     let model = real_model_path();
+    let mut missed_without = Vec::new();
     for (text, fixed) in [
         (
             "We was planning to visit are grandparents next weekend.",
@@ -102,8 +103,16 @@ fn proofread_runs_its_adapter_and_corrects_what_the_prompt_alone_does_not() {
         assert_eq!(with["reply"], fixed, "{with}");
         let without = done(&proofread(&model, text, &["--no-adapter"]));
         assert!(without["adapter"].is_null(), "{without}");
-        assert_ne!(without["reply"], fixed, "{without}");
+        if without["reply"] != fixed {
+            missed_without.push(without);
+        }
     }
+    // The prompt alone gets the first right since the repetition penalty stopped counting the
+    // user's words (stop 42); the adapter still fixes what it does not.
+    assert!(
+        !missed_without.is_empty(),
+        "the prompt alone fixed every sentence: the adapter's part is untested"
+    );
 }
 
 #[test]
