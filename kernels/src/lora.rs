@@ -305,7 +305,7 @@ pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use crate::attention::F16SumOrder;
-    use crate::formats::f16::avx2::{dot, tiny_blas_dot, tiny_blas_lanes};
+    use crate::formats::f16::avx2::{dot, tiny_blas_dot};
     use crate::formats::f16::F16;
 
     /// For each token of `x` (`r` values each) `out[t][i] += tiny_blas_dot(row i of w, x_t) *
@@ -445,20 +445,11 @@ pub(crate) mod avx2 {
         ]
     }
 
-    /// `a`'s and `b`'s 8 lanes folded to 4 each as `hsum_ps` folds them (lane i plus lane
-    /// i + 4), in the order [a0, a2, a1, a3 | b0, b2, b1, b3], ready for two `hadd`s.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn fold_pair(a: __m256, b: __m256) -> __m256 {
-        let lo = _mm256_permute2f128_ps::<0x20>(a, b);
-        let hi = _mm256_permute2f128_ps::<0x31>(a, b);
-        _mm256_permute_ps::<0b11_01_10_00>(_mm256_add_ps(lo, hi))
-    }
-
     /// `out[i] += dot(row i of w, x) * scale`, bit for bit as [`tiny_blas_dot`] or [`dot`] (as
-    /// `order` says) and a scalar multiply-add would give. In tinyBLAS order eight rows at a time:
-    /// their accumulators are reduced together (two `hadd`s pair the lanes as `hsum_ps`
-    /// does), then scaled and added as one vector.
+    /// `order` says) and a scalar multiply-add would give. In `ggml_vec_dot_f16`'s order (one
+    /// token) short rows go eight at a time ([`short_vec_dots8`]); tinyBLAS's order is a
+    /// prompt's, whose rows [`tokens_f16`] reads once for all its tokens, so here it is row by
+    /// row.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn rows_f16(w: &[F16], x: &[f32], scale: f32, out: &mut [f32], order: F16SumOrder) {
         let n = x.len();
@@ -485,34 +476,7 @@ pub(crate) mod avx2 {
             }
             return;
         }
-        if n == 0 || !n.is_multiple_of(8) {
-            for (o, row) in out.iter_mut().zip(w.chunks_exact(n.max(1))) {
-                *o += tiny_blas_dot(row, x) * scale;
-            }
-            return;
-        }
-        let rows = out.len().min(w.len() / n);
-        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-        let vscale = _mm256_set1_ps(scale);
-        let mut r = 0;
-        while r + 8 <= rows {
-            let acc: [__m256; 8] =
-                std::array::from_fn(|i| tiny_blas_lanes(&w[(r + i) * n..(r + i + 1) * n], x));
-            let h0 = _mm256_hadd_ps(fold_pair(acc[0], acc[1]), fold_pair(acc[2], acc[3]));
-            let h1 = _mm256_hadd_ps(fold_pair(acc[4], acc[5]), fold_pair(acc[6], acc[7]));
-            // Lanes [s0, s2, s4, s6 | s1, s3, s5, s7], put back in row order.
-            let sums = _mm256_permutevar8x32_ps(_mm256_hadd_ps(h0, h1), order);
-            // SAFETY: r + 8 <= rows <= out.len().
-            unsafe {
-                let o = out.as_mut_ptr().add(r);
-                _mm256_storeu_ps(
-                    o,
-                    _mm256_add_ps(_mm256_loadu_ps(o), _mm256_mul_ps(sums, vscale)),
-                );
-            }
-            r += 8;
-        }
-        for (o, row) in out[r..rows].iter_mut().zip(w[r * n..].chunks_exact(n)) {
+        for (o, row) in out.iter_mut().zip(w.chunks_exact(n.max(1))) {
             *o += tiny_blas_dot(row, x) * scale;
         }
     }

@@ -41,7 +41,7 @@ pub(crate) fn tiny_blas_dots_scalar(w: &[F16], x: &[f32], out: &mut [f32]) {
         out.fill(0.0);
         return;
     }
-    for (o, row) in out.iter_mut().zip(w.chunks_exact(x.len().max(1))) {
+    for (o, row) in out.iter_mut().zip(w.chunks_exact(x.len())) {
         *o = tiny_blas_dot_scalar(row, x);
     }
 }
@@ -122,7 +122,7 @@ pub(crate) mod avx2 {
     /// order ([`super::tiny_blas_dot_scalar`]): one FMA accumulator, run after run.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn tiny_blas_lanes(w: &[F16], x: &[f32]) -> __m256 {
+    fn tiny_blas_lanes(w: &[F16], x: &[f32]) -> __m256 {
         let n = w.len().min(x.len());
         let (pw, px) = (w.as_ptr(), x.as_ptr());
         let mut acc = _mm256_setzero_ps();
@@ -234,24 +234,20 @@ mod tests {
         }
     }
 
-    /// `ggml_vec_dot_f16` on AVX2, written out plainly (vec.cpp and simd-mappings.h of the
-    /// reference build): the reference [`avx2::dot`] must equal bit for bit.
+    /// `ggml_vec_dot_f16` on AVX2, written out plainly (vec.cpp of the reference build; the
+    /// lanes reduced as attention's one-row order reduces them): the reference [`avx2::dot`]
+    /// must equal bit for bit.
     #[cfg(target_arch = "x86_64")]
     fn ggml_vec_dot_f16(w: &[F16], x: &[f32]) -> f32 {
+        use crate::attention::F16SumOrder;
         let n = w.len();
         let runs = n - n % 32;
-        let mut acc = [[0.0f32; 8]; 4];
-        for i in (0..runs).step_by(32) {
-            for (k, acc) in acc.iter_mut().enumerate() {
-                for (l, a) in acc.iter_mut().enumerate() {
-                    *a = f16_to_f32(w[i + 8 * k + l]).mul_add(x[i + 8 * k + l], *a);
-                }
-            }
+        // Element i of each run of 32 goes to lane i: accumulator i / 8, lane i % 8.
+        let mut lanes = [0.0f32; 32];
+        for i in 0..runs {
+            lanes[i % 32] = f16_to_f32(w[i]).mul_add(x[i], lanes[i % 32]);
         }
-        let s: [f32; 8] =
-            std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
-        let t: [f32; 4] = std::array::from_fn(|l| s[l] + s[l + 4]);
-        let mut sum = f64::from((t[0] + t[1]) + (t[2] + t[3]));
+        let mut sum = f64::from(F16SumOrder::VecDot.reduce(&lanes));
         for j in runs..n {
             sum += f64::from(f16_to_f32(w[j]) * x[j]);
         }
