@@ -3,7 +3,7 @@
 //! into buffers kept between steps. Counted by a global allocator wrapper, on
 //! a tiny random model (attention on the calling thread) and on the real default model with a
 //! context long enough that attention splits over the pool, with each kv cache type, and with a
-//! LoRA adapter on (its side path reuses buffers too).
+//! LoRA adapter on (its side path reuses buffers too, on the calling thread or over the pool).
 //!
 //! This file holds a single test so no other test's threads allocate while it counts.
 
@@ -142,18 +142,27 @@ fn a_decode_step_allocates_nothing() {
         let taps = [1, model.hparams.n_layer];
         let n = allocations_while_decoding(model, KvType::F16, prompt_len, 12, &taps, None);
         assert_eq!(n, 0, "{name} model with taps: {n} allocations in 12 steps");
-        // A rank-16 adapter on every projection.
-        let file = random_adapter(model, &SynthAdapter::new(16, 5))
-            .unwrap()
-            .to_bytes()
-            .unwrap();
-        let adapter =
-            LoraAdapter::from_gguf(Gguf::from_bytes(file).unwrap(), "synth", model).unwrap();
-        let n =
-            allocations_while_decoding(model, KvType::F16, prompt_len, 12, &taps, Some(&adapter));
-        assert_eq!(
-            n, 0,
-            "{name} model with an adapter: {n} allocations in 12 steps"
-        );
+        // A rank-16 adapter on every projection, and one of rank 64, whose side paths on the
+        // real model are large enough to split over the pool (kernels' lora driver).
+        for rank in [16, 64] {
+            let file = random_adapter(model, &SynthAdapter::new(rank, 5))
+                .unwrap()
+                .to_bytes()
+                .unwrap();
+            let adapter =
+                LoraAdapter::from_gguf(Gguf::from_bytes(file).unwrap(), "synth", model).unwrap();
+            let n = allocations_while_decoding(
+                model,
+                KvType::F16,
+                prompt_len,
+                12,
+                &taps,
+                Some(&adapter),
+            );
+            assert_eq!(
+                n, 0,
+                "{name} model with a rank-{rank} adapter: {n} allocations in 12 steps"
+            );
+        }
     }
 }

@@ -58,7 +58,7 @@ mod testutil;
 
 pub use dispatch::{cpu_features, set_force_scalar, CpuFeatures, KernelPath};
 pub use error::KernelError;
-pub use lora::lora_add;
+pub use lora::{lora_add, lora_add_fused, LoraPair};
 pub use matmul::{matmul, matmul_input};
 pub use norm::Input;
 pub use packed::{matvec_fused, PackedWeights};

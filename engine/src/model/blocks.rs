@@ -23,7 +23,7 @@ use super::hparams::{HParams, RopeLayout};
 use super::kv_rotation;
 use super::weights::{LayerWeights, TensorRef};
 use super::Model;
-use crate::adapter::{add_side_path, ActiveAdapter};
+use crate::adapter::{add_side_paths, ActiveAdapter};
 use crate::kv_cache::{HeadView, KvCache, KvType};
 use crate::{EngineError, Result};
 
@@ -80,20 +80,27 @@ pub(super) fn linear_into<'a, 'x>(
 ) -> Result<&'a mut [f32]> {
     let x = x.into();
     sized(out, n * w.rows);
+    base_matmul(model, w, x, n, out)?;
+    if let Some(adapter) = model.adapter {
+        add_side_paths(adapter, [w.slot], x, (n, model.order), [&mut out[..]])?;
+    }
+    Ok(out)
+}
+
+/// The base model's part of [`linear_into`]: `out` = x W^T, `out` already sized.
+fn base_matmul(model: &Pass, w: &TensorRef, x: Input, n: usize, out: &mut [f32]) -> Result<()> {
     match w.packed {
         Some(i) => model.weights.packed[i].matmul_input(x, n, out)?,
         None => matmul_input(&w.weights(&model.file), x, n, out)?,
     }
-    if let Some(adapter) = model.adapter {
-        add_side_path(adapter, w.slot, x, (n, model.order), out)?;
-    }
-    Ok(out)
+    Ok(())
 }
 
 /// Several [`linear_into`]s of the same input. For one token with every matrix repacked they
 /// run as one kernel call ([`matvec_fused`]): one quantization of `x` and one fork-join of the
 /// pool for the set instead of one each. (An A/B at 2 threads could not tell it from the
-/// unfused calls through this machine's noise; see BENCHMARKS.md run 5.)
+/// unfused calls through this machine's noise; see BENCHMARKS.md run 5.) An adapter's side
+/// paths on them run as one call too, `x` normalised once for all of them.
 pub(super) fn linear_fused<'a, const N: usize>(
     model: &Pass,
     ws: [&TensorRef; N],
@@ -110,19 +117,29 @@ pub(super) fn linear_fused<'a, const N: usize>(
             sized(o, w.rows);
         }
         matvec_fused(&packed, x, &mut outs.each_mut().map(|o| &mut o[..]))?;
-        if let Some(adapter) = model.adapter {
-            for (o, w) in outs.iter_mut().zip(ws) {
-                add_side_path(adapter, w.slot, x, (n, model.order), o)?;
-            }
-        }
     } else {
         // Each matmul normalises `x` again as it quantizes it (an `Input::RmsNormed`): a pass
         // over n x n_embd values per matrix, small beside the matmul, and no stored copy.
         for (o, w) in outs.iter_mut().zip(ws) {
-            linear_into(model, w, x, n, o)?;
+            base_matmul(model, w, x, n, sized(o, n * w.rows))?;
         }
     }
-    Ok(outs.map(|o| &mut o[..]))
+    let outs = outs.map(|o| &mut o[..]);
+    match model.adapter {
+        Some(adapter) => {
+            let slots = ws.map(|w| w.slot);
+            let mut outs = outs;
+            add_side_paths(
+                adapter,
+                slots,
+                x,
+                (n, model.order),
+                outs.each_mut().map(|o| &mut **o),
+            )?;
+            Ok(outs)
+        }
+        None => Ok(outs),
+    }
 }
 
 /// `buf` at length `len`, its contents unspecified (zeros where it grew).

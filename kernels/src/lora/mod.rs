@@ -15,22 +15,21 @@
 //! This kernel only drops the costs of two plain matmul calls, which dwarfed the arithmetic at
 //! this size: a fork-join of the pool per call (a decode step makes ~60 of them), an f16
 //! widening per weight per token, and a call with its own horizontal sum for each of B's rows
-//! of r values. Here one call runs both stages for a run of tokens, on the calling thread for
-//! one token (only a large B's rows split over the pool), over the pool (tokens split) for
-//! many; in tinyBLAS order eight of B's rows are read once for all of a task's tokens
-//! ([`Kernels::lora_tokens_f16`]).
+//! of r values. Here one call ([`driver`]) runs both stages of every pair that reads the same
+//! input, for a run of tokens: for one token on the calling thread, or each stage over the
+//! pool when its matrices are large; for many, tokens split over the pool. In tinyBLAS order
+//! eight of B's rows are read once for all of a task's tokens ([`Kernels::lora_tokens_f16`]).
 
-use std::cell::Cell;
+mod driver;
 
-use rayon::prelude::*;
+pub use driver::{lora_add, lora_add_fused, LoraPair};
 
 use crate::attention::F16SumOrder;
 use crate::attention_group::round_to_f16;
 use crate::block::{cast_blocks, f32_view};
-use crate::dispatch::{kernels, Kernels};
+use crate::dispatch::Kernels;
 use crate::formats::bf16::BF16;
 use crate::formats::f16::{self, F16};
-use crate::norm::{rms_norm_row, rms_scale, Input};
 use crate::{GgmlType, KernelError, Weights};
 
 /// The rows of one of the pair's matrices, viewed in their type.
@@ -77,6 +76,11 @@ impl<'a> Rows<'a> {
             GgmlType::BF16 => Rows::BF16(cast_blocks::<BF16>(w.data)),
             ty => return Err(KernelError::Type { what, ty }),
         })
+    }
+
+    /// Whether this matrix rounds its input as `other` does (the same type).
+    fn rounds_as(self, other: Rows) -> bool {
+        std::mem::discriminant(&self) == std::mem::discriminant(&other)
     }
 
     /// Rounds `v` to this type's precision (nothing for F32), as ggml converts activations.
@@ -154,118 +158,6 @@ fn rows_each<W>(w: &[W], n: usize, out: &mut [f32], dot: impl Fn(&[W]) -> f32) {
     for (o, row) in out.iter_mut().zip(w.chunks_exact(n)) {
         *o = dot(row);
     }
-}
-
-thread_local! {
-    /// One token's `x` (normalised, rounded) and `x A^T`: per thread, reused from call to call,
-    /// so decode allocates nothing once the first call has sized them.
-    static SCRATCH: Cell<(Vec<f32>, Vec<f32>)> = const { Cell::new((Vec::new(), Vec::new())) };
-}
-
-/// Bytes of weights times tokens below which the pool's fork-join costs more than it saves.
-const PAR_MIN_WORK: usize = 256 * 1024;
-
-/// For one token, a B of at least this many bytes has its rows split over the pool: one core
-/// reads a 3B model's 8192-row B far slower than the memory bus allows (BENCHMARKS.md,
-/// issue 21), while the default model's largest (1536 rows, 48 KiB) is done before a
-/// fork-join would be.
-const PAR_MIN_B_BYTES: usize = 64 * 1024;
-
-/// Adds the side path of the pair `a` (r, cols), `b` (rows, r) for `n` tokens of `x` (n, cols)
-/// to `out` (n, rows): `out += scale * ((x A^T) B^T)`, rounded and summed as ggml does (see
-/// the module's comment). A and B may be F32, F16 or BF16, each on its own. `order` is the
-/// order the pass sums its f16 dots in: [`F16SumOrder::for_batch`] of its tokens, or one
-/// row's for a batch that must carry the bits of single steps (speculative verification);
-/// tinyBLAS's order is used only where the pass's is tinyBLAS's and ggml's matmul would take
-/// these `n` tokens there too.
-pub fn lora_add(
-    a: &Weights,
-    b: &Weights,
-    x: Input,
-    n: usize,
-    order: F16SumOrder,
-    scale: f32,
-    out: &mut [f32],
-) -> Result<(), KernelError> {
-    a.check()?;
-    b.check()?;
-    x.check(n, a.cols)?;
-    if b.cols != a.rows {
-        return Err(KernelError::Length {
-            what: "lora_b's columns (the rank of lora_a)",
-            unit: "columns",
-            expected: a.rows,
-            got: b.cols,
-        });
-    }
-    let expected = n.checked_mul(b.rows).ok_or(KernelError::Overflow {
-        what: "out",
-        rows: n,
-        cols: b.rows,
-    })?;
-    if out.len() != expected {
-        return Err(KernelError::Length {
-            what: "out",
-            unit: "values",
-            expected,
-            got: out.len(),
-        });
-    }
-    let (mut copy_a, mut copy_b) = (Vec::new(), Vec::new());
-    let ra = Rows::of(a, "lora_a", (n, order), &mut copy_a)?;
-    let rb = Rows::of(b, "lora_b", (n, order), &mut copy_b)?;
-    if out.is_empty() {
-        return Ok(());
-    }
-    let k = kernels();
-    let (cols, rank, rows) = (a.cols, a.rows, b.rows);
-    let threads = rayon::current_num_threads();
-    // B's rows are split over the pool for one token only when large (`PAR_MIN_B_BYTES`).
-    let split_b = n == 1 && b.data.len() >= PAR_MIN_B_BYTES && threads > 1;
-    let tokens = |first: usize, out: &mut [f32]| {
-        let (mut xr, mut xa) = SCRATCH.take();
-        let count = out.len() / rows;
-        xr.resize(cols, 0.0);
-        xa.resize(count * rank, 0.0);
-        for (t, xa) in xa.chunks_exact_mut(rank.max(1)).enumerate() {
-            let t = first + t;
-            match x {
-                Input::Rows(all) => xr.copy_from_slice(&all[t * cols..(t + 1) * cols]),
-                Input::RmsNormed {
-                    rows: all,
-                    weight,
-                    eps,
-                } => {
-                    let row = &all[t * cols..(t + 1) * cols];
-                    rms_norm_row(row, weight, rms_scale(row, eps), &mut xr);
-                }
-            }
-            ra.round(&mut xr);
-            ra.dots(k, &xr, xa);
-        }
-        rb.round(&mut xa);
-        if split_b {
-            // One token. Chunks of whole 8-row groups, so each row is summed as it is unsplit.
-            let chunk = rows.div_ceil(4 * threads).next_multiple_of(8);
-            let xa = &xa;
-            out.par_chunks_mut(chunk)
-                .enumerate()
-                .for_each(|(c, o)| rb.sub(c * chunk, o.len(), rank).add_dots(k, xa, scale, o));
-        } else {
-            rb.add_dots_tokens(k, &xa, (rank, rows), scale, out);
-        }
-        SCRATCH.set((xr, xa));
-    };
-    let work = (a.data.len() + b.data.len()).saturating_mul(n);
-    if n == 1 || work < PAR_MIN_WORK || threads < 2 {
-        tokens(0, out);
-    } else {
-        let per_task = n.div_ceil(4 * threads).max(1);
-        out.par_chunks_mut(per_task * rows)
-            .enumerate()
-            .for_each(|(c, o)| tokens(c * per_task, o));
-    }
-    Ok(())
 }
 
 /// Scalar reference of [`Kernels::lora_rows_f16`]: `out[i] += dot(row i of w, x) * scale`,
@@ -486,9 +378,10 @@ pub(crate) mod avx2 {
 mod tests {
     use super::*;
     use crate::matmul_input;
+    use crate::norm::{rms_norm_row, rms_scale, Input};
     use crate::testutil::*;
 
-    fn halves(v: &[f32]) -> Vec<u8> {
+    pub(super) fn halves(v: &[f32]) -> Vec<u8> {
         v.iter()
             .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
             .collect()
@@ -518,7 +411,14 @@ mod tests {
 
     /// The side path as two matmuls and an add, each as ggml runs it: the reference the
     /// kernel must equal bit for bit.
-    fn two_matmuls(a: &Weights, b: &Weights, x: Input, n: usize, scale: f32, out: &mut [f32]) {
+    pub(super) fn two_matmuls(
+        a: &Weights,
+        b: &Weights,
+        x: Input,
+        n: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
         let round = |ty: GgmlType, v: &mut [f32]| match ty {
             GgmlType::F16 => v
                 .iter_mut()
