@@ -6,7 +6,10 @@ Prints exact matches, mean chrF (character 1-6-grams, beta 2: a plain version, n
 report's) and how many replies loop (a run of 4 words repeated at once). Dev only: the test
 splits are for the reports. The table in README.md ("Repetition penalty") came from it.
 
-  python3 scripts/adapters/dev_sampling.py FEATURE PENALTY [KOSTANT_BINARY]
+  python3 scripts/adapters/dev_sampling.py FEATURE PENALTY [KOSTANT_BINARY] [--no-adapter | --adapter FILE]
+
+`--no-adapter` scores the feature's prompt alone (the report's "prompt only" column, on dev);
+`--adapter FILE` a candidate adapter (a GGUF from `kostant adapter import`) in the shipped one's place.
 """
 import collections
 import json
@@ -41,20 +44,33 @@ def loops(text):
 
 
 def main():
-    feature, penalty = sys.argv[1], sys.argv[2]
-    binary = sys.argv[3] if len(sys.argv) > 3 else os.path.join(ROOT, "target/release/kostant")
+    args = sys.argv[1:]
+    prompt_only = "--no-adapter" in args
+    candidate = None
+    if "--adapter" in args:
+        i = args.index("--adapter")
+        candidate = args[i + 1]
+        del args[i:i + 2]
+    args = [a for a in args if a != "--no-adapter"]
+    feature, penalty = args[0], args[1]
+    binary = args[2] if len(args) > 2 else os.path.join(ROOT, "target/release/kostant")
     rows = [json.loads(line) for line in open(os.path.join(ROOT, "assets/adapters", feature, "dev.jsonl"))]
     exact = looping = 0
     total = 0.0
     for ex in rows:
         cmd = [binary, "chat", "--feature", feature, "--temperature", "0", "--max-tokens", "192",
                "--no-history", "--repeat-penalty", penalty, "--prompt", user_message(feature, ex)]
+        if prompt_only:
+            cmd.append("--no-adapter")
+        elif candidate:
+            cmd += ["--adapter", candidate]
         reply = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout.strip()
         ref = ex["output"].strip()
         exact += reply == ref
         total += chrf(reply, ref)
         looping += loops(reply)
-    print(f"{feature} penalty {penalty} n {len(rows)} exact {exact} chrF {total / len(rows):.3f} loops {looping}")
+    mode = "prompt only" if prompt_only else f"adapter {candidate}" if candidate else "adapter"
+    print(f"{feature} ({mode}) penalty {penalty} n {len(rows)} exact {exact} chrF {total / len(rows):.3f} loops {looping}")
 
 
 if __name__ == "__main__":
