@@ -32,10 +32,11 @@ thread_local! {
 /// Bytes of weights times tokens below which the pool's fork-join costs more than it saves.
 const PAR_MIN_WORK: usize = 256 * 1024;
 
-/// For one token, A matrices (or B matrices) of at least this many bytes in all have their rows
-/// split over the pool: one core reads a 3B model's side paths far slower than the memory bus
-/// allows (BENCHMARKS.md, issue 21), while the default model's (q, k and v's A: 54 KiB; its
-/// largest B: 48 KiB) are done before a fork-join would be.
+/// For one token, the A matrices of a call when they total at least this many bytes, and each
+/// B matrix of at least this many, have their rows split over the pool: one core reads a 3B
+/// model's side paths far slower than the memory bus allows (BENCHMARKS.md, issue 21), while the
+/// default model's (q, k and v's A: 54 KiB; its largest B: 48 KiB) are done before a fork-join
+/// would be.
 const PAR_MIN_BYTES: usize = 64 * 1024;
 
 /// Adds the side path of the pair `a` (r, cols), `b` (rows, r) for `n` tokens of `x` (n, cols)
@@ -290,15 +291,20 @@ impl<const N: usize> Plan<'_, '_, '_, N> {
                 s.b.round(part);
             }
         }
-        let b_bytes: usize = each.map(|s| s.b_bytes).sum();
-        if threads > 1 && b_bytes >= PAR_MIN_BYTES {
+        // A B matrix is split only when large on its own: the default model's largest (48
+        // KiB) is done before a fork-join would be, even beside its twin (gate and up).
+        let split = |s: &Stage| s.b_bytes >= PAR_MIN_BYTES;
+        if threads > 1 && each.clone().any(split) {
             // Chunks of whole 8-row groups, so each row is summed as it is unsplit.
             outs.par_iter_mut()
                 .zip(parts.par_iter())
                 .zip(self.stages.par_iter())
                 .for_each(|((out, xa), s)| {
                     let Some(s) = s else { return };
-                    let chunk = s.rows.div_ceil(2 * threads).next_multiple_of(8).max(8);
+                    let chunk = match split(s) {
+                        true => s.rows.div_ceil(2 * threads).next_multiple_of(8).max(8),
+                        false => s.rows.max(1),
+                    };
                     out.par_chunks_mut(chunk).enumerate().for_each(|(c, o)| {
                         s.b.sub(c * chunk, o.len(), s.rank)
                             .add_dots(k, xa, s.scale, o)
