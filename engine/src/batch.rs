@@ -25,8 +25,8 @@ pub struct Batch<'a> {
     /// `n_layer` the final RMSNorm's output.
     pub taps: &'a [usize],
     /// Run every row as a single decode step would: attention and an adapter's side paths sum
-    /// in the one-row order, so
-    /// each row's logits and states carry exactly the bits a run of steps would give. Without
+    /// in the one-row order, so each row's logits and states carry exactly the bits a run of
+    /// steps would give. Without
     /// it a batch of several rows sums in the prompt order, as llama.cpp's prefill does (the
     /// two differ in the last bits: kernels' `F16SumOrder`).
     pub as_steps: bool,

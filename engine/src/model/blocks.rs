@@ -124,22 +124,13 @@ pub(super) fn linear_fused<'a, const N: usize>(
             base_matmul(model, w, x, n, sized(o, n * w.rows))?;
         }
     }
-    let outs = outs.map(|o| &mut o[..]);
-    match model.adapter {
-        Some(adapter) => {
-            let slots = ws.map(|w| w.slot);
-            let mut outs = outs;
-            add_side_paths(
-                adapter,
-                slots,
-                x,
-                (n, model.order),
-                outs.each_mut().map(|o| &mut **o),
-            )?;
-            Ok(outs)
-        }
-        None => Ok(outs),
+    let mut outs = outs.map(|o| &mut o[..]);
+    if let Some(adapter) = model.adapter {
+        let slots = ws.map(|w| w.slot);
+        let targets = outs.each_mut().map(|o| &mut **o);
+        add_side_paths(adapter, slots, x, (n, model.order), targets)?;
     }
+    Ok(outs)
 }
 
 /// `buf` at length `len`, its contents unspecified (zeros where it grew).

@@ -86,7 +86,6 @@ pub fn lora_add_fused<const N: usize>(
                 b: Rows::of(&p.b, "lora_b", (n, order), cb)?,
                 rank: p.a.rows,
                 rows: p.b.rows,
-                cols: p.a.cols,
                 a_bytes: p.a.data.len(),
                 b_bytes: p.b.data.len(),
                 scale: p.scale,
@@ -108,7 +107,8 @@ pub fn lora_add_fused<const N: usize>(
     }
     let plan = Plan {
         stages: &stages,
-        cols: first.cols,
+        // Every pair's A is as wide as a row of `x` (checked above).
+        cols: x.rows().len() / n,
         x,
         k: kernels(),
     };
@@ -186,7 +186,6 @@ struct Stage<'a> {
     b: Rows<'a>,
     rank: usize,
     rows: usize,
-    cols: usize,
     a_bytes: usize,
     b_bytes: usize,
     scale: f32,
@@ -324,7 +323,7 @@ impl<const N: usize> Plan<'_, '_, '_, N> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lora::tests::{halves, two_matmuls};
+    use crate::lora::tests::{both_inputs, halves, two_matmuls};
     use crate::testutil::*;
     use crate::GgmlType;
 
@@ -416,14 +415,7 @@ mod tests {
                 .iter()
                 .map(|&(_, rows, _)| random_f32(&mut r, n * rows, 1.0))
                 .collect();
-            for input in [
-                Input::Rows(&x),
-                Input::RmsNormed {
-                    rows: &x,
-                    weight: &norm,
-                    eps: 1e-5,
-                },
-            ] {
+            for input in both_inputs(&x, &norm) {
                 let mut got = starts.clone();
                 let mut list: Vec<Option<LoraPair>> = weights
                     .iter()

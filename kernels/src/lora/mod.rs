@@ -409,6 +409,18 @@ mod tests {
         out
     }
 
+    /// `x` as it is and RMS-normalised by `norm`: the two inputs a side path is given.
+    pub(super) fn both_inputs<'a>(x: &'a [f32], norm: &'a [f32]) -> [Input<'a>; 2] {
+        [
+            Input::Rows(x),
+            Input::RmsNormed {
+                rows: x,
+                weight: norm,
+                eps: 1e-5,
+            },
+        ]
+    }
+
     /// The side path as two matmuls and an add, each as ggml runs it: the reference the
     /// kernel must equal bit for bit.
     pub(super) fn two_matmuls(
@@ -480,14 +492,7 @@ mod tests {
                 let x = random_f32(&mut r, n * cols, 2.0);
                 let norm = random_f32(&mut r, cols, 1.0);
                 let start = random_f32(&mut r, n * rows, 1.0);
-                for input in [
-                    Input::Rows(&x),
-                    Input::RmsNormed {
-                        rows: &x,
-                        weight: &norm,
-                        eps: 1e-5,
-                    },
-                ] {
+                for input in both_inputs(&x, &norm) {
                     let (mut got, mut want) = (start.clone(), start.clone());
                     let order = F16SumOrder::for_batch(n);
                     lora_add(&a, &b, input, n, order, 1.75, &mut got).unwrap();
