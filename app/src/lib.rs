@@ -10,6 +10,7 @@ pub mod feature_adapters;
 pub use kostant_safety::features;
 pub mod history;
 pub mod installed_models;
+pub mod preferences;
 pub mod ui;
 
 pub mod android;

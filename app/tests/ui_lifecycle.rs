@@ -2,7 +2,8 @@
 //! on the real model, headless: a reply goes on in the background and is saved; the state the
 //! OS keeps names the conversation on screen; a closing app stops the reply it was writing and
 //! saves it with its context; a restarted app given that state reopens the conversation under
-//! its feature and reads only the new message. One test per process.
+//! its feature and reads only the new message; the context memory chosen in Settings is kept
+//! across a restart, so a context saved under it is restored. One test per process.
 
 mod ui_support;
 
@@ -118,6 +119,55 @@ fn the_conversation_survives_background_close_and_restart() {
     until_idle(&ui);
     assert_eq!(messages(&ui), 6);
     // The saved context was restored: most of the prompt was not read again.
+    let stats = app.chat.borrow().last_stats().cloned().unwrap();
+    assert!(stats.reused_tokens > stats.prompt_tokens / 2, "{stats:?}");
+
+    // Settings: the compact context memory. The next reply reads the conversation again into
+    // a cache of that type (the one saved is f16), and the choice is kept for the next start.
+    // (On the phone the card is below the first screenful, where the testing backend finds no
+    // element: its chip's callback is invoked as a press would; ui_model_switch presses it.)
+    ui.settings_state().invoke_set_kv_type(1);
+    let chosen: Vec<bool> = ui
+        .settings_state()
+        .get_kv_types()
+        .iter()
+        .map(|k| k.chosen)
+        .collect();
+    assert_eq!(chosen, [false, true, false]);
+    assert_eq!(ui.settings_state().get_notice(), "");
+    {
+        // Settings' own sampling replaced the test's greedy one.
+        let mut chat = app.chat.borrow_mut();
+        chat.settings.temperature = 0.0;
+        chat.settings.max_tokens = 24;
+    }
+    type_into(&ui, "Message", "And the capital of Spain?");
+    press(&ui, "Send");
+    until_idle(&ui);
+    assert_eq!(messages(&ui), 8);
+    let stats = app.chat.borrow().last_stats().cloned().unwrap();
+    assert!(stats.reused_tokens < stats.prompt_tokens / 2, "{stats:?}");
+    let saved = app.lifecycle(Lifecycle::SaveState).expect("state to keep");
+    app.shutdown();
+    drop(ui);
+    drop(app);
+
+    // Started again: the compact cache is still chosen, so the context saved under it is
+    // restored rather than read again.
+    let (ui, app) = open(&scratch);
+    assert!(
+        ui.settings_state()
+            .get_kv_types()
+            .iter()
+            .nth(1)
+            .unwrap()
+            .chosen
+    );
+    restore_state(&ui, &app, &saved).unwrap();
+    assert_eq!(messages(&ui), 8);
+    type_into(&ui, "Message", "And of Portugal?");
+    press(&ui, "Send");
+    until_idle(&ui);
     let stats = app.chat.borrow().last_stats().cloned().unwrap();
     assert!(stats.reused_tokens > stats.prompt_tokens / 2, "{stats:?}");
     app.shutdown();

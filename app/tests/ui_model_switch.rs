@@ -76,6 +76,23 @@ fn the_picker_switches_models_and_keeps_the_conversation() {
     assert!(gemma.contains("cannot screen"), "{gemma}");
     assert!(!exists(&ui, "Use gemma.gguf"));
 
+    // A tall window: the testing backend finds only elements in view, and the Context
+    // memory card is below the models and the adapters.
+    ui.window().set_size(slint::LogicalSize::new(900.0, 2400.0));
+    let w = ui.as_weak();
+    run_until("the Context memory card is in view", move || {
+        w.upgrade()
+            .is_some_and(|ui| exists(&ui, "Context memory: Smallest"))
+    });
+    // The smallest context memory, chosen before the switch, stays chosen after it (the
+    // other file's heads allow it) and is kept for the next start.
+    press(&ui, "Context memory: Smallest");
+    let checked = |label: &str| find(&ui, label).accessible_checked();
+    assert_eq!(checked("Context memory: Smallest"), Some(true));
+    assert_eq!(checked("Context memory: Exact"), Some(false));
+    let kept = std::fs::read_to_string(scratch.data().join("settings.json")).unwrap();
+    assert!(kept.contains("\"q4_0\""), "{kept}");
+
     press(&ui, "Use second.gguf");
     assert_eq!(last_value(&ui, "Models status"), "");
     wait_ready(&ui);
@@ -87,6 +104,7 @@ fn the_picker_switches_models_and_keeps_the_conversation() {
     });
     assert!(exists(&ui, "Use first.gguf"));
     assert_eq!(messages(&ui), 2, "the conversation stays on screen");
+    assert_eq!(checked("Context memory: Smallest"), Some(true));
 
     press(&ui, "Chat");
     ask(&ui, "And the capital of Italy?");

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use kostant_engine::{Judgement, Model, Observer, Session};
+use kostant_engine::{Judgement, KvType, Model, Observer, Session};
 use serde::Serialize;
 
 use crate::confidence::{shown_category, CategoryRules};
@@ -100,11 +100,19 @@ impl Guard {
     }
 
     /// Whether the guard can read the states of `chat`'s own passes: its model is the guard
-    /// model, and an adapter on it, if any, leaves every layer the head reads untouched. The
+    /// model, its cache is f16, and an adapter on it, if any, leaves every layer the head
+    /// reads untouched. The
     /// head was trained on the base model's states; an adapter below a tap would show it
     /// states it never saw, so the guard then reads on its own base session instead.
     pub fn rides_on(&self, chat: &Session) -> bool {
         if !Arc::ptr_eq(chat.model(), self.model()) {
+            return false;
+        }
+        // The head was trained on states computed over the f16 cache. A quantized cache moves
+        // every state after the first layer's attention (with q4_0 the guard over-refused
+        // markedly more: docs/eval-kv-types.md), so the guard then reads on its own session,
+        // whose cache is f16.
+        if chat.kv_type() != KvType::F16 {
             return false;
         }
         let Some(active) = chat.adapter() else {

@@ -10,7 +10,7 @@ use base64::Engine as _;
 use kostant_engine::adapter::synth::{random_adapter, SynthAdapter};
 use kostant_engine::testing::real_model_path;
 use kostant_engine::{
-    ActiveAdapter, CancelHandle, Judgement, LoraAdapter, Model, Observer, Session,
+    ActiveAdapter, CancelHandle, Judgement, KvType, LoraAdapter, Model, Observer, Session,
 };
 use kostant_safety::head::Head;
 use kostant_safety::{policy, respond, Category, Guard, ReplyEvent, StoppedBy, Verdict};
@@ -184,6 +184,12 @@ fn riding_along_reads_what_reading_alone_reads() {
     let mut riding = guard();
     let plain = Session::new(model.clone(), 64).unwrap();
     assert!(riding.rides_on(&plain) && !alone.rides_on(&plain));
+    // A quantized cache moves the states the head reads: the guard reads on its own f16
+    // session then.
+    for kv in [KvType::Q8_0, KvType::Q4_0] {
+        let quantized = Session::with_kv_type(model.clone(), 64, kv).unwrap();
+        assert!(!riding.rides_on(&quantized), "{kv}");
+    }
     // An adapter changes the states the head reads unless it starts above every tap: then
     // the guard reads on its own base session instead (the pipeline asks `rides_on`).
     let deepest = *riding.head().info.spec.taps.iter().max().unwrap();

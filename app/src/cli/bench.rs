@@ -108,7 +108,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 &path,
                 &args.guard_args,
                 &args.adapter,
-                args.model.ctx,
+                Session::with_kv_type(model.clone(), args.model.ctx, args.kv.kv_type)?,
                 args.gen_tokens,
                 args.repetitions,
             )?)

@@ -20,12 +20,14 @@ use super::guard::{load_guard, GuardArgs};
 const MESSAGE: &str = "Can you help me plan a relaxed weekend in Lisbon? I like small museums, \
 good coffee and long walks by the river, and I need to be home by Sunday evening.";
 
+/// Answers the same prompt plain and guarded on `session` (the chat's context size, cache type
+/// and adapter, as the caller made it) and reports the differences.
 pub fn measure(
     model: &Arc<Model>,
     model_path: &std::path::Path,
     args: &GuardArgs,
     adapter: &super::adapter::AdapterArgs,
-    n_ctx: usize,
+    mut session: Session,
     gen_tokens: usize,
     repetitions: usize,
 ) -> Result<Value> {
@@ -44,9 +46,8 @@ pub fn measure(
         sampling: SamplingParams::greedy(),
         speculation: Speculation::Off,
     };
-    let mut session = Session::new(model.clone(), n_ctx)?;
-    // With an adapter below the head's taps the guard reads on its own base session (see
-    // `Guard::rides_on`): what that costs is what this measures then.
+    // With an adapter below the head's taps, or a quantized cache, the guard reads on its own
+    // f16 base session (see `Guard::rides_on`): what that costs is what this measures then.
     adapter.apply(&mut session)?;
     let cancel = CancelHandle::new();
     let mut plain: Vec<Generation> = Vec::new();

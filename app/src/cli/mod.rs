@@ -86,7 +86,8 @@ pub struct KvArgs {
     /// How the kv cache stores keys and values: f16 (as llama.cpp by default; greedy replies
     /// match it token for token), q8_0 (17/32 of the memory; replies barely change) or q4_0
     /// (9/32 of the memory; replies change noticeably: on the default model perplexity rises
-    /// about a twelfth, BENCHMARKS.md issue 23). q8_0 and q4_0 need heads a multiple of 32 wide.
+    /// about a twelfth, BENCHMARKS.md issue 23). q8_0 and q4_0 need heads a multiple of 32 wide;
+    /// with them the guard reads on its own f16 session, which slows decoding a little.
     #[arg(long, default_value_t = KvType::F16)]
     pub kv_type: KvType,
 }

@@ -13,8 +13,8 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use kostant_engine::{
-    ActiveAdapter, CancelHandle, EngineError, GenerateRequest, Message, Model, SamplingParams,
-    Session, Speculation,
+    ActiveAdapter, CancelHandle, EngineError, GenerateRequest, KvType, Message, Model,
+    SamplingParams, Session, Speculation,
 };
 use kostant_safety::head::Head;
 use kostant_safety::{pipeline, Guard};
@@ -39,6 +39,9 @@ pub struct GenerationSettings {
     pub max_tokens: usize,
     /// Context window in tokens; the memory budget on the Settings screen caps it.
     pub n_ctx: usize,
+    /// How the context's keys and values are stored: the smaller types fit a longer context
+    /// in the same memory and change the replies a little (Settings' "Context memory").
+    pub kv_type: KvType,
     /// Fixed seed, or a new one per reply.
     pub seed: Option<u64>,
 }
@@ -54,6 +57,7 @@ impl Default for GenerationSettings {
             repeat_penalty: 1.1,
             max_tokens: 512,
             n_ctx: 2048,
+            kv_type: KvType::F16,
             seed: None,
         }
     }
@@ -159,13 +163,25 @@ pub struct ModelSummary {
     pub quantization: String,
     pub path: PathBuf,
     pub file_bytes: u64,
-    /// The engine's planned footprint (`Model::memory_plan`: weights read, kv cache, scratch;
-    /// what `kostant --memory-budget` checks) for contexts of 256, 512, … tokens up to the
-    /// training context: the Settings screen picks the largest that fits the budget.
-    pub memory_plans: Vec<(usize, u64)>,
+    /// The engine's planned footprint (`Model::memory_plan_with_kv`: weights read, kv cache,
+    /// scratch; what `kostant --memory-budget` checks) for contexts of 256, 512, … tokens up
+    /// to the training context, for each cache type this model's heads allow: the Settings
+    /// screen picks the largest that fits the budget.
+    pub memory_plans: Vec<ContextPlan>,
     pub n_ctx_train: usize,
     /// [`crate::feature_adapters::fingerprint_hex`]: which shipped adapters apply to it.
     pub fingerprint: String,
+}
+
+/// One entry of [`ModelSummary::memory_plans`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContextPlan {
+    pub kv_type: KvType,
+    pub n_ctx: usize,
+    /// The whole planned footprint.
+    pub total: u64,
+    /// Of which the kv cache.
+    pub kv: u64,
 }
 
 /// The model and the guard, resident for the app's life: every message and reply goes
@@ -233,9 +249,24 @@ impl GuardedResponder {
         };
         // Looked up before the session is taken, so a failure keeps the session.
         let adapter = self.adapters.get(req.feature)?.ok();
+        let n_ctx = req.settings.n_ctx.min(self.model.hparams.n_ctx_train);
         let mut session = match self.session.take() {
-            Some(s) if s.n_ctx() == req.settings.n_ctx.min(self.model.hparams.n_ctx_train) => s,
-            _ => Session::new(self.model.clone(), req.settings.n_ctx)?,
+            Some(s) if s.n_ctx() == n_ctx && s.kv_type() == req.settings.kv_type => s,
+            other => {
+                // Another context size or cache type (Settings changed): a new session, and
+                // what the keeper saved belongs to the old one.
+                let made = Session::with_kv_type(self.model.clone(), n_ctx, req.settings.kv_type);
+                match made {
+                    Ok(s) => {
+                        self.keeper.forget();
+                        s
+                    }
+                    Err(e) => {
+                        self.session = other;
+                        return Err(e.into());
+                    }
+                }
+            }
         };
         // The feature's adapter goes on first: the session forgets rows computed under
         // another, and a saved context is restored only under the adapter it was saved with.
@@ -370,10 +401,19 @@ impl ModelSummary {
             quantization: model.quantization().to_string(),
             path: path.to_path_buf(),
             file_bytes: model.file_bytes() as u64,
-            memory_plans: (1..=hp.n_ctx_train.clamp(256, 1 << 17) / 256)
-                .map(|i| {
-                    let n = 256 * i;
-                    (n, model.memory_plan(n).total() as u64)
+            memory_plans: KvType::ALL
+                .into_iter()
+                .filter(|t| t.fits_heads(hp.head_dim))
+                .flat_map(|kv_type| {
+                    (1..=hp.n_ctx_train.clamp(256, 1 << 17) / 256).map(move |i| {
+                        let plan = model.memory_plan_with_kv(256 * i, kv_type);
+                        ContextPlan {
+                            kv_type,
+                            n_ctx: 256 * i,
+                            total: plan.total() as u64,
+                            kv: plan.kv as u64,
+                        }
+                    })
                 })
                 .collect(),
             n_ctx_train: hp.n_ctx_train,

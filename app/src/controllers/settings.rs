@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::mpsc;
 
 use kostant_assets::{AdapterEntry, ModelEntry, ModelManifest};
+use kostant_engine::KvType;
 
 use super::chat::{GenerationSettings, ModelSummary};
 use super::Notify;
@@ -43,6 +44,36 @@ impl Verification {
 pub struct Licence {
     pub what: String,
     pub licence: String,
+}
+
+/// A context-memory choice as Settings offers it: the cache type, what it means for the
+/// replies, and the memory plan under the budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvChoice {
+    pub kv_type: KvType,
+    /// "Exact", "Compact", "Smallest".
+    pub label: &'static str,
+    /// What it does to the replies, and the context it fits in the budget with its cache's
+    /// size.
+    pub detail: String,
+    pub chosen: bool,
+}
+
+/// The chip's word for a cache type and what it does to the replies.
+pub fn kv_words(kv_type: KvType) -> (&'static str, &'static str) {
+    match kv_type {
+        KvType::F16 => ("Exact", "replies as the model gives them"),
+        // "Slower": the guard then reads on its own session (`Guard::rides_on`), which costs
+        // the default model's decode about a sixth (docs/eval-kv-types.md).
+        KvType::Q8_0 => (
+            "Compact",
+            "about half the memory; replies barely change and may come a little slower",
+        ),
+        KvType::Q4_0 => (
+            "Smallest",
+            "about a quarter of the memory; replies change noticeably and may come a little slower",
+        ),
+    }
 }
 
 /// A shipped feature adapter as Settings lists it: the feature and a line about the adapter.
@@ -149,6 +180,10 @@ impl SettingsController {
             }
         };
         self.model = Some(model);
+        // A model whose heads the chosen cache type cannot hold falls back to the exact one.
+        if !self.offered_kv_types().contains(&self.generation.kv_type) {
+            self.generation.kv_type = KvType::F16;
+        }
         self.clamp_context();
     }
 
@@ -242,18 +277,79 @@ impl SettingsController {
     }
 
     /// The largest context, in steps of 256 tokens, whose planned footprint (the engine's
-    /// `memory_plan`, as the CLI's `--memory-budget` checks it) fits the budget; at least 256.
+    /// `memory_plan_with_kv` for the chosen cache type, as the CLI's `--memory-budget` checks
+    /// it) fits the budget; at least 256.
     pub fn context_for_budget(&self) -> usize {
-        let Some(m) = &self.model else {
-            return self.generation.n_ctx;
-        };
+        match &self.model {
+            None => self.generation.n_ctx,
+            Some(_) => self
+                .plan_for_budget(self.generation.kv_type)
+                .map_or(256, |p| p.n_ctx),
+        }
+    }
+
+    /// The largest planned context of `kv_type` that fits the budget.
+    fn plan_for_budget(&self, kv_type: KvType) -> Option<super::chat::ContextPlan> {
         let budget = u64::from(self.memory_budget_mb) * 1024 * 1024;
-        m.memory_plans
+        self.model
+            .as_ref()?
+            .memory_plans
             .iter()
-            .filter(|(_, bytes)| *bytes <= budget)
-            .map(|(n, _)| *n)
-            .max()
-            .unwrap_or(256)
+            .filter(|p| p.kv_type == kv_type && p.total <= budget)
+            .max_by_key(|p| p.n_ctx)
+            .copied()
+    }
+
+    /// The cache types the model's heads allow (all of them before a model has loaded).
+    fn offered_kv_types(&self) -> Vec<KvType> {
+        match &self.model {
+            None => KvType::ALL.to_vec(),
+            Some(m) => KvType::ALL
+                .into_iter()
+                .filter(|t| m.memory_plans.iter().any(|p| p.kv_type == *t))
+                .collect(),
+        }
+    }
+
+    /// Chooses how the context is stored; the context becomes the largest that fits the budget
+    /// with it. A type the model cannot use is ignored (it is not offered).
+    pub fn set_kv_type(&mut self, kv_type: KvType) {
+        if self.offered_kv_types().contains(&kv_type) {
+            self.generation.kv_type = kv_type;
+            self.clamp_context();
+        }
+    }
+
+    /// The context-memory choices for this model, with the memory plan of each under the
+    /// budget.
+    pub fn kv_choices(&self) -> Vec<KvChoice> {
+        self.offered_kv_types()
+            .into_iter()
+            .map(|kv_type| {
+                let (label, words) = kv_words(kv_type);
+                let fits = match self.plan_for_budget(kv_type) {
+                    Some(p) => format!(
+                        "{} tokens fit the budget, {:.1} MiB of them this cache",
+                        p.n_ctx,
+                        p.kv as f64 / (1024.0 * 1024.0)
+                    ),
+                    None if self.model.is_some() => {
+                        "even 256 tokens are over the budget".to_string()
+                    }
+                    None => String::new(),
+                };
+                let detail = match fits.is_empty() {
+                    true => format!("{kv_type} · {words}"),
+                    false => format!("{kv_type} · {words} · {fits}"),
+                };
+                KvChoice {
+                    kv_type,
+                    label,
+                    detail,
+                    chosen: kv_type == self.generation.kv_type,
+                }
+            })
+            .collect()
     }
 
     fn clamp_context(&mut self) {
@@ -352,17 +448,31 @@ fn manifest_entry(path: &Path) -> Option<ModelEntry> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::chat::ContextPlan;
     use super::*;
 
     fn summary() -> ModelSummary {
+        const MIB: u64 = 1024 * 1024;
         ModelSummary {
             name: "m".into(),
             quantization: "Q4_1".into(),
             path: "/nonexistent/custom.gguf".into(),
-            file_bytes: 100 * 1024 * 1024,
-            // 100 MiB plus 1 MiB per token keeps the arithmetic readable.
-            memory_plans: (1..=32)
-                .map(|i| (256 * i, (100 + 256 * i as u64) * 1024 * 1024))
+            file_bytes: 100 * MIB,
+            // 100 MiB plus 1 MiB per token (f16), 1/2 (q8_0), 1/4 (q4_0) keeps the arithmetic
+            // readable.
+            memory_plans: [(KvType::F16, 4), (KvType::Q8_0, 2), (KvType::Q4_0, 1)]
+                .into_iter()
+                .flat_map(|(kv_type, quarters)| {
+                    (1..=32).map(move |i| {
+                        let kv = 256 * i as u64 * quarters * MIB / 4;
+                        ContextPlan {
+                            kv_type,
+                            n_ctx: 256 * i,
+                            total: 100 * MIB + kv,
+                            kv,
+                        }
+                    })
+                })
                 .collect(),
             n_ctx_train: 8192,
             fingerprint: "not-a-shipped-base".into(),
@@ -408,6 +518,44 @@ mod tests {
         assert_eq!(s.generation().n_ctx, 3840);
         s.set_memory_budget_mb(0);
         assert_eq!(s.generation().n_ctx, 256);
+    }
+
+    #[test]
+    fn a_smaller_cache_fits_a_longer_context_in_the_same_budget() {
+        let mut s = SettingsController::new(GenerationSettings::default(), Ok("k".into()));
+        s.model_loaded(summary(), super::super::no_notify());
+        s.set_memory_budget_mb(1124);
+        let choices = s.kv_choices();
+        let labels: Vec<_> = choices.iter().map(|c| (c.label, c.chosen)).collect();
+        assert_eq!(
+            labels,
+            [("Exact", true), ("Compact", false), ("Smallest", false)]
+        );
+        assert!(
+            choices[0]
+                .detail
+                .ends_with("1024 tokens fit the budget, 1024.0 MiB of them this cache"),
+            "{choices:?}"
+        );
+        assert!(choices[1].detail.contains("2048 tokens fit"), "{choices:?}");
+        assert!(choices[2].detail.contains("4096 tokens fit"), "{choices:?}");
+        s.set_kv_type(KvType::Q4_0);
+        assert_eq!(s.generation().kv_type, KvType::Q4_0);
+        assert_eq!(s.generation().n_ctx, 4096);
+        assert!(s.kv_choices()[2].chosen);
+        s.set_kv_type(KvType::Q8_0);
+        assert_eq!(s.generation().n_ctx, 2048);
+
+        // A model whose heads only the f16 cache holds: the chosen q8_0 falls back, and the
+        // others are neither offered nor taken.
+        let mut narrow = summary();
+        narrow.memory_plans.retain(|p| p.kv_type == KvType::F16);
+        s.model_loaded(narrow, super::super::no_notify());
+        assert_eq!(s.generation().kv_type, KvType::F16);
+        assert_eq!(s.generation().n_ctx, 1024);
+        s.set_kv_type(KvType::Q4_0);
+        assert_eq!(s.generation().kv_type, KvType::F16);
+        assert_eq!(s.kv_choices().len(), 1);
     }
 
     #[test]

@@ -122,7 +122,14 @@ fn factory(scripts: Vec<Script>) -> (ResponderFactory, Arc<Mutex<Vec<ReplyReques
             quantization: "none".into(),
             path: PathBuf::from("scripted"),
             file_bytes: 0,
-            memory_plans: vec![(256, 1), (4096, 2)],
+            memory_plans: [(256, 1), (4096, 2)]
+                .map(|(n_ctx, total)| ContextPlan {
+                    kv_type: kostant_engine::KvType::F16,
+                    n_ctx,
+                    total,
+                    kv: total,
+                })
+                .to_vec(),
             n_ctx_train: 4096,
             fingerprint: "scripted".into(),
         };

@@ -28,6 +28,7 @@ use crate::controllers::network::NetworkBadge;
 use crate::controllers::settings::SettingsController;
 use crate::controllers::{AppError, Notify, SharedStore};
 use crate::history::Role;
+use crate::preferences::Preferences;
 
 slint::include_modules!();
 
@@ -260,8 +261,13 @@ pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
         (None, Ok(path)) => guarded_factory(path),
         (None, Err(why)) => Box::new(move || -> LoadResult { Err(AppError::ModelNotReady(why)) }),
     };
-    let chat = ChatController::new(factory, store.clone(), notify.clone());
-    let settings = SettingsController::new(chat.settings.clone(), history_status);
+    let mut chat = ChatController::new(factory, store.clone(), notify.clone());
+    let mut settings = SettingsController::new(chat.settings.clone(), history_status);
+    // Last run's choices (the cache type above all: a saved context restores only under it).
+    if let Some(dir) = &data_dir {
+        Preferences::load(dir).apply(&mut settings);
+        chat.settings = settings.generation().clone();
+    }
     let app = Rc::new(App {
         chat: RefCell::new(chat),
         history: store.map(|s| RefCell::new(HistoryController::new(s))),
@@ -617,6 +623,16 @@ fn refresh_settings<R: AppRoot>(ui: &R, app: &App) {
     s.set_max_tokens(g.max_tokens.to_string().into());
     s.set_budget(format!("{} MiB", st.memory_budget_mb()).into());
     s.set_context(format!("{} tokens (fits the budget)", g.n_ctx).into());
+    let kv_types: Vec<KvItem> = st
+        .kv_choices()
+        .into_iter()
+        .map(|k| KvItem {
+            label: k.label.into(),
+            detail: k.detail.into(),
+            chosen: k.chosen,
+        })
+        .collect();
+    s.set_kv_types(ModelRc::new(VecModel::from(kv_types)));
     s.set_key_status(st.history_status().into());
     s.set_network(app.badge.detail.as_str().into());
     let adapters: Vec<AdapterItem> = st
@@ -678,6 +694,21 @@ fn switch_model(app: &App, path: PathBuf) -> Result<(), String> {
     Ok(())
 }
 
+/// A Settings choice was made: the chat's next reply uses it, and it is kept for the next
+/// start (a failure to keep it is said on the screen; the choice still applies now).
+fn settings_changed<R: AppRoot>(ui: &R, app: &App) {
+    let settings = app.settings.borrow();
+    app.chat.borrow_mut().settings = settings.generation().clone();
+    let kept = match &app.data_dir {
+        Some(dir) => Preferences::of(&settings).save(dir).err(),
+        None => None,
+    };
+    drop(settings);
+    ui.settings_state()
+        .set_notice(kept.map(|e| e.to_string()).unwrap_or_default().into());
+    refresh_settings(ui, app);
+}
+
 fn wire_settings<R: AppRoot>(ui: &R, app: &Rc<App>) {
     let s = ui.settings_state();
     let (w, a) = (ui.as_weak(), app.clone());
@@ -706,8 +737,7 @@ fn wire_settings<R: AppRoot>(ui: &R, app: &Rc<App>) {
         move |dir| {
             let Some(ui) = w.upgrade() else { return };
             f(&mut a.settings.borrow_mut(), dir.signum());
-            a.chat.borrow_mut().settings = a.settings.borrow().generation().clone();
-            refresh_settings(&ui, &a);
+            settings_changed(&ui, &a);
         }
     }
     s.on_temperature_step(stepper(ui, app, |s, d| {
@@ -724,6 +754,17 @@ fn wire_settings<R: AppRoot>(ui: &R, app: &Rc<App>) {
         let mb = i64::from(s.memory_budget_mb()) + 256 * i64::from(d);
         s.set_memory_budget_mb(mb.clamp(0, i64::from(u32::MAX)) as u32)
     }));
+    let (w, a) = (ui.as_weak(), app.clone());
+    s.on_set_kv_type(move |i| {
+        let Some(ui) = w.upgrade() else { return };
+        let chosen = usize::try_from(i)
+            .ok()
+            .and_then(|i| a.settings.borrow().kv_choices().get(i).map(|k| k.kv_type));
+        if let Some(kv_type) = chosen {
+            a.settings.borrow_mut().set_kv_type(kv_type);
+            settings_changed(&ui, &a);
+        }
+    });
     let w = ui.as_weak();
     s.on_set_dark(move |dark| {
         if let Some(ui) = w.upgrade() {

@@ -57,6 +57,9 @@ pub enum KvType {
 }
 
 impl KvType {
+    /// Every type, from the most exact to the smallest.
+    pub const ALL: [KvType; 3] = [KvType::F16, KvType::Q8_0, KvType::Q4_0];
+
     pub fn name(self) -> &'static str {
         match self {
             KvType::F16 => "f16",
@@ -77,6 +80,12 @@ impl KvType {
     /// Whether rows are stored as 32-value blocks, which must not straddle two heads.
     fn is_blocked(self) -> bool {
         matches!(self, KvType::Q8_0 | KvType::Q4_0)
+    }
+
+    /// Whether a cache of this type can hold heads `head_dim` wide: a block must not straddle
+    /// two heads, so Q8_0 and Q4_0 need a multiple of 32.
+    pub fn fits_heads(self, head_dim: usize) -> bool {
+        !self.is_blocked() || (head_dim != 0 && head_dim.is_multiple_of(KV_BLOCK))
     }
 }
 
@@ -264,7 +273,7 @@ impl KvCache {
         head_dim: usize,
         n_ctx: usize,
     ) -> Result<KvCache> {
-        if kv_type.is_blocked() && (head_dim == 0 || !head_dim.is_multiple_of(KV_BLOCK)) {
+        if !kv_type.fits_heads(head_dim) {
             return Err(EngineError::InvalidRequest(format!(
                 "the {kv_type} kv cache needs a head size that is a multiple of {KV_BLOCK}, but this model's heads are {head_dim} wide (use the f16 cache)"
             )));
