@@ -128,7 +128,9 @@ impl Cipher {
         String::from_utf8(plain).map_err(|_| HistoryError::Integrity(slot.to_string()))
     }
 
-    /// [`Cipher::seal`] for bytes that are not text (a context snapshot's rows).
+    /// [`Cipher::seal`] for bytes that are not text (a context snapshot's rows). Sealed in
+    /// the one buffer it returns: a 3B model's snapshot is hundreds of MB, and every fresh
+    /// page costs (BENCHMARKS.md, issue 23: restoring at the 3B shape).
     pub fn seal_bytes(&self, slot: Slot, plain: &[u8]) -> Result<Vec<u8>, HistoryError> {
         let mut nonce = [0u8; NONCE_LEN];
         self.rng
@@ -137,34 +139,51 @@ impl Cipher {
         let mut out = Vec::with_capacity(plain.len() + OVERHEAD);
         out.push(VERSION);
         out.extend_from_slice(&nonce);
-        let mut body = plain.to_vec();
+        out.extend_from_slice(plain);
         let aad = slot.aad();
-        self.key
-            .seal_in_place_append_tag(
+        let tag = self
+            .key
+            .seal_in_place_separate_tag(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(aad.as_bytes()),
-                &mut body,
+                &mut out[1 + NONCE_LEN..],
             )
             .map_err(|_| HistoryError::Random)?;
-        out.extend_from_slice(&body);
+        out.extend_from_slice(tag.as_ref());
         Ok(out)
     }
 
     /// [`Cipher::open`] for bytes that are not text.
     pub fn open_bytes(&self, slot: Slot, sealed: &[u8]) -> Result<Vec<u8>, HistoryError> {
+        self.open_bytes_owned(slot, sealed.to_vec())
+    }
+
+    /// [`Cipher::open_bytes`] in the buffer it is given (as read from the database): the
+    /// plaintext takes its place, with no second buffer.
+    pub fn open_bytes_owned(
+        &self,
+        slot: Slot,
+        mut sealed: Vec<u8>,
+    ) -> Result<Vec<u8>, HistoryError> {
         let integrity = || HistoryError::Integrity(slot.to_string());
         if sealed.len() < OVERHEAD || sealed[0] != VERSION {
             return Err(integrity());
         }
         let nonce =
             Nonce::try_assume_unique_for_key(&sealed[1..1 + NONCE_LEN]).map_err(|_| integrity())?;
-        let mut body = sealed[1 + NONCE_LEN..].to_vec();
         let aad = slot.aad();
-        let plain = self
+        let plain_len = self
             .key
-            .open_in_place(nonce, Aad::from(aad.as_bytes()), &mut body)
-            .map_err(|_| integrity())?;
-        Ok(plain.to_vec())
+            .open_within(
+                nonce,
+                Aad::from(aad.as_bytes()),
+                &mut sealed,
+                1 + NONCE_LEN..,
+            )
+            .map_err(|_| integrity())?
+            .len();
+        sealed.truncate(plain_len);
+        Ok(sealed)
     }
 }
 
@@ -216,5 +235,38 @@ mod tests {
         }
         assert!(c.open(slot, &a[..a.len() - 1]).is_err());
         assert!(cipher().open(slot, &a).is_err(), "another key opened it");
+    }
+
+    #[test]
+    fn snapshot_bytes_open_in_place_and_keep_the_stored_layout() {
+        let c = cipher();
+        let slot = Slot::SnapshotPiece {
+            conversation: 3,
+            seq: 1,
+            header: [7; 32],
+        };
+        let plain: Vec<u8> = (0..100_000u32).map(|i| (i * 31 % 251) as u8).collect();
+        let sealed = c.seal_bytes(slot, &plain).unwrap();
+        assert_eq!(sealed.len(), plain.len() + OVERHEAD);
+        assert_eq!(c.open_bytes_owned(slot, sealed.clone()).unwrap(), plain);
+        // The layout written before sealing went in place: version, nonce, ciphertext with
+        // the tag appended, sealed by ring in one call. Such rows still open.
+        let nonce = [9u8; NONCE_LEN];
+        let mut body = plain.clone();
+        c.key
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(slot.aad().as_bytes()),
+                &mut body,
+            )
+            .unwrap();
+        let old = [&[VERSION][..], &nonce, &body].concat();
+        assert_eq!(c.open_bytes(slot, &old).unwrap(), plain);
+        let mut tampered = sealed;
+        tampered[OVERHEAD + 500] ^= 1;
+        assert!(matches!(
+            c.open_bytes_owned(slot, tampered),
+            Err(HistoryError::Integrity(_))
+        ));
     }
 }

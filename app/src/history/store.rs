@@ -684,7 +684,7 @@ impl Store {
             if seq != i as i64 {
                 return Err(HistoryError::Integrity(slot.to_string()));
             }
-            pieces.push(self.cipher.open_bytes(slot, &sealed)?);
+            pieces.push(self.cipher.open_bytes_owned(slot, sealed)?);
         }
         Ok(Some(SavedContext {
             header,
