@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use kostant_engine::{
     ActiveAdapter, CancelHandle, EngineError, GenerateRequest, KvType, Message, Model,
-    SamplingParams, Session, Speculation,
+    SamplingParams, Session, SnapshotHeader, Speculation,
 };
 use kostant_safety::head::Head;
 use kostant_safety::{pipeline, Guard};
@@ -285,9 +285,7 @@ impl GuardedResponder {
             self.keeper.forget();
             if let (Some(saved), Some(id)) = (saved, req.conversation) {
                 if let Err(e) = self.keeper.restore_saved(id, saved, &mut session) {
-                    notice = Some(format!(
-                        "This conversation's saved context could not be used ({e}), so it was read again."
-                    ));
+                    notice = Some(not_restored_notice(&saved.header, &session, &e));
                 }
             }
         }
@@ -377,6 +375,38 @@ impl GuardedResponder {
             notice,
         }));
         Ok(())
+    }
+}
+
+/// What the chat says when a saved context was not restored and the conversation was read
+/// again: a Context memory choice changed since it was saved is said in Settings' words (the
+/// engine's reason names cache types); anything else with its reason.
+pub fn not_restored_notice(
+    saved_header: &[u8],
+    session: &Session,
+    error: &impl std::fmt::Display,
+) -> String {
+    let now = session.snapshot_header();
+    let only_the_cache_type = SnapshotHeader::from_bytes(saved_header)
+        .ok()
+        .filter(|h| h.kv_type != now.kv_type)
+        .map(|h| {
+            let saved = h.kv_type;
+            let same_type = SnapshotHeader {
+                kv_type: now.kv_type,
+                ..h
+            };
+            (saved, same_type.mismatch(&now).is_none())
+        });
+    match only_the_cache_type {
+        Some((saved, true)) => format!(
+            "This conversation was kept with the {} context memory and Settings now use {}, so it was read again.",
+            super::settings::kv_words(saved).0,
+            super::settings::kv_words(now.kv_type).0
+        ),
+        _ => format!(
+            "This conversation's saved context could not be used ({error}), so it was read again."
+        ),
     }
 }
 

@@ -467,3 +467,31 @@ fn history_lists_newest_first_searches_opens_and_deletes_after_confirmation() {
     h.refresh();
     assert_eq!(h.items().len(), 1);
 }
+
+#[test]
+fn a_context_kept_under_another_context_memory_is_named_in_settings_words() {
+    use kostant_engine::{KvType, Model, Session};
+    let model =
+        Model::load(&kostant_engine::testing::real_model_path()).expect("the default model");
+    let saved = Session::new(model.clone(), 64)
+        .unwrap()
+        .snapshot_header()
+        .to_bytes();
+    let compact = Session::with_kv_type(model.clone(), 64, KvType::Q8_0).unwrap();
+    let why = "it was saved with the f16 kv cache and this session uses q8_0";
+    let text = not_restored_notice(&saved, &compact, &why);
+    assert_eq!(
+        text,
+        "This conversation was kept with the Exact context memory and Settings now use Compact, so it was read again."
+    );
+    // Settings' words only: nothing a person would have to look up.
+    for jargon in ["kv", "f16", "q8_0", "cache", "error"] {
+        assert!(!text.contains(jargon), "{jargon}: {text}");
+    }
+    // Anything else keeps its reason: here the same cache type, so the type is not the cause.
+    let exact = Session::new(model, 64).unwrap();
+    let text = not_restored_notice(&saved, &exact, &"its cache shape differs");
+    assert!(text.contains("(its cache shape differs)"), "{text}");
+    let text = not_restored_notice(b"not a header", &compact, &"the header does not read");
+    assert!(text.contains("(the header does not read)"), "{text}");
+}
