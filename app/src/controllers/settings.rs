@@ -329,7 +329,7 @@ impl SettingsController {
                 let (label, words) = kv_words(kv_type);
                 let fits = match self.plan_for_budget(kv_type) {
                     Some(p) => format!(
-                        "{} tokens fit the budget, {:.1} MiB of them this cache",
+                        "{} tokens fit the budget, using {:.1} MiB for the context",
                         p.n_ctx,
                         p.kv as f64 / (1024.0 * 1024.0)
                     ),
@@ -534,7 +534,7 @@ mod tests {
         assert!(
             choices[0]
                 .detail
-                .ends_with("1024 tokens fit the budget, 1024.0 MiB of them this cache"),
+                .ends_with("1024 tokens fit the budget, using 1024.0 MiB for the context"),
             "{choices:?}"
         );
         assert!(choices[1].detail.contains("2048 tokens fit"), "{choices:?}");
