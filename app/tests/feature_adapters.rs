@@ -233,6 +233,43 @@ fn adapter_list_and_eval_report_the_shipped_adapters() {
     let row = &json["rows"][0];
     assert_eq!(row["adapted"]["adapter"], "proofread");
     assert_eq!(row["base"]["metric"]["n"], 2);
+    // A candidate file in place of the shipped adapter: the report names it.
+    let candidate =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/adapters/rewrite/rewrite.gguf");
+    let out = kostant(
+        &model,
+        &[
+            "adapter",
+            "eval",
+            "--feature",
+            "proofread",
+            "--split",
+            "dev",
+            "--limit",
+            "1",
+            "--max-tokens",
+            "8",
+            "--adapter",
+            candidate.to_str().unwrap(),
+            "--out",
+            report.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report.with_extension("json")).unwrap())
+            .unwrap();
+    assert_eq!(json["rows"][0]["adapted"]["adapter"], "rewrite");
+    let out = kostant(
+        &model,
+        &["adapter", "eval", "--adapter", candidate.to_str().unwrap()],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("name it with --feature"));
     let out = kostant(&model, &["adapter", "eval", "--feature", "chat"]);
     assert!(!out.status.success());
     assert!(

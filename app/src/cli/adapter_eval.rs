@@ -42,6 +42,10 @@ pub struct AdapterEvalArgs {
     /// Write the report here (.md, and .json beside it). Without it, print the Markdown.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Score this GGUF LoRA adapter (a candidate, say, before it ships) in place of the
+    /// feature's shipped one, its side paths scaled by SCALE (default 1). One --feature only.
+    #[arg(long, value_name = "FILE[:SCALE]")]
+    pub adapter: Option<String>,
 }
 
 fn data_dir(args: &AdapterEvalArgs) -> Result<PathBuf> {
@@ -77,8 +81,15 @@ pub fn run(args: AdapterEvalArgs) -> Result<()> {
         bail!("--split {:?}: use test or dev", args.split);
     }
     let tasks = tasks(&args.feature)?;
+    if args.adapter.is_some() && tasks.len() != 1 {
+        bail!("--adapter scores one adapter for one feature: name it with --feature");
+    }
     let dir = data_dir(&args)?;
     let model = load_model(&args.model)?;
+    let candidate = super::adapter::AdapterArgs {
+        adapter: args.adapter.clone(),
+    }
+    .load(&model)?;
     let path = crate::model_path::resolve(args.model.model.as_deref())?;
     let mut adapters = FeatureAdapters::new(model.clone());
     let cancel = CancelHandle::new();
@@ -94,9 +105,10 @@ pub fn run(args: AdapterEvalArgs) -> Result<()> {
         if let Some(n) = args.limit {
             examples.truncate(n);
         }
-        let adapter = match adapters.get(feature)? {
-            Ok(a) => Some(a),
-            Err(why) => {
+        let adapter = match (&candidate, adapters.get(feature)?) {
+            (Some(c), _) => Some(c.clone()),
+            (None, Ok(a)) => Some(a),
+            (None, Err(why)) => {
                 eprintln!("kostant: {}: {why}", task.id());
                 None
             }
