@@ -203,9 +203,10 @@ fn adapter_list_and_eval_report_the_shipped_adapters() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("adapter-eval");
     std::fs::create_dir_all(&dir).unwrap();
     let report = dir.join("report.md");
-    let out = kostant(
-        &model,
-        &[
+    // Proofread's dev split, `limit` examples of at most `max_tokens`, with `extra` arguments:
+    // the JSON report.
+    let eval_dev = |limit: &str, max_tokens: &str, extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
             "adapter",
             "eval",
             "--feature",
@@ -213,56 +214,32 @@ fn adapter_list_and_eval_report_the_shipped_adapters() {
             "--split",
             "dev",
             "--limit",
-            "2",
+            limit,
             "--max-tokens",
-            "48",
+            max_tokens,
             "--out",
             report.to_str().unwrap(),
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        ];
+        args.extend_from_slice(extra);
+        let out = kostant(&model, &args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str(&std::fs::read_to_string(report.with_extension("json")).unwrap())
+            .unwrap()
+    };
+    let json = eval_dev("2", "48", &[]);
     let md = std::fs::read_to_string(&report).unwrap();
     assert!(md.contains("| proofread | 2 | exact match |"), "{md}");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(report.with_extension("json")).unwrap())
-            .unwrap();
     let row = &json["rows"][0];
     assert_eq!(row["adapted"]["adapter"], "proofread");
     assert_eq!(row["base"]["metric"]["n"], 2);
     // A candidate file in place of the shipped adapter: the report names it.
     let candidate =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/adapters/rewrite/rewrite.gguf");
-    let out = kostant(
-        &model,
-        &[
-            "adapter",
-            "eval",
-            "--feature",
-            "proofread",
-            "--split",
-            "dev",
-            "--limit",
-            "1",
-            "--max-tokens",
-            "8",
-            "--adapter",
-            candidate.to_str().unwrap(),
-            "--out",
-            report.to_str().unwrap(),
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(report.with_extension("json")).unwrap())
-            .unwrap();
+    let json = eval_dev("1", "8", &["--adapter", candidate.to_str().unwrap()]);
     assert_eq!(json["rows"][0]["adapted"]["adapter"], "rewrite");
     let out = kostant(
         &model,

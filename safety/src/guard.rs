@@ -101,9 +101,9 @@ impl Guard {
 
     /// Whether the guard can read the states of `chat`'s own passes: its model is the guard
     /// model, its cache is f16, and an adapter on it, if any, leaves every layer the head
-    /// reads untouched. The
-    /// head was trained on the base model's states; an adapter below a tap would show it
-    /// states it never saw, so the guard then reads on its own base session instead.
+    /// reads untouched. The head was trained on the base model's states; an adapter below a
+    /// tap would show it states it never saw, so the guard then reads on its own base session
+    /// instead.
     pub fn rides_on(&self, chat: &Session) -> bool {
         if !Arc::ptr_eq(chat.model(), self.model()) {
             return false;

@@ -387,19 +387,20 @@ pub fn not_restored_notice(
     error: &impl std::fmt::Display,
 ) -> String {
     let now = session.snapshot_header();
-    let only_the_cache_type = SnapshotHeader::from_bytes(saved_header)
+    // The saved header with today's cache type: if that one fits, the type is all that differs.
+    let saved_type = SnapshotHeader::from_bytes(saved_header)
         .ok()
         .filter(|h| h.kv_type != now.kv_type)
-        .map(|h| {
-            let saved = h.kv_type;
-            let same_type = SnapshotHeader {
+        .filter(|h| {
+            let retyped = SnapshotHeader {
                 kv_type: now.kv_type,
-                ..h
+                ..h.clone()
             };
-            (saved, same_type.mismatch(&now).is_none())
-        });
-    match only_the_cache_type {
-        Some((saved, true)) => format!(
+            retyped.mismatch(&now).is_none()
+        })
+        .map(|h| h.kv_type);
+    match saved_type {
+        Some(saved) => format!(
             "This conversation was kept with the {} context memory and Settings now use {}, so it was read again.",
             super::settings::kv_words(saved).0,
             super::settings::kv_words(now.kv_type).0

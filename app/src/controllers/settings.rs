@@ -334,7 +334,7 @@ impl SettingsController {
                         p.kv as f64 / (1024.0 * 1024.0)
                     ),
                     None if self.model.is_some() => {
-                        "even 256 tokens are over the budget".to_string()
+                        "not even 256 tokens fit the budget".to_string()
                     }
                     None => String::new(),
                 };
