@@ -20,6 +20,7 @@ use crate::formats::q4_k::BlockQ4K;
 use crate::formats::q4_kx8::{self, BlockQ4Kx8};
 use crate::formats::q4x8::{self, BlockQ4_0x8, BlockQ4_1x8};
 use crate::formats::q5_0::BlockQ5_0;
+use crate::formats::q5_0x8::{self, BlockQ5_0x8};
 use crate::formats::q5_1::BlockQ5_1;
 use crate::formats::q5_k::BlockQ5K;
 use crate::formats::q6_k::BlockQ6K;
@@ -159,9 +160,11 @@ pub(crate) struct Kernels {
     gemm_q4_0x8: GemmFn<BlockQ4_0x8, BlockQ8_1>,
     gemm_q4_1x8: GemmFn<BlockQ4_1x8, BlockQ8_1>,
     gemm_q8_0x8: GemmFn<BlockQ8_0x8, BlockQ8_1>,
+    gemm_q5_0x8: GemmFn<BlockQ5_0x8, BlockQ8_1>,
     gemv_q4_0x8: GemmFn<BlockQ4_0x8, BlockQ8_1>,
     gemv_q4_1x8: GemmFn<BlockQ4_1x8, BlockQ8_1>,
     gemv_q8_0x8: GemmFn<BlockQ8_0x8, BlockQ8_1>,
+    gemv_q5_0x8: GemmFn<BlockQ5_0x8, BlockQ8_1>,
     /// Q8_K with the sign rule of ggml's 4-row gemm quantizer ([`q8_k::Ties::Positive`]).
     quantize_q8_k_4x8: unsafe fn(&[f32], &mut [BlockQ8K]),
     gemm_q4_kx8: MultiFn<BlockQ4Kx8, BlockQ8K>,
@@ -205,6 +208,8 @@ static SCALAR: Kernels = Kernels {
     gemv_q4_0x8: q4x8::gemv_scalar,
     gemv_q4_1x8: q4x8::gemv_scalar,
     gemv_q8_0x8: q8_0x8::gemv_scalar,
+    gemm_q5_0x8: q5_0x8::gemm_scalar,
+    gemv_q5_0x8: q5_0x8::gemv_scalar,
     quantize_q8_k_4x8: q8_k::quantize_4x8_scalar,
     gemm_q4_kx8: q4_kx8::gemm_scalar,
     gemv_q4_kx8: q4_kx8::gemv_scalar,
@@ -248,20 +253,24 @@ static AVX2: Kernels = Kernels {
     gemv_q4_0x8: q4x8::avx2::gemv,
     gemv_q4_1x8: q4x8::avx2::gemv,
     gemv_q8_0x8: q8_0x8::avx2::gemv,
+    gemm_q5_0x8: q5_0x8::avx2::gemm,
+    gemv_q5_0x8: q5_0x8::avx2::gemv,
     quantize_q8_k_4x8: q8_k::avx2::quantize_4x8,
     gemm_q4_kx8: q4_kx8::avx2::gemm,
     gemv_q4_kx8: q4_kx8::avx2::gemv,
 };
 
-/// [`AVX2`] with the repacked Q4_0 and Q4_1 on `vpdpbusd`: the same exact integers, so the
-/// same bits.
+/// [`AVX2`] with the repacked Q4_0, Q4_1 and Q5_0 on `vpdpbusd`: the same exact integers, so
+/// the same bits.
 #[cfg(target_arch = "x86_64")]
 static AVX512_VNNI: Kernels = Kernels {
     path: KernelPath::Avx512Vnni,
     gemm_q4_0x8: q4x8::avx512vnni::gemm,
     gemm_q4_1x8: q4x8::avx512vnni::gemm,
+    gemm_q5_0x8: q5_0x8::avx512vnni::gemm,
     gemv_q4_0x8: q4x8::avx512vnni::gemv,
     gemv_q4_1x8: q4x8::avx512vnni::gemv,
+    gemv_q5_0x8: q5_0x8::avx512vnni::gemv,
     ..AVX2
 };
 
@@ -305,6 +314,8 @@ static NEON: Kernels = Kernels {
     gemv_q4_0x8: q4x8::neon::gemv,
     gemv_q4_1x8: q4x8::gemv_scalar,
     gemv_q8_0x8: q8_0x8::gemv_scalar,
+    gemm_q5_0x8: q5_0x8::gemm_scalar,
+    gemv_q5_0x8: q5_0x8::gemv_scalar,
     // Q4_K is not repacked on NEON (ggml's NEON kernels sum in another order); the scalar
     // reference serves a forced repack.
     quantize_q8_k_4x8: q8_k::neon::quantize_4x8,
@@ -788,7 +799,8 @@ impl Kernels {
     }
 
     /// One group of 8 interleaved rows (`w`, one block per column block) against
-    /// `out.len() / 8` tokens (at most 4) of `w.len()` blocks each, with their integer sums.
+    /// `out.len() / 8` tokens (at most 4) of `w.len()` blocks each, with their
+    /// [`GemmEntry::sums`].
     #[inline]
     pub fn gemm_x8<B: GemmEntry>(&self, w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
         let t = out.len() / q4x8::ROWS;
@@ -796,7 +808,7 @@ impl Kernels {
             out.len().is_multiple_of(q4x8::ROWS)
                 && t <= q4x8::MAX_TOKENS
                 && a.len() == w.len() * t
-                && sums.len() == a.len(),
+                && sums.len() == a.len() * B::SUMS_PER_BLOCK,
             "gemm_x8: shape mismatch"
         );
         // SAFETY: as in `dot_f32`.
@@ -804,13 +816,13 @@ impl Kernels {
     }
 
     /// Decode: every group of 8 interleaved rows in `w` (`out.len() / 8` groups of `a.len()`
-    /// blocks, group after group) against one token `a` with its integer sums.
+    /// blocks, group after group) against one token `a` with its [`GemmEntry::sums`].
     #[inline]
     pub fn gemv_x8<B: GemmEntry>(&self, w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
         assert!(
             out.len().is_multiple_of(q4x8::ROWS)
                 && w.len() == a.len() * (out.len() / q4x8::ROWS)
-                && sums.len() == a.len(),
+                && sums.len() == a.len() * B::SUMS_PER_BLOCK,
             "gemv_x8: shape mismatch"
         );
         if a.is_empty() {
@@ -872,15 +884,22 @@ impl Kernels {
 
 /// The kernel-table entry for an interleaved block type.
 pub(crate) trait GemmEntry: Copy + Sync + 'static {
-    /// Whether the kernel reads the activations' integer block sums (Q4_0's offset).
-    const NEEDS_SUMS: bool;
+    /// Integers per activation block the kernel reads beside the block ([`Self::sums`]).
+    const SUMS_PER_BLOCK: usize;
+    /// The activation blocks' integer sums the kernel folds an offset in with:
+    /// `out.len() == a.len() * SUMS_PER_BLOCK`.
+    fn sums(_a: &[BlockQ8_1], _out: &mut [i32]) {}
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1>;
     /// Its many-groups, one-token entry ([`Kernels::gemv_x8`]).
     fn gemv(k: &Kernels) -> GemmFn<Self, BlockQ8_1>;
 }
 
 impl GemmEntry for BlockQ4_0x8 {
-    const NEEDS_SUMS: bool = true;
+    /// Each block's sum: Q4_0's offset of 8.
+    const SUMS_PER_BLOCK: usize = 1;
+    fn sums(a: &[BlockQ8_1], out: &mut [i32]) {
+        q4x8::activation_sums(a, out)
+    }
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemm_q4_0x8
     }
@@ -890,7 +909,7 @@ impl GemmEntry for BlockQ4_0x8 {
 }
 
 impl GemmEntry for BlockQ4_1x8 {
-    const NEEDS_SUMS: bool = false;
+    const SUMS_PER_BLOCK: usize = 0;
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemm_q4_1x8
     }
@@ -899,8 +918,22 @@ impl GemmEntry for BlockQ4_1x8 {
     }
 }
 
+impl GemmEntry for BlockQ5_0x8 {
+    /// Q5_0's offset of 16 in each of ggml's eight lanes.
+    const SUMS_PER_BLOCK: usize = q5_0x8::OFFSETS_PER_BLOCK;
+    fn sums(a: &[BlockQ8_1], out: &mut [i32]) {
+        q5_0x8::lane_offsets(a, out)
+    }
+    fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
+        k.gemm_q5_0x8
+    }
+    fn gemv(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
+        k.gemv_q5_0x8
+    }
+}
+
 impl GemmEntry for BlockQ8_0x8 {
-    const NEEDS_SUMS: bool = false;
+    const SUMS_PER_BLOCK: usize = 0;
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemm_q8_0x8
     }

@@ -1,4 +1,4 @@
-//! Q4_0, Q4_1 and Q8_0 weights repacked 8 rows to a block (`PackedWeights`): the same products
+//! Q4_0, Q4_1, Q5_0 and Q8_0 weights repacked 8 rows to a block (`PackedWeights`): the same products
 //! as the GGUF layout, at every shape, token count and thread count the engine uses.
 
 mod common;
@@ -9,9 +9,14 @@ use kostant_kernels::{matmul, set_force_scalar, test_needs, GgmlType, PackedWeig
 #[test]
 fn packed_matches_the_f64_reference() {
     let mut r = rng(300);
-    for (ty, cols) in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0]
-        .into_iter()
-        .flat_map(|ty| [32, 96, 576].map(|c| (ty, c)))
+    for (ty, cols) in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+    ]
+    .into_iter()
+    .flat_map(|ty| [32, 96, 576].map(|c| (ty, c)))
     {
         for (rows, n_tokens) in [(8, 1), (16, 2), (64, 5), (192, 1), (576, 9)] {
             let m = random_matrix(&mut r, ty, rows, cols);
@@ -30,8 +35,8 @@ fn packed_matches_the_f64_reference() {
 
 /// The packed kernels keep a GGUF kernel's arithmetic bit for bit, whatever the token or
 /// thread count: Q4_0 the scalar reference's (exact block integers, `d·d_a·sumi` added in block
-/// order), Q4_1 and Q8_0 the AVX2 row dot's (ggml's lanes, which equal llama.cpp's). Elsewhere
-/// than AVX2 only Q4_0 is checked here; the reference test above covers the others.
+/// order), Q4_1, Q5_0 and Q8_0 the AVX2 row dot's (ggml's lanes, which equal llama.cpp's).
+/// Elsewhere than AVX2 only Q4_0 is checked here; the reference test above covers the others.
 #[test]
 fn packed_equals_the_gguf_matmul_bit_for_bit() {
     let mut r = rng(301);
@@ -44,12 +49,25 @@ fn packed_equals_the_gguf_matmul_bit_for_bit() {
                 .unwrap()
         })
         .collect();
-    let shapes = [(8, 32, 1), (40, 64, 3), (1536, 576, 1), (576, 1536, 7)];
-    // Q4_1 and Q8_0 are repacked for the AVX2 kernels only.
+    // The last: Gemma 3 270M's 640-wide rows (20 blocks) against a prompt of 33 tokens, every
+    // token tile and a partial one.
+    let shapes = [
+        (8, 32, 1),
+        (40, 64, 3),
+        (1536, 576, 1),
+        (576, 1536, 7),
+        (1024, 640, 33),
+    ];
+    // Q4_1, Q5_0 and Q8_0 are repacked for the AVX2 kernels only.
     let avx2 = cfg!(target_arch = "x86_64") && test_needs("avx2");
-    for (ty, (rows, cols, n_tokens)) in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0]
-        .into_iter()
-        .flat_map(|ty| shapes.map(|s| (ty, s)))
+    for (ty, (rows, cols, n_tokens)) in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+    ]
+    .into_iter()
+    .flat_map(|ty| shapes.map(|s| (ty, s)))
     {
         let m = random_matrix(&mut r, ty, rows, cols);
         let w = Weights::new(ty, &m.data, rows, cols).unwrap();
@@ -84,6 +102,8 @@ fn only_packable_formats_with_whole_row_groups_are_packed() {
         (GgmlType::Q6_K, 8),
         (GgmlType::Q4_0, 12),
         (GgmlType::Q4_1, 20),
+        (GgmlType::Q5_0, 4),
+        (GgmlType::Q5_1, 8),
     ] {
         let cols = ty.block_len() * 2;
         let m = random_matrix(&mut r, ty, rows, cols);

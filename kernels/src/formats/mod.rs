@@ -1,6 +1,7 @@
-//! One module per tensor format: weight formats (f32, f16, bf16, q4_0, q4_1, q5_0,
-//! q5_1, q8_0, iq4_nl, q4_k (and its 8-row repack q4_kx8), q5_k, q6_k, iq4_xs, q3_k) and
-//! the activation formats they are dotted against (q8_1, q8_k).
+//! One module per tensor format: weight formats (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0,
+//! iq4_nl, q4_k, q5_k, q6_k, iq4_xs, q2_k, q3_k), their 8-row repacks for the x86 kernels
+//! (q4x8 for q4_0 and q4_1, q5_0x8, q8_0x8, q4_kx8), and the activation formats they are dotted
+//! against (q8_1, q8_k).
 
 pub(crate) mod bf16;
 pub(crate) mod f16;
@@ -15,6 +16,7 @@ pub(crate) mod q4_k;
 pub(crate) mod q4_kx8;
 pub(crate) mod q4x8;
 pub(crate) mod q5_0;
+pub(crate) mod q5_0x8;
 pub(crate) mod q5_1;
 pub(crate) mod q5_k;
 pub(crate) mod q6_k;

@@ -179,17 +179,18 @@ pub(crate) fn activation_sums(a: &[BlockQ8_1], out: &mut [i32]) {
 }
 
 /// Scalar reference: one group of 8 rows (`w`, `nb` blocks) against `t = out.len() / 8` tokens
-/// (`a`, `sums`: `t * nb` blocks, token after token). `out[8t + r]` = row r dot token t.
+/// (`a`: `t * nb` blocks, token after token; `sums`, Q4_0's only, the same count).
+/// `out[8t + r]` = row r dot token t.
 pub(crate) fn gemm_scalar<B: Q4x8>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
     let nb = w.len();
     for (t, o) in out.chunks_exact_mut(ROWS).enumerate() {
-        let (a, sums) = (&a[t * nb..(t + 1) * nb], &sums[t * nb..(t + 1) * nb]);
+        let a = &a[t * nb..(t + 1) * nb];
         for (r, o) in o.iter_mut().enumerate() {
             // `lanes[k]`: the block sums of elements 4k..4k+4 (ggml order), or everything in
             // lane 0 (one exact integer per block).
             let mut lanes = [0.0f32; 8];
             let mut off = 0.0f32;
-            for ((wb, ab), &s) in w.iter().zip(a).zip(sums) {
+            for (b, (wb, ab)) in w.iter().zip(a).enumerate() {
                 let dd = f16_to_f32(wb.d()[r]) * ab.d;
                 let quad = |k: usize| -> i32 {
                     (4 * k..4 * k + 4)
@@ -201,7 +202,8 @@ pub(crate) fn gemm_scalar<B: Q4x8>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: 
                         *lane = dd.mul_add(quad(k) as f32, *lane);
                     }
                 } else {
-                    let sumi = (0..8).map(quad).sum::<i32>() - if B::HAS_MIN { 0 } else { 8 * s };
+                    let offset = if B::HAS_MIN { 0 } else { 8 * sums[t * nb + b] };
+                    let sumi = (0..8).map(quad).sum::<i32>() - offset;
                     lanes[0] += dd * sumi as f32;
                 }
                 if let Some(m) = wb.m() {
@@ -264,7 +266,8 @@ macro_rules! x86_kernels {
                     let (a0, a1) = a.split_at(2 * w.len());
                     let (o0, o1) = out.split_at_mut(2 * ROWS);
                     gemm_lanes_n::<B, 2>(w, a0, o0);
-                    gemm(w, a1, &sums[2 * w.len()..], o1);
+                    // ggml's lanes read no sums (the format has no offset).
+                    gemm(w, a1, &[], o1);
                 }
             }
         }
