@@ -11,6 +11,7 @@ use crate::exp;
 use crate::formats::bf16::BF16;
 use crate::formats::f16::F16;
 use crate::formats::iq4_nl::BlockIq4Nl;
+use crate::formats::iq4_nlx8::{self, BlockIq4Nlx8};
 use crate::formats::iq4_xs::BlockIq4Xs;
 use crate::formats::q2_k::BlockQ2K;
 use crate::formats::q3_k::BlockQ3K;
@@ -128,7 +129,11 @@ pub(crate) struct Kernels {
     dot_f16: DotFn<F16, f32>,
     /// Rows' dots in llamafile's tinyBLAS order (`f16::tiny_blas_dot_scalar`).
     dots_f16_tiny_blas: RowsFn<F16, f32>,
-    dot_bf16: DotFn<BF16, f32>,
+    /// A BF16 matmul's dots against bfloat16-rounded activations: one token in the order of
+    /// ggml's `ggml_vec_dot_bf16`, a batch in llamafile tinyBLAS's (both on x86; elsewhere the
+    /// row dot's order).
+    dot_bf16_token: DotFn<BF16, f32>,
+    dot_bf16_batch: MultiFn<BF16, f32>,
     /// A LoRA pair's B rows against one token: `out[i] += dot(row i, x) * scale`, each dot in
     /// tinyBLAS's order or `dot_f16`'s as the order says.
     lora_rows_f16: unsafe fn(&[F16], &[f32], f32, &mut [f32], F16SumOrder),
@@ -144,13 +149,21 @@ pub(crate) struct Kernels {
     dot_q8_0: MultiFn<BlockQ8_0, BlockQ8_1>,
     dot_q4_k: MultiFn<BlockQ4K, BlockQ8K>,
     dot_q5_k: MultiFn<BlockQ5K, BlockQ8K>,
+    /// As `dot_q6_k_batch`, for Q5_K.
+    dot_q5_k_batch: MultiFn<BlockQ5K, BlockQ8K>,
     dot_q6_k: MultiFn<BlockQ6K, BlockQ8K>,
     /// Q6_K against [`crate::matmul::TILED_MIN_TOKENS`] or more tokens: on x86 in the order of
     /// ggml's tiled K-quant matmul, which llama.cpp runs for such batches.
     dot_q6_k_batch: MultiFn<BlockQ6K, BlockQ8K>,
     dot_iq4_xs: MultiFn<BlockIq4Xs, BlockQ8K>,
+    /// As `dot_q6_k_batch`, for IQ4_XS.
+    dot_iq4_xs_batch: MultiFn<BlockIq4Xs, BlockQ8K>,
     dot_q2_k: MultiFn<BlockQ2K, BlockQ8K>,
+    /// As `dot_q6_k_batch`, for Q2_K.
+    dot_q2_k_batch: MultiFn<BlockQ2K, BlockQ8K>,
     dot_q3_k: MultiFn<BlockQ3K, BlockQ8K>,
+    /// As `dot_q6_k_batch`, for Q3_K.
+    dot_q3_k_batch: MultiFn<BlockQ3K, BlockQ8K>,
     rows_q4_0: RowsFn<BlockQ4_0, BlockQ8_1>,
     rows_q4_1: RowsFn<BlockQ4_1, BlockQ8_1>,
     rows_q5_0: RowsFn<BlockQ5_0, BlockQ8_1>,
@@ -161,10 +174,12 @@ pub(crate) struct Kernels {
     gemm_q4_1x8: GemmFn<BlockQ4_1x8, BlockQ8_1>,
     gemm_q8_0x8: GemmFn<BlockQ8_0x8, BlockQ8_1>,
     gemm_q5_0x8: GemmFn<BlockQ5_0x8, BlockQ8_1>,
+    gemm_iq4_nlx8: GemmFn<BlockIq4Nlx8, BlockQ8_1>,
     gemv_q4_0x8: GemmFn<BlockQ4_0x8, BlockQ8_1>,
     gemv_q4_1x8: GemmFn<BlockQ4_1x8, BlockQ8_1>,
     gemv_q8_0x8: GemmFn<BlockQ8_0x8, BlockQ8_1>,
     gemv_q5_0x8: GemmFn<BlockQ5_0x8, BlockQ8_1>,
+    gemv_iq4_nlx8: GemmFn<BlockIq4Nlx8, BlockQ8_1>,
     /// Q8_K with the sign rule of ggml's 4-row gemm quantizer ([`q8_k::Ties::Positive`]).
     quantize_q8_k_4x8: unsafe fn(&[f32], &mut [BlockQ8K]),
     gemm_q4_kx8: MultiFn<BlockQ4Kx8, BlockQ8K>,
@@ -180,7 +195,8 @@ static SCALAR: Kernels = Kernels {
     dots_f16_tiny_blas: f16::tiny_blas_dots_scalar,
     lora_rows_f16: lora::rows_f16_scalar,
     lora_tokens_f16: lora::tokens_f16_scalar,
-    dot_bf16: bf16::dot_scalar,
+    dot_bf16_token: bf16::vec_dot_scalar,
+    dot_bf16_batch: bf16::tiny_blas_multi_scalar,
     quantize_q8_1: q8_1::quantize_scalar,
     quantize_q8_k: q8_k::quantize_scalar,
     dot_q4_0: q4_0::dot_multi_scalar,
@@ -191,11 +207,15 @@ static SCALAR: Kernels = Kernels {
     dot_q8_0: q8_0::dot_multi_scalar,
     dot_q4_k: q4_k::dot_multi_scalar,
     dot_q5_k: q5_k::dot_multi_scalar,
+    dot_q5_k_batch: q5_k::dot_tiled_multi_scalar,
     dot_q6_k: q6_k::dot_multi_scalar,
     dot_q6_k_batch: q6_k::dot_tiled_multi_scalar,
     dot_iq4_xs: iq4_xs::dot_multi_scalar,
+    dot_iq4_xs_batch: iq4_xs::dot_tiled_multi_scalar,
     dot_q2_k: q2_k::dot_multi_scalar,
+    dot_q2_k_batch: q2_k::dot_tiled_multi_scalar,
     dot_q3_k: q3_k::dot_multi_scalar,
+    dot_q3_k_batch: q3_k::dot_tiled_multi_scalar,
     rows_q4_0: q4_0::dot_rows_scalar,
     rows_q4_1: q4_1::dot_rows_scalar,
     rows_q5_0: q5_0::dot_rows_scalar,
@@ -210,6 +230,8 @@ static SCALAR: Kernels = Kernels {
     gemv_q8_0x8: q8_0x8::gemv_scalar,
     gemm_q5_0x8: q5_0x8::gemm_scalar,
     gemv_q5_0x8: q5_0x8::gemv_scalar,
+    gemm_iq4_nlx8: iq4_nlx8::gemm_scalar,
+    gemv_iq4_nlx8: iq4_nlx8::gemv_scalar,
     quantize_q8_k_4x8: q8_k::quantize_4x8_scalar,
     gemm_q4_kx8: q4_kx8::gemm_scalar,
     gemv_q4_kx8: q4_kx8::gemv_scalar,
@@ -225,7 +247,8 @@ static AVX2: Kernels = Kernels {
     dots_f16_tiny_blas: f16::avx2::tiny_blas_dots,
     lora_rows_f16: lora::avx2::rows_f16,
     lora_tokens_f16: lora::avx2::tokens_f16,
-    dot_bf16: bf16::avx2::dot,
+    dot_bf16_token: bf16::avx2::vec_dot,
+    dot_bf16_batch: bf16::avx2::tiny_blas_multi,
     quantize_q8_1: q8_1::avx2::quantize,
     quantize_q8_k: q8_k::avx2::quantize,
     dot_q4_0: q4_0::avx2::dot_multi,
@@ -236,11 +259,15 @@ static AVX2: Kernels = Kernels {
     dot_q8_0: q8_0::avx2::dot_multi,
     dot_q4_k: q4_k::avx2::dot_multi,
     dot_q5_k: q5_k::avx2::dot_multi,
+    dot_q5_k_batch: q5_k::avx2::dot_tiled_multi,
     dot_q6_k: q6_k::avx2::dot_multi,
     dot_q6_k_batch: q6_k::avx2::dot_tiled_multi,
     dot_iq4_xs: iq4_xs::avx2::dot_multi,
+    dot_iq4_xs_batch: iq4_xs::avx2::dot_tiled_multi,
     dot_q2_k: q2_k::avx2::dot_multi,
+    dot_q2_k_batch: q2_k::avx2::dot_tiled_multi,
     dot_q3_k: q3_k::avx2::dot_multi,
+    dot_q3_k_batch: q3_k::avx2::dot_tiled_multi,
     rows_q4_0: q4_0::avx2::dot_rows,
     rows_q4_1: q4_1::avx2::dot_rows,
     rows_q5_0: q5_0::avx2::dot_rows,
@@ -255,12 +282,14 @@ static AVX2: Kernels = Kernels {
     gemv_q8_0x8: q8_0x8::avx2::gemv,
     gemm_q5_0x8: q5_0x8::avx2::gemm,
     gemv_q5_0x8: q5_0x8::avx2::gemv,
+    gemm_iq4_nlx8: iq4_nlx8::avx2::gemm,
+    gemv_iq4_nlx8: iq4_nlx8::avx2::gemv,
     quantize_q8_k_4x8: q8_k::avx2::quantize_4x8,
     gemm_q4_kx8: q4_kx8::avx2::gemm,
     gemv_q4_kx8: q4_kx8::avx2::gemv,
 };
 
-/// [`AVX2`] with the repacked Q4_0, Q4_1 and Q5_0 on `vpdpbusd`: the same exact integers, so
+/// [`AVX2`] with the repacked Q4_0, Q4_1, Q5_0 and IQ4_NL on `vpdpbusd`: the same exact integers, so
 /// the same bits.
 #[cfg(target_arch = "x86_64")]
 static AVX512_VNNI: Kernels = Kernels {
@@ -271,6 +300,8 @@ static AVX512_VNNI: Kernels = Kernels {
     gemv_q4_0x8: q4x8::avx512vnni::gemv,
     gemv_q4_1x8: q4x8::avx512vnni::gemv,
     gemv_q5_0x8: q5_0x8::avx512vnni::gemv,
+    gemm_iq4_nlx8: iq4_nlx8::avx512vnni::gemm,
+    gemv_iq4_nlx8: iq4_nlx8::avx512vnni::gemv,
     ..AVX2
 };
 
@@ -284,7 +315,8 @@ static NEON: Kernels = Kernels {
     dots_f16_tiny_blas: f16::tiny_blas_dots_scalar,
     lora_rows_f16: lora::rows_f16_scalar,
     lora_tokens_f16: lora::tokens_f16_scalar,
-    dot_bf16: bf16::neon::dot,
+    dot_bf16_token: bf16::neon::dot,
+    dot_bf16_batch: bf16::neon::dot_multi,
     quantize_q8_1: q8_1::neon::quantize,
     quantize_q8_k: q8_k::neon::quantize,
     dot_q4_0: q4_0::neon::dot_multi,
@@ -295,12 +327,16 @@ static NEON: Kernels = Kernels {
     dot_q8_0: q8_0::neon::dot_multi,
     dot_q4_k: q4_k::neon::dot_multi,
     dot_q5_k: q5_k::neon::dot_multi,
+    dot_q5_k_batch: q5_k::neon::dot_multi,
     dot_q6_k: q6_k::neon::dot_multi,
     // ggml's tiled matmul is x86-only: batches keep the row dot's order.
     dot_q6_k_batch: q6_k::neon::dot_multi,
     dot_iq4_xs: iq4_xs::neon::dot_multi,
+    dot_iq4_xs_batch: iq4_xs::neon::dot_multi,
     dot_q2_k: q2_k::neon::dot_multi,
+    dot_q2_k_batch: q2_k::neon::dot_multi,
     dot_q3_k: q3_k::neon::dot_multi,
+    dot_q3_k_batch: q3_k::neon::dot_multi,
     rows_q4_0: q4_0::neon::dot_rows,
     rows_q4_1: q4_1::neon::dot_rows,
     rows_q5_0: q5_0::neon::dot_rows,
@@ -316,6 +352,8 @@ static NEON: Kernels = Kernels {
     gemv_q8_0x8: q8_0x8::gemv_scalar,
     gemm_q5_0x8: q5_0x8::gemm_scalar,
     gemv_q5_0x8: q5_0x8::gemv_scalar,
+    gemm_iq4_nlx8: iq4_nlx8::gemm_scalar,
+    gemv_iq4_nlx8: iq4_nlx8::gemv_scalar,
     // Q4_K is not repacked on NEON (ggml's NEON kernels sum in another order); the scalar
     // reference serves a forced repack.
     quantize_q8_k_4x8: q8_k::neon::quantize_4x8,
@@ -336,11 +374,15 @@ static NEON_DOTPROD: Kernels = Kernels {
     dot_q8_0: q8_0::neon::dotprod::dot_multi,
     dot_q4_k: q4_k::neon::dotprod::dot_multi,
     dot_q5_k: q5_k::neon::dotprod::dot_multi,
+    dot_q5_k_batch: q5_k::neon::dotprod::dot_multi,
     dot_q6_k: q6_k::neon::dotprod::dot_multi,
     dot_q6_k_batch: q6_k::neon::dotprod::dot_multi,
     dot_iq4_xs: iq4_xs::neon::dotprod::dot_multi,
+    dot_iq4_xs_batch: iq4_xs::neon::dotprod::dot_multi,
     dot_q2_k: q2_k::neon::dotprod::dot_multi,
+    dot_q2_k_batch: q2_k::neon::dotprod::dot_multi,
     dot_q3_k: q3_k::neon::dotprod::dot_multi,
+    dot_q3_k_batch: q3_k::neon::dotprod::dot_multi,
     rows_q4_0: q4_0::neon::dotprod::dot_rows,
     rows_q4_1: q4_1::neon::dotprod::dot_rows,
     rows_q5_0: q5_0::neon::dotprod::dot_rows,
@@ -548,11 +590,24 @@ impl Kernels {
         unsafe { (self.lora_tokens_f16)(w, x, r, scale, out) }
     }
 
+    /// One row of a BF16 matmul against one token of bfloat16-rounded activations.
     #[inline]
-    pub fn dot_bf16(&self, w: &[BF16], x: &[f32]) -> f32 {
-        assert_eq!(w.len(), x.len(), "dot_bf16: length mismatch");
+    pub fn dot_bf16_token(&self, w: &[BF16], x: &[f32]) -> f32 {
+        assert_eq!(w.len(), x.len(), "dot_bf16_token: length mismatch");
         // SAFETY: as in `dot_f32`.
-        unsafe { (self.dot_bf16)(w, x) }
+        unsafe { (self.dot_bf16_token)(w, x) }
+    }
+
+    /// One row of a BF16 matmul against `out.len()` tokens of a batch (two or more).
+    #[inline]
+    pub fn dot_bf16_batch(&self, w: &[BF16], x: &[f32], out: &mut [f32]) {
+        assert_eq!(
+            x.len(),
+            w.len() * out.len(),
+            "dot_bf16_batch: length mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_bf16_batch)(w, x, out) }
     }
 
     #[inline]
@@ -665,6 +720,19 @@ impl Kernels {
         unsafe { (self.dot_q5_k)(w, a, out) }
     }
 
+    /// [`Kernels::dot_q5_k`] for a matmul of a batch of at least
+    /// [`crate::matmul::TILED_MIN_TOKENS`] tokens.
+    #[inline]
+    pub fn dot_q5_k_batch(&self, w: &[BlockQ5K], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_q5_k_batch: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_q5_k_batch)(w, a, out) }
+    }
+
     /// One weight row against `out.len()` tokens stored one after another in `a`.
     #[inline]
     pub fn dot_q6_k(&self, w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
@@ -702,6 +770,19 @@ impl Kernels {
         unsafe { (self.dot_iq4_xs)(w, a, out) }
     }
 
+    /// [`Kernels::dot_iq4_xs`] for a matmul of a batch of at least
+    /// [`crate::matmul::TILED_MIN_TOKENS`] tokens.
+    #[inline]
+    pub fn dot_iq4_xs_batch(&self, w: &[BlockIq4Xs], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_iq4_xs_batch: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_iq4_xs_batch)(w, a, out) }
+    }
+
     /// One weight row against `out.len()` tokens stored one after another in `a`.
     #[inline]
     pub fn dot_q2_k(&self, w: &[BlockQ2K], a: &[BlockQ8K], out: &mut [f32]) {
@@ -714,6 +795,19 @@ impl Kernels {
         unsafe { (self.dot_q2_k)(w, a, out) }
     }
 
+    /// [`Kernels::dot_q2_k`] for a matmul of a batch of at least
+    /// [`crate::matmul::TILED_MIN_TOKENS`] tokens.
+    #[inline]
+    pub fn dot_q2_k_batch(&self, w: &[BlockQ2K], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_q2_k_batch: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_q2_k_batch)(w, a, out) }
+    }
+
     /// One weight row against `out.len()` tokens stored one after another in `a`.
     #[inline]
     pub fn dot_q3_k(&self, w: &[BlockQ3K], a: &[BlockQ8K], out: &mut [f32]) {
@@ -724,6 +818,19 @@ impl Kernels {
         );
         // SAFETY: as in `dot_f32`.
         unsafe { (self.dot_q3_k)(w, a, out) }
+    }
+
+    /// [`Kernels::dot_q3_k`] for a matmul of a batch of at least
+    /// [`crate::matmul::TILED_MIN_TOKENS`] tokens.
+    #[inline]
+    pub fn dot_q3_k_batch(&self, w: &[BlockQ3K], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            a.len(),
+            w.len() * out.len(),
+            "dot_q3_k_batch: block count mismatch"
+        );
+        // SAFETY: as in `dot_f32`.
+        unsafe { (self.dot_q3_k_batch)(w, a, out) }
     }
 
     /// Several weight rows (`out.len()` rows of `a.len()` blocks) against one token.
@@ -929,6 +1036,16 @@ impl GemmEntry for BlockQ5_0x8 {
     }
     fn gemv(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemv_q5_0x8
+    }
+}
+
+impl GemmEntry for BlockIq4Nlx8 {
+    const SUMS_PER_BLOCK: usize = 0;
+    fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
+        k.gemm_iq4_nlx8
+    }
+    fn gemv(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
+        k.gemv_iq4_nlx8
     }
 }
 

@@ -86,6 +86,49 @@ fn float_matmul<W: Sync>(
     });
 }
 
+/// BF16 as ggml multiplies it: the activations rounded to bfloat16 first (its `vec_dot_type`),
+/// then one token's rows in `ggml_vec_dot_bf16`'s order and a batch's in tinyBLAS's (which
+/// llama.cpp runs for two tokens or more when rows are a multiple of 8 long and their number a
+/// multiple of 4).
+fn bf16_matmul(
+    k: &'static Kernels,
+    w: &[BF16],
+    cols: usize,
+    x: Input,
+    shape: Shape,
+    out: &mut [f32],
+) {
+    use crate::formats::bf16::{bf16_to_f32, f32_to_bf16};
+    with_buffer(&NORMED, shape.n_tok * cols, |buf| {
+        if let Input::Rows(rows) = x {
+            buf.copy_from_slice(rows);
+        } else {
+            x.materialize(cols, buf);
+        }
+        for v in buf.iter_mut() {
+            *v = bf16_to_f32(f32_to_bf16(*v));
+        }
+        // tinyBLAS's conditions (the LoRA side path's F16 and BF16 stages share them).
+        let batch = shape.n_tok >= 2 && cols.is_multiple_of(8) && shape.rows.is_multiple_of(4);
+        run(
+            w,
+            cols,
+            buf,
+            cols,
+            shape,
+            out,
+            |w, a, o| {
+                if batch {
+                    k.dot_bf16_batch(w, a, o)
+                } else {
+                    each_token(|w, a| k.dot_bf16_token(w, a), w, a, o)
+                }
+            },
+            |w, a, o| each_row(|w, a| k.dot_bf16_token(w, a), w, a, o),
+        )
+    });
+}
+
 /// Runs `f` on a thread-local buffer of at least `len` elements (contents unspecified).
 fn with_buffer<T: Copy + Default, R>(
     key: &'static LocalKey<Cell<Vec<T>>>,
@@ -165,10 +208,7 @@ pub fn matmul_input(
             let wh = cast_blocks::<F16>(w.data);
             float_matmul(k, wh, cols, x, shape, out, Kernels::dot_f16);
         }
-        GgmlType::BF16 => {
-            let wh = cast_blocks::<BF16>(w.data);
-            float_matmul(k, wh, cols, x, shape, out, Kernels::dot_bf16);
-        }
+        GgmlType::BF16 => bf16_matmul(k, cast_blocks::<BF16>(w.data), cols, x, shape, out),
         GgmlType::Q4_0 => quantized_matmul::<BlockQ4_0, _>(
             k,
             &Q8_1_ACTS,
@@ -246,7 +286,7 @@ pub fn matmul_input(
             x,
             shape,
             out,
-            Kernels::dot_q5_k,
+            by_batch(shape, Kernels::dot_q5_k_batch, Kernels::dot_q5_k),
             None,
         ),
         GgmlType::Q6_K => quantized_matmul::<BlockQ6K, _>(
@@ -256,11 +296,7 @@ pub fn matmul_input(
             x,
             shape,
             out,
-            if shape.n_tok >= TILED_MIN_TOKENS {
-                Kernels::dot_q6_k_batch
-            } else {
-                Kernels::dot_q6_k
-            },
+            by_batch(shape, Kernels::dot_q6_k_batch, Kernels::dot_q6_k),
             None,
         ),
         GgmlType::IQ4_XS => quantized_matmul::<BlockIq4Xs, _>(
@@ -270,7 +306,7 @@ pub fn matmul_input(
             x,
             shape,
             out,
-            Kernels::dot_iq4_xs,
+            by_batch(shape, Kernels::dot_iq4_xs_batch, Kernels::dot_iq4_xs),
             None,
         ),
         GgmlType::Q2_K => quantized_matmul::<BlockQ2K, _>(
@@ -280,7 +316,7 @@ pub fn matmul_input(
             x,
             shape,
             out,
-            Kernels::dot_q2_k,
+            by_batch(shape, Kernels::dot_q2_k_batch, Kernels::dot_q2_k),
             None,
         ),
         GgmlType::Q3_K => quantized_matmul::<BlockQ3K, _>(
@@ -290,7 +326,7 @@ pub fn matmul_input(
             x,
             shape,
             out,
-            Kernels::dot_q3_k,
+            by_batch(shape, Kernels::dot_q3_k_batch, Kernels::dot_q3_k),
             None,
         ),
     }
@@ -330,6 +366,16 @@ const Q8_K_ACTS: Activations<BlockQ8K> = Activations {
 
 /// A kernel-table method: weights, activations, results.
 type KernelFn<B, A> = fn(&Kernels, &[B], &[A], &mut [f32]);
+
+/// `batch` from [`TILED_MIN_TOKENS`] tokens on (the K-quants' batch kernels, in the order of the
+/// tiled matmul llama.cpp switches to there), `row` below.
+fn by_batch<B, A>(shape: Shape, batch: KernelFn<B, A>, row: KernelFn<B, A>) -> KernelFn<B, A> {
+    if shape.n_tok >= TILED_MIN_TOKENS {
+        batch
+    } else {
+        row
+    }
+}
 
 /// Quantizes the activations once into the partner format, then runs the integer dots.
 #[allow(clippy::too_many_arguments)]

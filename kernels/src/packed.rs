@@ -1,12 +1,15 @@
 //! Weights repacked once at load into a layout this CPU's kernels stream faster than GGUF's
-//! own. Today: Q4_0, Q4_1, Q5_0 and Q8_0 as 8-row interleaved blocks ([`crate::formats::q4x8`],
-//! [`crate::formats::q5_0x8`], [`crate::formats::q8_0x8`]) where the AVX2 kernels run, and Q4_0 where the NEON ones do;
+//! own. Today: Q4_0, Q4_1, Q5_0, IQ4_NL and Q8_0 as 8-row interleaved blocks
+//! ([`crate::formats::q4x8`], [`crate::formats::q5_0x8`], [`crate::formats::iq4_nlx8`],
+//! [`crate::formats::q8_0x8`]) where the AVX2 kernels run, and Q4_0 where the NEON ones do;
 //! Q4_K ([`crate::formats::q4_kx8`]) where the AVX2 kernels run, because llama.cpp repacks it
 //! there and sums it in its repacked kernels' order, which ours then follow.
 //! Everything else, and every other CPU, keeps reading the GGUF bytes in place.
 
 use crate::block::cast_blocks;
 use crate::dispatch::kernels;
+use crate::formats::iq4_nl::BlockIq4Nl;
+use crate::formats::iq4_nlx8::{self, BlockIq4Nlx8};
 use crate::formats::q4_k::BlockQ4K;
 use crate::formats::q4_kx8::{self, BlockQ4Kx8};
 use crate::formats::q4x8::{self, BlockQ4_0x8, BlockQ4_1x8, Q4x8};
@@ -21,6 +24,7 @@ enum Blocks {
     Q4_0(Vec<BlockQ4_0x8>),
     Q4_1(Vec<BlockQ4_1x8>),
     Q5_0(Vec<BlockQ5_0x8>),
+    Iq4Nl(Vec<BlockIq4Nlx8>),
     Q8_0(Vec<BlockQ8_0x8>),
     Q4K(Vec<BlockQ4Kx8>),
 }
@@ -37,7 +41,7 @@ pub struct PackedWeights {
 impl PackedWeights {
     /// Repacks `w` when this CPU has a faster kernel for it in another layout; `None` means
     /// "use `w` as it is". Matrices with a multiple of 8 rows are repacked where the AVX2
-    /// kernels run (Q4_0, Q4_1, Q5_0, Q8_0 and Q4_K) and where the NEON ones do (Q4_0, the one format
+    /// kernels run (Q4_0, Q4_1, Q5_0, IQ4_NL, Q8_0 and Q4_K) and where the NEON ones do (Q4_0, the one format
     /// with NEON kernels for the interleaved layout); never when the scalar kernels are forced.
     pub fn pack(w: &Weights) -> Result<Option<PackedWeights>, KernelError> {
         let path = kernels().path;
@@ -52,7 +56,7 @@ impl PackedWeights {
     }
 
     /// [`PackedWeights::pack`] whatever the CPU (for tests of the portable kernel); `None` if
-    /// `w` is not Q4_0, Q4_1, Q5_0, Q8_0 or Q4_K, or its rows are not a multiple of 8.
+    /// `w` is not Q4_0, Q4_1, Q5_0, IQ4_NL, Q8_0 or Q4_K, or its rows are not a multiple of 8.
     pub fn pack_any_cpu(w: &Weights) -> Result<Option<PackedWeights>, KernelError> {
         w.check()?;
         if w.rows == 0 || !w.rows.is_multiple_of(q4x8::ROWS) {
@@ -64,6 +68,10 @@ impl PackedWeights {
             GgmlType::Q5_0 => {
                 Blocks::Q5_0(q5_0x8::pack(cast_blocks::<BlockQ5_0>(w.data), w.cols / 32))
             }
+            GgmlType::IQ4_NL => Blocks::Iq4Nl(iq4_nlx8::pack(
+                cast_blocks::<BlockIq4Nl>(w.data),
+                w.cols / 32,
+            )),
             GgmlType::Q8_0 => Blocks::Q8_0(interleave_q8_0(w)),
             GgmlType::Q4_K => {
                 Blocks::Q4K(q4_kx8::pack(cast_blocks::<BlockQ4K>(w.data), w.cols / 256))
@@ -92,6 +100,7 @@ impl PackedWeights {
             Blocks::Q4_0(b) => size_of_val(&b[..]),
             Blocks::Q4_1(b) => size_of_val(&b[..]),
             Blocks::Q5_0(b) => size_of_val(&b[..]),
+            Blocks::Iq4Nl(b) => size_of_val(&b[..]),
             Blocks::Q8_0(b) => size_of_val(&b[..]),
             Blocks::Q4K(b) => size_of_val(&b[..]),
         }
@@ -113,6 +122,7 @@ impl PackedWeights {
             Blocks::Q4_0(b) => crate::matmul::matmul_x8(b, self, x, n_tokens, out),
             Blocks::Q4_1(b) => crate::matmul::matmul_x8(b, self, x, n_tokens, out),
             Blocks::Q5_0(b) => crate::matmul::matmul_x8(b, self, x, n_tokens, out),
+            Blocks::Iq4Nl(b) => crate::matmul::matmul_x8(b, self, x, n_tokens, out),
             Blocks::Q8_0(b) => crate::matmul::matmul_x8(b, self, x, n_tokens, out),
             Blocks::Q4K(b) => crate::matmul::matmul_q4_kx8(b, self, x, n_tokens, out),
         }
@@ -161,6 +171,7 @@ pub fn matvec_fused(
         Some(Blocks::Q4_0(_)) => fused!(Q4_0),
         Some(Blocks::Q4_1(_)) => fused!(Q4_1),
         Some(Blocks::Q5_0(_)) => fused!(Q5_0),
+        Some(Blocks::Iq4Nl(_)) => fused!(Iq4Nl),
         Some(Blocks::Q8_0(_)) => fused!(Q8_0),
         // Q4_K runs one by one (the engine's fused sets, q/k/v and gate/up, are not Q4_K in
         // the models we ship).

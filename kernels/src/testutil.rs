@@ -51,6 +51,27 @@ pub(crate) fn random_q8_k(r: &mut Rng, nb: usize) -> Vec<BlockQ8K> {
     a
 }
 
+/// Q8_K blocks at the ends of the code range, as far as a kernel's integers can be pushed:
+/// each block all +127, all -127, or ±127 at random.
+pub(crate) fn extreme_q8_k(r: &mut Rng, nb: usize) -> Vec<BlockQ8K> {
+    (0..nb)
+        .map(|i| {
+            let qs: [[i8; 32]; 8] = std::array::from_fn(|_| {
+                std::array::from_fn(|_| match i % 3 {
+                    0 => 127,
+                    1 => -127,
+                    _ => 127 * if r.gen::<bool>() { 1 } else { -1 },
+                })
+            });
+            BlockQ8K {
+                d: random_f32(r, 1, 0.01)[0],
+                bsums: q8_k::block_sums(&qs),
+                qs,
+            }
+        })
+        .collect()
+}
+
 /// `Σ q·a` over a legacy 4-bit block's unsigned codes.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn sumi_u4(qs: &[u8; 16], a: &[i8; 32]) -> i32 {

@@ -24,6 +24,17 @@ pub(crate) fn hsum_epi32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(s)
 }
 
+/// [`hsum_epi32`] of `a` and of `b`, reduced together.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn hsum2_epi32(a: __m256i, b: __m256i) -> (i32, i32) {
+    // Pairs of both in each 128-bit half, the halves added, then the pairs.
+    let h = _mm256_hadd_epi32(a, b);
+    let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+    let s = _mm_hadd_epi32(s, s);
+    (_mm_cvtsi128_si32(s), _mm_extract_epi32::<1>(s))
+}
+
 /// Largest of the 8 lanes of `v`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -20,7 +20,8 @@ fn every_format_matches_the_f64_reference() {
     let mut r = rng(100);
     for ty in GgmlType::ALL {
         for cols in cols_for(ty) {
-            for (rows, n_tokens) in [(1, 1), (3, 2), (17, 5), (200, 1), (131, 3)] {
+            // 9 tokens: the K-quants' batch kernels (`TILED_MIN_TOKENS`).
+            for (rows, n_tokens) in [(1, 1), (3, 2), (17, 5), (200, 1), (131, 3), (19, 9)] {
                 let m = random_matrix(&mut r, ty, rows, cols);
                 let w = Weights::new(ty, &m.data, rows, cols).unwrap();
                 let x = random_f32(&mut r, n_tokens * cols, 1.0);

@@ -1,4 +1,4 @@
-//! Q4_0, Q4_1, Q5_0 and Q8_0 weights repacked 8 rows to a block (`PackedWeights`): the same products
+//! Q4_0, Q4_1, Q5_0, IQ4_NL and Q8_0 weights repacked 8 rows to a block (`PackedWeights`): the same products
 //! as the GGUF layout, at every shape, token count and thread count the engine uses.
 
 mod common;
@@ -13,6 +13,7 @@ fn packed_matches_the_f64_reference() {
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q5_0,
+        GgmlType::IQ4_NL,
         GgmlType::Q8_0,
     ]
     .into_iter()
@@ -37,6 +38,7 @@ fn packed_matches_the_f64_reference() {
 /// thread count: Q4_0 the scalar reference's (exact block integers, `d·d_a·sumi` added in block
 /// order), Q4_1, Q5_0 and Q8_0 the AVX2 row dot's (ggml's lanes, which equal llama.cpp's).
 /// Elsewhere than AVX2 only Q4_0 is checked here; the reference test above covers the others.
+/// (IQ4_NL follows llama.cpp's repacked kernels instead: `packed_iq4_nl_is_its_own_order`.)
 #[test]
 fn packed_equals_the_gguf_matmul_bit_for_bit() {
     let mut r = rng(301);
@@ -91,6 +93,40 @@ fn packed_equals_the_gguf_matmul_bit_for_bit() {
             );
         }
     }
+}
+
+/// Repacked IQ4_NL sums as llama.cpp's repacked kernels do (per block the exact integer, then
+/// one fused multiply-add): the same bits at every token and thread count, so a prompt's
+/// rows equal a decoded token's; and the GGUF layout's value to rounding.
+#[test]
+fn packed_iq4_nl_is_its_own_order() {
+    let mut r = rng(304);
+    let (rows, cols) = (1024, 640);
+    let m = random_matrix(&mut r, GgmlType::IQ4_NL, rows, cols);
+    let w = Weights::new(GgmlType::IQ4_NL, &m.data, rows, cols).unwrap();
+    let p = PackedWeights::pack_any_cpu(&w).unwrap().unwrap();
+    let n_tokens = 33;
+    let x = random_f32(&mut r, n_tokens * cols, 1.0);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let mut batch = vec![0.0; n_tokens * rows];
+    p.matmul(&x, n_tokens, &mut batch).unwrap();
+    for pool_threads in [1, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(pool_threads)
+            .build()
+            .unwrap();
+        for t in [0, 5, 32] {
+            let mut one = vec![0.0; rows];
+            pool.install(|| p.matmul(&x[t * cols..(t + 1) * cols], 1, &mut one))
+                .unwrap();
+            assert_eq!(
+                bits(&one),
+                bits(&batch[t * rows..(t + 1) * rows]),
+                "token {t}"
+            );
+        }
+    }
+    assert_matches_reference(&m, &x, n_tokens, &batch);
 }
 
 #[test]

@@ -697,7 +697,7 @@ fn run_compare(args: &EvalArgs, list: &str, feature: Feature, cancel: &CancelHan
         let p = root.join(format!("{}.gguf", ty.name()));
         if !p.is_file() {
             eprintln!("requantizing {} to {} ...", base.display(), ty.name());
-            super::quantize::requantize(&base, &p, ty)?;
+            kostant_engine::gguf::requantize::requantize(&base, &p, ty)?;
             super::quantize::verify(&p)?;
         }
         models.push((ty.name().to_string(), p));

@@ -56,7 +56,7 @@ pub enum Command {
     Guard(guard::GuardCommandArgs),
     /// Run the safety eval suites (or a prompt file) through the guarded pipeline and report.
     Eval(eval::EvalArgs),
-    /// Requantize a GGUF into Q8_0, Q4_0 or Q4_1 (for the safety evals across quantizations).
+    /// Requantize a GGUF into another weight format (Q8_0, Q4_0, Q4_K, IQ4_XS, ...): for the safety evals across quantizations and the per-format checks against llama.cpp.
     Quantize(quantize::QuantizeArgs),
     /// Import, describe or synthesize LoRA adapters for the model.
     Adapter(adapter::AdapterCommandArgs),

@@ -24,6 +24,7 @@
 
 mod mmap;
 mod reader;
+pub mod requantize;
 mod value;
 mod writer;
 

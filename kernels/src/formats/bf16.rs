@@ -1,5 +1,9 @@
-//! BF16: bfloat16 (the top half of an f32), little endian. Dotted directly against f32
-//! activations, as F16 is: widening a bfloat16 is a 16-bit shift, so every path runs SIMD.
+//! BF16: bfloat16 (the top half of an f32), little endian. Widening a bfloat16 is a 16-bit
+//! shift, so every path runs SIMD. A BF16 weight matrix multiplies activations rounded to
+//! bfloat16 (ggml's `vec_dot_type` for BF16; `crate::matmul` rounds them), so every product
+//! of two bfloat16 values is exact in f32 and only the order of the additions matters: ggml's
+//! `ggml_vec_dot_bf16` for one token ([`vec_dot_scalar`]), llamafile's tinyBLAS for a batch
+//! ([`tiny_blas_scalar`]).
 
 use crate::block::ByteBlock;
 
@@ -30,9 +34,58 @@ pub(crate) fn f32_to_bf16(v: f32) -> BF16 {
     BF16((h as u16).to_le_bytes())
 }
 
-/// Scalar reference dot: one sequential f32 sum of widened weights times activations.
+/// Plain reference dot: one sequential f32 sum of widened weights times activations, which
+/// the tests hold ggml's orders to within the reordering bound.
+#[cfg(test)]
 pub(crate) fn dot_scalar(w: &[BF16], x: &[f32]) -> f32 {
     w.iter().zip(x).map(|(&h, &v)| bf16_to_f32(h) * v).sum()
+}
+
+/// Scalar model of ggml's AVX2 `ggml_vec_dot_bf16`: four 8-lane accumulators over runs of 32
+/// (a product then an add), reduced `(c0 + c2) + (c1 + c3)` and across lanes as ggml's `hsum`,
+/// the rest added one by one in f64, the total rounded to f32 last.
+pub(crate) fn vec_dot_scalar(w: &[BF16], x: &[f32]) -> f32 {
+    let n = w.len().min(x.len());
+    let full = n - n % 32;
+    let mut c = [[0.0f32; 8]; 4];
+    for (wr, xr) in w[..full].chunks_exact(32).zip(x[..full].chunks_exact(32)) {
+        for (k, c) in c.iter_mut().enumerate() {
+            for (l, c) in c.iter_mut().enumerate() {
+                *c += bf16_to_f32(wr[8 * k + l]) * xr[8 * k + l];
+            }
+        }
+    }
+    let lanes: [f32; 8] = std::array::from_fn(|l| (c[0][l] + c[2][l]) + (c[1][l] + c[3][l]));
+    let mut sum = f64::from(crate::attention::hsum8(&lanes));
+    for j in full..n {
+        sum += f64::from(bf16_to_f32(w[j]) * x[j]);
+    }
+    sum as f32
+}
+
+/// Scalar model of llamafile's tinyBLAS for BF16 on AVX2 (what llama.cpp runs for two tokens
+/// or more when the row length is a multiple of 8): one 8-lane fused multiply-add accumulator
+/// over runs of 8, added across lanes as ggml's `hsum`; a tail (rows not a multiple of 8,
+/// which tinyBLAS leaves to the row dot) added one by one.
+pub(crate) fn tiny_blas_scalar(w: &[BF16], x: &[f32]) -> f32 {
+    let n = w.len().min(x.len());
+    let full = n - n % 8;
+    let mut lanes = [0.0f32; 8];
+    for (wr, xr) in w[..full].chunks_exact(8).zip(x[..full].chunks_exact(8)) {
+        for ((lane, &h), &v) in lanes.iter_mut().zip(wr).zip(xr) {
+            *lane = bf16_to_f32(h).mul_add(v, *lane);
+        }
+    }
+    let mut s = crate::attention::hsum8(&lanes);
+    for j in full..n {
+        s += bf16_to_f32(w[j]) * x[j];
+    }
+    s
+}
+
+/// [`tiny_blas_scalar`] for `out.len()` tokens.
+pub(crate) fn tiny_blas_multi_scalar(w: &[BF16], x: &[f32], out: &mut [f32]) {
+    super::each_token(tiny_blas_scalar, w, x, out)
 }
 
 pub(crate) fn dequantize(w: &[BF16], out: &mut [f32]) {
@@ -68,15 +121,15 @@ pub(crate) mod avx2 {
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
     }
 
-    /// AVX2 dot: widen 8 bfloat16 at a time, four FMA accumulators, scalar tail (F16's shape).
+    /// [`super::vec_dot_scalar`] with AVX2, bit for bit: ggml's own loop.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn dot(w: &[BF16], x: &[f32]) -> f32 {
+    pub(crate) fn vec_dot(w: &[BF16], x: &[f32]) -> f32 {
         let n = w.len().min(x.len());
         let (pw, px) = (w.as_ptr(), x.as_ptr());
-        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut c = [_mm256_setzero_ps(); 4];
         let mut i = 0;
         while i + 32 <= n {
-            for (k, acc) in acc.iter_mut().enumerate() {
+            for (k, c) in c.iter_mut().enumerate() {
                 // SAFETY: i + 8k + 8 <= n: 8 bfloat16 (16 bytes) and 8 floats inside the slices.
                 let (h, v) = unsafe {
                     (
@@ -84,22 +137,48 @@ pub(crate) mod avx2 {
                         _mm256_loadu_ps(px.add(i + 8 * k)),
                     )
                 };
-                *acc = _mm256_fmadd_ps(h, v, *acc);
+                *c = _mm256_add_ps(_mm256_mul_ps(h, v), *c);
             }
             i += 32;
         }
-        while i + 8 <= n {
-            // SAFETY: i + 8 <= n: 8 bfloat16 and 8 floats inside the slices.
-            let (h, v) = unsafe { (widen8(pw.add(i)), _mm256_loadu_ps(px.add(i))) };
-            acc[0] = _mm256_fmadd_ps(h, v, acc[0]);
-            i += 8;
-        }
-        let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-        let mut s = hsum_ps(sum);
+        let r = _mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3]));
+        let mut sum = f64::from(hsum_ps(r));
         for j in i..n {
-            s += bf16_to_f32(w[j]) * x[j];
+            sum += f64::from(bf16_to_f32(w[j]) * x[j]);
         }
-        s
+        sum as f32
+    }
+
+    /// [`super::tiny_blas_scalar`] for `out.len()` tokens (`x` holds them one after another),
+    /// four tokens at a time: four independent accumulators keep the FMA units busy, and each
+    /// token's own sum is unchanged.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn tiny_blas_multi(w: &[BF16], x: &[f32], out: &mut [f32]) {
+        let n = w.len();
+        let full = n - n % 8;
+        let pw = w.as_ptr();
+        for (x4, o4) in x.chunks(4 * n).zip(out.chunks_mut(4)) {
+            let t = o4.len();
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut i = 0;
+            while i < full {
+                // SAFETY: i + 8 <= full <= n: 8 bfloat16 inside `w`.
+                let h = unsafe { widen8(pw.add(i)) };
+                for (k, acc) in acc.iter_mut().enumerate().take(t) {
+                    // SAFETY: token k < t has n floats at k·n in `x4`, and i + 8 <= n.
+                    let v = unsafe { _mm256_loadu_ps(x4.as_ptr().add(k * n + i)) };
+                    *acc = _mm256_fmadd_ps(h, v, *acc);
+                }
+                i += 8;
+            }
+            for (k, o) in o4.iter_mut().enumerate() {
+                let mut s = hsum_ps(acc[k]);
+                for j in full..n {
+                    s += bf16_to_f32(w[j]) * x4[k * n + j];
+                }
+                *o = s;
+            }
+        }
     }
 }
 
@@ -111,6 +190,13 @@ pub(crate) mod neon {
 
     /// NEON dot: widen 4 bfloat16 at a time by a 16-bit shift, four 4-lane FMA accumulators
     /// (16 elements per step), then a scalar tail (the f32 dot's shape).
+    /// One [`dot`] per token (`x` holds `out.len()` tokens).
+    #[target_feature(enable = "neon")]
+    pub(crate) fn dot_multi(w: &[BF16], x: &[f32], out: &mut [f32]) {
+        // SAFETY: NEON is this function's feature, and `dot`'s.
+        crate::formats::each_token(|w, x| unsafe { dot(w, x) }, w, x, out)
+    }
+
     #[target_feature(enable = "neon")]
     pub(crate) fn dot(w: &[BF16], x: &[f32]) -> f32 {
         let n = w.len().min(x.len());
@@ -212,21 +298,6 @@ mod tests {
         (w, x, terms)
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn avx2_matches_scalar_on_odd_lengths() {
-        if !crate::required::test_needs("avx2") {
-            return;
-        }
-        let mut r = rng(82);
-        for n in [1, 7, 8, 9, 33, 576, 1001] {
-            let (w, x, terms) = random_weights(&mut r, n);
-            // SAFETY: guarded by the avx2+fma+f16c detection above.
-            let simd = unsafe { avx2::dot(&w, &x) };
-            assert_reordered_sum_close(simd, dot_scalar(&w, &x), terms, n);
-        }
-    }
-
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn neon_matches_scalar_on_odd_lengths() {
@@ -236,6 +307,52 @@ mod tests {
             // SAFETY: NEON is part of the aarch64 baseline.
             let simd = unsafe { neon::dot(&w, &x) };
             assert_reordered_sum_close(simd, dot_scalar(&w, &x), terms, n);
+        }
+    }
+
+    /// The AVX2 dots equal their scalar models of ggml's and tinyBLAS's orders bit for bit,
+    /// on lengths with and without a tail, for one token and several.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_ggml_orders_equal_their_models_bit_for_bit() {
+        if !crate::required::test_needs("avx2") {
+            return;
+        }
+        let mut r = rng(84);
+        for n in [7, 8, 32, 33, 576, 1536, 1001] {
+            let (w, _, _) = random_weights(&mut r, n);
+            // Activations rounded to bfloat16, as the matmul hands them over.
+            let x: Vec<f32> = random_f32(&mut r, 5 * n, 1.0)
+                .into_iter()
+                .map(|v| bf16_to_f32(f32_to_bf16(v)))
+                .collect();
+            let (mut got, mut want) = (vec![0.0; 5], vec![0.0; 5]);
+            for (t, (g, w8)) in got.iter_mut().zip(want.iter_mut()).enumerate() {
+                let xt = &x[t * n..(t + 1) * n];
+                // SAFETY: detected by `test_needs`.
+                *g = unsafe { avx2::vec_dot(&w, xt) };
+                *w8 = vec_dot_scalar(&w, xt);
+            }
+            assert_eq!(got.map_bits(), want.map_bits(), "vec_dot, n {n}");
+            // SAFETY: as above.
+            unsafe { avx2::tiny_blas_multi(&w, &x, &mut got) };
+            tiny_blas_multi_scalar(&w, &x, &mut want);
+            assert_eq!(got.map_bits(), want.map_bits(), "tinyBLAS, n {n}");
+            let terms: f32 = w
+                .iter()
+                .zip(&x)
+                .map(|(&h, v)| (bf16_to_f32(h) * v).abs())
+                .sum();
+            assert_reordered_sum_close(want[0], dot_scalar(&w, &x[..n]), terms, n);
+        }
+    }
+
+    trait MapBits {
+        fn map_bits(&self) -> Vec<u32>;
+    }
+    impl MapBits for Vec<f32> {
+        fn map_bits(&self) -> Vec<u32> {
+            self.iter().map(|v| v.to_bits()).collect()
         }
     }
 }

@@ -121,16 +121,35 @@ pub(crate) fn quantize(x: &[f32], out: &mut [BlockIq4Xs]) {
 pub(crate) fn dot_scalar(w: &[BlockIq4Xs], a: &[BlockQ8K]) -> f32 {
     let mut acc = 0.0f32;
     for (wb, ab) in w.iter().zip(a) {
-        let mut sumi = 0i32;
-        for (j, &ls) in wb.scales().iter().enumerate() {
-            let sub: i32 = (0..32)
-                .map(|l| wb.value(j, l) * i32::from(ab.qs[j][l]))
-                .sum();
-            sumi += ls * sub;
-        }
-        acc += f16_to_f32(wb.d) * ab.d * sumi as f32;
+        acc += f16_to_f32(wb.d) * ab.d * block_sumi(wb, ab) as f32;
     }
     acc
+}
+
+/// One super-block's exact integer `Σ_j (ls_j - 32)·Σ KVALUES[q]·a`.
+fn block_sumi(wb: &BlockIq4Xs, ab: &BlockQ8K) -> i32 {
+    let mut sumi = 0i32;
+    for (j, &ls) in wb.scales().iter().enumerate() {
+        let sub: i32 = (0..32)
+            .map(|l| wb.value(j, l) * i32::from(ab.qs[j][l]))
+            .sum();
+        sumi += ls * sub;
+    }
+    sumi
+}
+
+/// Scalar reference in the order of ggml's tiled K-quant matmul: [`super::tiled_step`] per
+/// super-block. (ggml's kernel multiplies the table values with the sign trick, exact since
+/// activations never reach -128, so its `s1` is this exact integer.)
+pub(crate) fn dot_tiled_scalar(w: &[BlockIq4Xs], a: &[BlockQ8K]) -> f32 {
+    w.iter().zip(a).fold(0.0, |acc, (wb, ab)| {
+        super::tiled_step(acc, f16_to_f32(wb.d), block_sumi(wb, ab), None, ab.d)
+    })
+}
+
+/// [`dot_tiled_scalar`] for several tokens.
+pub(crate) fn dot_tiled_multi_scalar(w: &[BlockIq4Xs], a: &[BlockQ8K], out: &mut [f32]) {
+    super::each_token(dot_tiled_scalar, w, a, out);
 }
 
 /// Scalar reference for several tokens: one [`dot_scalar`] per token.
@@ -143,7 +162,10 @@ pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{BlockIq4Xs, BlockQ8K, KVALUES};
-    use crate::x86::{f16_to_f32, hsum_ps, load_i8x32, mul_sum_i8_i8, unpack_nibbles_32};
+    use crate::formats::tiled_step;
+    use crate::x86::{
+        f16_to_f32, hsum_epi32, hsum_ps, load_i8x32, mul_sum_i8_i8, unpack_nibbles_32,
+    };
 
     /// One row against `out.len()` tokens, one [`dot`] each.
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -151,14 +173,55 @@ pub(crate) mod avx2 {
         crate::formats::each_token(|w, a| dot(w, a), w, a, out)
     }
 
+    /// One row against `out.len()` tokens in the tiled matmul's order, one
+    /// [`super::dot_tiled_scalar`] each: each super-block unpacked once for all the tokens, then
+    /// per token the same exact integer, so the same bits.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dot_tiled_multi(w: &[BlockIq4Xs], a: &[BlockQ8K], out: &mut [f32]) {
+        let table = table();
+        let n = w.len();
+        out.fill(0.0);
+        for (b, wb) in w.iter().enumerate() {
+            let d = f16_to_f32(wb.d);
+            // Table values, their magnitudes (the unsigned side of `maddubs`) and scales.
+            let mut values = [_mm256_setzero_si256(); 8];
+            let mut mags = [_mm256_setzero_si256(); 8];
+            let mut scales = [_mm256_setzero_si256(); 8];
+            for (j, &ls) in wb.scales().iter().enumerate() {
+                values[j] = _mm256_shuffle_epi8(table, unpack_nibbles_32(&wb.qs[j]));
+                mags[j] = _mm256_sign_epi8(values[j], values[j]);
+                scales[j] = _mm256_set1_epi16(ls as i16);
+            }
+            for (t, o) in out.iter_mut().enumerate() {
+                let ab = &a[t * n + b];
+                let mut s1 = _mm256_setzero_si256();
+                for j in 0..8 {
+                    // The values' signs moved onto the activations (never -128): exact, and
+                    // pair sums within 2·127·127.
+                    let y = _mm256_sign_epi8(load_i8x32(&ab.qs[j]), values[j]);
+                    let p = _mm256_maddubs_epi16(mags[j], y);
+                    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p, scales[j]));
+                }
+                *o = tiled_step(*o, d, hsum_epi32(s1), None, ab.d);
+            }
+        }
+    }
+
+    /// [`KVALUES`] in both 128-bit lanes, for `shuffle_epi8`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn table() -> __m256i {
+        // SAFETY: KVALUES is 16 readable bytes, the width of the load.
+        let t = unsafe { _mm_loadu_si128(KVALUES.as_ptr().cast()) };
+        _mm256_set_m128i(t, t)
+    }
+
     /// AVX2 dot in ggml's order for `vec_dot_iq4_xs_q8_K`: per super-block the scaled table
     /// products as exact integers in 8 lanes, fused-multiply-added into one 8-lane accumulator,
     /// added across lanes at the end. On x86 a row's result equals llama.cpp's bit for bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot(w: &[BlockIq4Xs], a: &[BlockQ8K]) -> f32 {
-        // SAFETY: KVALUES is 16 readable bytes, the width of the load.
-        let t = unsafe { _mm_loadu_si128(KVALUES.as_ptr().cast()) };
-        let table = _mm256_set_m128i(t, t);
+        let table = table();
         let mut acc = _mm256_setzero_ps();
         for (wb, ab) in w.iter().zip(a) {
             crate::x86::prefetch_ahead_by::<{ crate::x86::K_QUANT_PREFETCH_BYTES }, _>(wb);
@@ -379,6 +442,47 @@ mod tests {
             let simd = unsafe { avx2::dot(&w, &a) };
             assert_eq!(simd.to_bits(), avx2_lanes_order(blocks()).to_bits(), "{nb}");
             assert_reordered_sum_close(simd, dot_scalar(&w, &a), lanes_terms(blocks()), nb + 8);
+        }
+    }
+
+    /// The tiled matmul's order: AVX2 equals the scalar model bit for bit (random and extreme
+    /// activations, random and extreme weights), and the model is the row dot's sum of the
+    /// same terms within the reordering bound.
+    #[test]
+    fn tiled_order_avx2_equals_scalar_and_is_close_to_the_dot() {
+        let mut r = rng(95);
+        for (nb, t) in [(1, 1), (3, 2), (6, 9), (7, 16)] {
+            let random = random_blocks(&mut r, nb);
+            // Every value -127 and every scale -32: the largest magnitudes the format makes.
+            let mut extreme = random.clone();
+            for b in &mut extreme {
+                (b.scales_h, b.scales_l, b.qs) = ([0; 2], [0; 4], [[0; 16]; 8]);
+            }
+            for w in [random, extreme] {
+                for a in [random_q8_k(&mut r, nb * t), extreme_q8_k(&mut r, nb * t)] {
+                    let mut want = vec![0.0; t];
+                    dot_tiled_multi_scalar(&w, &a, &mut want);
+                    for (tok, &v) in want.iter().enumerate() {
+                        let a = &a[tok * nb..(tok + 1) * nb];
+                        let terms: f32 = w
+                            .iter()
+                            .zip(a)
+                            .map(|(wb, ab)| {
+                                (ab.d * f16_to_f32(wb.d) * block_sumi(wb, ab) as f32).abs()
+                            })
+                            .sum();
+                        assert_reordered_sum_close(v, dot_scalar(&w, a), terms, nb + 2);
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    if crate::required::test_needs("avx2") {
+                        let mut got = vec![0.0; t];
+                        // SAFETY: AVX2, FMA and F16C were just detected.
+                        unsafe { avx2::dot_tiled_multi(&w, &a, &mut got) };
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&got), bits(&want), "nb {nb}, {t} tokens");
+                    }
+                }
+            }
         }
     }
 }

@@ -1,12 +1,13 @@
 //! One module per tensor format: weight formats (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0,
 //! iq4_nl, q4_k, q5_k, q6_k, iq4_xs, q2_k, q3_k), their 8-row repacks for the x86 kernels
-//! (q4x8 for q4_0 and q4_1, q5_0x8, q8_0x8, q4_kx8), and the activation formats they are dotted
+//! (q4x8 for q4_0 and q4_1, q5_0x8, iq4_nlx8, q8_0x8, q4_kx8), and the activation formats they are dotted
 //! against (q8_1, q8_k).
 
 pub(crate) mod bf16;
 pub(crate) mod f16;
 pub(crate) mod f32;
 pub(crate) mod iq4_nl;
+pub(crate) mod iq4_nlx8;
 pub(crate) mod iq4_xs;
 pub(crate) mod q2_k;
 pub(crate) mod q3_k;
@@ -45,4 +46,18 @@ pub(crate) fn each_row<W, A>(dot: impl Fn(&[W], &[A]) -> f32, w: &[W], a: &[A], 
     for (o, row) in out.iter_mut().zip(w.chunks_exact(n)) {
         *o = dot(row, a);
     }
+}
+
+/// One 256-element super-block's float step in ggml's tiled K-quant matmul (the epilogue of
+/// `tiled_run_microtile_avx2`, which llama.cpp's x86 builds run against
+/// [`crate::matmul::TILED_MIN_TOKENS`] or more tokens), from the block's exact integer
+/// `s1 = Σ scale·Σ q·a` and, for formats with minimums, `(dmin, s2 = Σ min·Σ a)`:
+/// `res = d·s1`, then `res - dmin·s2` in one rounding, then `acc + res·d_a` in one rounding.
+#[inline(always)]
+pub(crate) fn tiled_step(acc: f32, d: f32, s1: i32, min: Option<(f32, i32)>, d_a: f32) -> f32 {
+    let mut res = d * s1 as f32;
+    if let Some((dmin, s2)) = min {
+        res = (-dmin).mul_add(s2 as f32, res);
+    }
+    res.mul_add(d_a, acc)
 }

@@ -105,15 +105,35 @@ pub(crate) fn quantize(x: &[f32], out: &mut [BlockQ2K]) {
 pub(crate) fn dot_scalar(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
     let mut acc = 0.0f32;
     for (wb, ab) in w.iter().zip(a) {
-        let mut sumi = 0i32;
-        for (i, &s) in wb.scales.iter().enumerate() {
-            let sub: i32 = (16 * i..16 * i + 16).map(|e| code(wb, e) * ab.q(e)).sum();
-            sumi += i32::from(s & 0xF) * sub;
-        }
-        let summ = min_term(wb, ab);
+        let (sumi, summ) = block_sums(wb, ab);
         acc += f16_to_f32(wb.d) * ab.d * sumi as f32 - f16_to_f32(wb.dmin) * ab.d * summ as f32;
     }
     acc
+}
+
+/// One super-block's exact integers: `Σ sc·Σ q·a` and the minimum term `Σ m·Σ a`.
+fn block_sums(wb: &BlockQ2K, ab: &BlockQ8K) -> (i32, i32) {
+    let mut sumi = 0i32;
+    for (i, &s) in wb.scales.iter().enumerate() {
+        let sub: i32 = (16 * i..16 * i + 16).map(|e| code(wb, e) * ab.q(e)).sum();
+        sumi += i32::from(s & 0xF) * sub;
+    }
+    (sumi, min_term(wb, ab))
+}
+
+/// Scalar reference in the order of ggml's tiled K-quant matmul: [`super::tiled_step`] per
+/// super-block, with the minimum term.
+pub(crate) fn dot_tiled_scalar(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
+    w.iter().zip(a).fold(0.0, |acc, (wb, ab)| {
+        let (s1, s2) = block_sums(wb, ab);
+        let min = Some((f16_to_f32(wb.dmin), s2));
+        super::tiled_step(acc, f16_to_f32(wb.d), s1, min, ab.d)
+    })
+}
+
+/// [`dot_tiled_scalar`] for several tokens.
+pub(crate) fn dot_tiled_multi_scalar(w: &[BlockQ2K], a: &[BlockQ8K], out: &mut [f32]) {
+    super::each_token(dot_tiled_scalar, w, a, out);
 }
 
 /// Scalar reference for several tokens: one [`dot_scalar`] per token.
@@ -126,12 +146,75 @@ pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{BlockQ2K, BlockQ8K};
-    use crate::x86::{f16_to_f32, hsum_ps, load_i8x32, load_u8x32, mul_sum_u8_i8};
+    use crate::formats::tiled_step;
+    use crate::x86::{f16_to_f32, hsum2_epi32, hsum_ps, load_i8x32, load_u8x32, mul_sum_u8_i8};
 
     /// One row against `out.len()` tokens, one [`dot`] each.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot_multi(w: &[BlockQ2K], a: &[BlockQ8K], out: &mut [f32]) {
         crate::formats::each_token(|w, a| dot(w, a), w, a, out)
+    }
+
+    /// One row against `out.len()` tokens in the tiled matmul's order, one
+    /// [`super::dot_tiled_scalar`] each: each super-block unpacked once for all the tokens, then
+    /// per token the same exact integers, so the same bits.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dot_tiled_multi(w: &[BlockQ2K], a: &[BlockQ8K], out: &mut [f32]) {
+        let n = w.len();
+        out.fill(0.0);
+        for (b, wb) in w.iter().enumerate() {
+            let (d, dmin) = (f16_to_f32(wb.d), f16_to_f32(wb.dmin));
+            let q = [load_u8x32(&wb.qs[0]), load_u8x32(&wb.qs[1])];
+            let mut codes = [_mm256_setzero_si256(); 8];
+            let mut scales = [_mm256_setzero_si256(); 8];
+            for c in 0..8 {
+                codes[c] = chunk_codes(q, c);
+                // The chunk's first 16 elements (low 128 bits) are sub-block 2c, the rest 2c + 1.
+                let s = |i: usize| _mm_set1_epi16(i16::from(wb.scales[i] & 0xF));
+                scales[c] = _mm256_set_m128i(s(2 * c + 1), s(2 * c));
+            }
+            let mins = block_mins(wb);
+            for (t, o) in out.iter_mut().enumerate() {
+                let ab = &a[t * n + b];
+                let mut s1 = _mm256_setzero_si256();
+                for c in 0..8 {
+                    let p = _mm256_maddubs_epi16(codes[c], load_i8x32(&ab.qs[c]));
+                    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p, scales[c]));
+                }
+                let (s1, s2) = hsum2_epi32(s1, _mm256_madd_epi16(mins, bsums(ab)));
+                *o = tiled_step(*o, d, s1, Some((dmin, s2)), ab.d);
+            }
+        }
+    }
+
+    /// The sixteen minimums as i16.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn block_mins(wb: &BlockQ2K) -> __m256i {
+        // SAFETY: `scales` is 16 readable bytes, the width of the load.
+        let s = unsafe { _mm_loadu_si128(wb.scales.as_ptr().cast()) };
+        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(s), _mm_set1_epi8(0xF)))
+    }
+
+    /// The sixteen activation sums.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn bsums(ab: &BlockQ8K) -> __m256i {
+        // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of the load.
+        unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) }
+    }
+
+    /// The 32 codes (0..3) of 32-element chunk `c`, from the block's two `qs` rows, loaded.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn chunk_codes(q: [__m256i; 2], c: usize) -> __m256i {
+        let shifted = match c % 4 {
+            0 => q[c / 4],
+            1 => _mm256_srli_epi16::<2>(q[c / 4]),
+            2 => _mm256_srli_epi16::<4>(q[c / 4]),
+            _ => _mm256_srli_epi16::<6>(q[c / 4]),
+        };
+        _mm256_and_si256(shifted, _mm256_set1_epi8(3))
     }
 
     /// AVX2 dot in ggml's order for `vec_dot_q2_K_q8_K`: one 8-lane FMA accumulator takes,
@@ -140,30 +223,17 @@ pub(crate) mod avx2 {
     /// lanes are added at the end. On x86 a row's result equals llama.cpp's bit for bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
-        let three = _mm256_set1_epi8(3);
         let mut acc = _mm256_setzero_ps();
         for (wb, ab) in w.iter().zip(a) {
             crate::x86::prefetch_ahead_by::<{ crate::x86::K_QUANT_PREFETCH_BYTES }, _>(wb);
             let dw = f16_to_f32(wb.d);
             let dmin = f16_to_f32(wb.dmin);
-            // SAFETY: `scales` is 16 readable bytes, the width of the load.
-            let s = unsafe { _mm_loadu_si128(wb.scales.as_ptr().cast()) };
-            let mins =
-                _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(s), _mm_set1_epi8(0xF)));
-            // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of the load.
-            let bsums = unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) };
-            let prod = _mm256_madd_epi16(mins, bsums);
+            let prod = _mm256_madd_epi16(block_mins(wb), bsums(ab));
             acc = _mm256_fmadd_ps(_mm256_set1_ps(-ab.d * dmin), _mm256_cvtepi32_ps(prod), acc);
             let q = [load_u8x32(&wb.qs[0]), load_u8x32(&wb.qs[1])];
             let mut sumi = _mm256_setzero_si256();
             for c in 0..8 {
-                let shifted = match c % 4 {
-                    0 => q[c / 4],
-                    1 => _mm256_srli_epi16::<2>(q[c / 4]),
-                    2 => _mm256_srli_epi16::<4>(q[c / 4]),
-                    _ => _mm256_srli_epi16::<6>(q[c / 4]),
-                };
-                let p = mul_sum_u8_i8(_mm256_and_si256(shifted, three), load_i8x32(&ab.qs[c]));
+                let p = mul_sum_u8_i8(chunk_codes(q, c), load_i8x32(&ab.qs[c]));
                 let (s0, s1) = (
                     i32::from(wb.scales[2 * c] & 0xF),
                     i32::from(wb.scales[2 * c + 1] & 0xF),
@@ -373,6 +443,49 @@ mod tests {
             let simd = unsafe { avx2::dot(&w, &a) };
             assert_eq!(simd.to_bits(), avx2_lanes_order(steps()).to_bits(), "{nb}");
             assert_reordered_sum_close(simd, dot_scalar(&w, &a), lanes_terms(steps()), 2 * nb + 8);
+        }
+    }
+
+    /// The tiled matmul's order: AVX2 equals the scalar model bit for bit (random and extreme
+    /// activations, random and saturated weights), and the model is the row dot's sum of the
+    /// same terms within the reordering bound.
+    #[test]
+    fn tiled_order_avx2_equals_scalar_and_is_close_to_the_dot() {
+        let mut r = rng(115);
+        for (nb, t) in [(1, 1), (3, 2), (6, 9), (7, 16)] {
+            let random = random_blocks(&mut r, nb);
+            // Every code 3, every scale and minimum 15: the largest integers the format makes.
+            let mut saturated = random.clone();
+            for b in &mut saturated {
+                (b.scales, b.qs) = ([0xFF; 16], [[0xFF; 32]; 2]);
+            }
+            for w in [random, saturated] {
+                for a in [random_q8_k(&mut r, nb * t), extreme_q8_k(&mut r, nb * t)] {
+                    let mut want = vec![0.0; t];
+                    dot_tiled_multi_scalar(&w, &a, &mut want);
+                    for (tok, &v) in want.iter().enumerate() {
+                        let a = &a[tok * nb..(tok + 1) * nb];
+                        let terms: f32 = w
+                            .iter()
+                            .zip(a)
+                            .map(|(wb, ab)| {
+                                let (s1, s2) = block_sums(wb, ab);
+                                let (d, dmin) = (f16_to_f32(wb.d), f16_to_f32(wb.dmin));
+                                (ab.d * d * s1 as f32).abs() + (ab.d * dmin * s2 as f32).abs()
+                            })
+                            .sum();
+                        assert_reordered_sum_close(v, dot_scalar(&w, a), terms, 2 * nb + 2);
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    if crate::required::test_needs("avx2") {
+                        let mut got = vec![0.0; t];
+                        // SAFETY: AVX2, FMA and F16C were just detected.
+                        unsafe { avx2::dot_tiled_multi(&w, &a, &mut got) };
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&got), bits(&want), "nb {nb}, {t} tokens");
+                    }
+                }
+            }
         }
     }
 }

@@ -122,15 +122,34 @@ pub(crate) fn quantize(x: &[f32], out: &mut [BlockQ3K]) {
 pub(crate) fn dot_scalar(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
     let mut acc = 0.0f32;
     for (wb, ab) in w.iter().zip(a) {
-        let sc = unpack_scales(&wb.scales);
-        let mut sumi = 0i32;
-        for (i, &s) in sc.iter().enumerate() {
-            let sub: i32 = (16 * i..16 * i + 16).map(|e| code(wb, e) * ab.q(e)).sum();
-            sumi += s * sub;
-        }
-        acc += f16_to_f32(wb.d) * ab.d * sumi as f32;
+        acc += f16_to_f32(wb.d) * ab.d * block_sumi(wb, ab) as f32;
     }
     acc
+}
+
+/// One super-block's exact integer `Σ sc·Σ q·a`.
+fn block_sumi(wb: &BlockQ3K, ab: &BlockQ8K) -> i32 {
+    let sc = unpack_scales(&wb.scales);
+    let mut sumi = 0i32;
+    for (i, &s) in sc.iter().enumerate() {
+        let sub: i32 = (16 * i..16 * i + 16).map(|e| code(wb, e) * ab.q(e)).sum();
+        sumi += s * sub;
+    }
+    sumi
+}
+
+/// Scalar reference in the order of ggml's tiled K-quant matmul: [`super::tiled_step`] per
+/// super-block. (ggml's kernel biases the activations by +128 and subtracts the bias's
+/// products again in integers, so its `s1` is this exact integer.)
+pub(crate) fn dot_tiled_scalar(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
+    w.iter().zip(a).fold(0.0, |acc, (wb, ab)| {
+        super::tiled_step(acc, f16_to_f32(wb.d), block_sumi(wb, ab), None, ab.d)
+    })
+}
+
+/// [`dot_tiled_scalar`] for several tokens.
+pub(crate) fn dot_tiled_multi_scalar(w: &[BlockQ3K], a: &[BlockQ8K], out: &mut [f32]) {
+    super::each_token(dot_tiled_scalar, w, a, out);
 }
 
 /// Scalar reference for several tokens: one [`dot_scalar`] per token.
@@ -143,12 +162,71 @@ pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{unpack_scales, BlockQ3K, BlockQ8K};
-    use crate::x86::{f16_to_f32, hsum_ps, load_i8x32, load_u8x32, mul_sum_i8_i8};
+    use crate::formats::tiled_step;
+    use crate::x86::{f16_to_f32, hsum_epi32, hsum_ps, load_i8x32, load_u8x32, mul_sum_i8_i8};
 
     /// One row against `out.len()` tokens, one [`dot`] each.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot_multi(w: &[BlockQ3K], a: &[BlockQ8K], out: &mut [f32]) {
         crate::formats::each_token(|w, a| dot(w, a), w, a, out)
+    }
+
+    /// One row against `out.len()` tokens in the tiled matmul's order, one
+    /// [`super::dot_tiled_scalar`] each: each super-block unpacked once for all the tokens, then
+    /// per token the same exact integer, so the same bits.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dot_tiled_multi(w: &[BlockQ3K], a: &[BlockQ8K], out: &mut [f32]) {
+        let n = w.len();
+        out.fill(0.0);
+        for (b, wb) in w.iter().enumerate() {
+            let d = f16_to_f32(wb.d);
+            let sc = unpack_scales(&wb.scales);
+            let hm = load_u8x32(&wb.hmask);
+            let q = [load_u8x32(&wb.qs[0]), load_u8x32(&wb.qs[1])];
+            // Codes biased to 0..7 for `maddubs`; the bias, 4·Σ sc·Σ a, comes off through the
+            // activation sums.
+            let mut codes = [_mm256_setzero_si256(); 8];
+            let mut scales = [_mm256_setzero_si256(); 8];
+            for c in 0..8 {
+                codes[c] = biased_codes(q, hm, c);
+                // The chunk's first 16 elements (low 128 bits) are sub-block 2c, the rest 2c + 1.
+                let s = |i: usize| _mm_set1_epi16(sc[i] as i16);
+                scales[c] = _mm256_set_m128i(s(2 * c + 1), s(2 * c));
+            }
+            let s16: [i16; 16] = std::array::from_fn(|i| sc[i] as i16);
+            // SAFETY: `s16` is 16 i16, 32 readable bytes, the width of the load.
+            let sc16 = unsafe { _mm256_loadu_si256(s16.as_ptr().cast()) };
+            for (t, o) in out.iter_mut().enumerate() {
+                let ab = &a[t * n + b];
+                let mut s1 = _mm256_setzero_si256();
+                for c in 0..8 {
+                    let p = _mm256_maddubs_epi16(codes[c], load_i8x32(&ab.qs[c]));
+                    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p, scales[c]));
+                }
+                // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of the load.
+                let bs = unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) };
+                let bias = _mm256_slli_epi32::<2>(_mm256_madd_epi16(bs, sc16));
+                let s1 = hsum_epi32(_mm256_sub_epi32(s1, bias));
+                *o = tiled_step(*o, d, s1, None, ab.d);
+            }
+        }
+    }
+
+    /// The 32 codes of 32-element chunk `c` plus 4 (0..7: the two low bits from the block's
+    /// `qs` rows, the high bit from its `hmask`, both loaded).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn biased_codes(q: [__m256i; 2], hm: __m256i, c: usize) -> __m256i {
+        let shifted = match c % 4 {
+            0 => q[c / 4],
+            1 => _mm256_srli_epi16::<2>(q[c / 4]),
+            2 => _mm256_srli_epi16::<4>(q[c / 4]),
+            _ => _mm256_srli_epi16::<6>(q[c / 4]),
+        };
+        let low = _mm256_and_si256(shifted, _mm256_set1_epi8(3));
+        let bit = _mm256_set1_epi8((1u8 << c) as i8);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+        _mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(4)))
     }
 
     /// AVX2 dot in ggml's order for `vec_dot_q3_K_q8_K`: per super-block the scaled code
@@ -158,7 +236,6 @@ pub(crate) mod avx2 {
     /// bit for bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
-        let three = _mm256_set1_epi8(3);
         let four = _mm256_set1_epi8(4);
         let mut acc = _mm256_setzero_ps();
         for (wb, ab) in w.iter().zip(a) {
@@ -168,18 +245,8 @@ pub(crate) mod avx2 {
             let q = [load_u8x32(&wb.qs[0]), load_u8x32(&wb.qs[1])];
             let mut sumi = _mm256_setzero_si256();
             for c in 0..8 {
-                let shifted = match c % 4 {
-                    0 => q[c / 4],
-                    1 => _mm256_srli_epi16::<2>(q[c / 4]),
-                    2 => _mm256_srli_epi16::<4>(q[c / 4]),
-                    _ => _mm256_srli_epi16::<6>(q[c / 4]),
-                };
-                let low = _mm256_and_si256(shifted, three);
-                let bit = _mm256_set1_epi8((1u8 << c) as i8);
-                let high =
-                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), four);
-                // (low | 4·high) - 4: the code in -4..3.
-                let v = _mm256_sub_epi8(_mm256_or_si256(low, high), four);
+                // The code in -4..3.
+                let v = _mm256_sub_epi8(biased_codes(q, hm, c), four);
                 let p = mul_sum_i8_i8(v, load_i8x32(&ab.qs[c]));
                 let (s0, s1) = (sc[2 * c], sc[2 * c + 1]);
                 let scales = _mm256_setr_epi32(s0, s0, s0, s0, s1, s1, s1, s1);
@@ -412,6 +479,47 @@ mod tests {
             let simd = unsafe { avx2::dot(&w, &a) };
             assert_eq!(simd.to_bits(), avx2_lanes_order(blocks()).to_bits(), "{nb}");
             assert_reordered_sum_close(simd, dot_scalar(&w, &a), lanes_terms(blocks()), nb + 8);
+        }
+    }
+
+    /// The tiled matmul's order: AVX2 equals the scalar model bit for bit (random and extreme
+    /// activations, random and extreme weights), and the model is the row dot's sum of the
+    /// same terms within the reordering bound.
+    #[test]
+    fn tiled_order_avx2_equals_scalar_and_is_close_to_the_dot() {
+        let mut r = rng(105);
+        for (nb, t) in [(1, 1), (3, 2), (6, 9), (7, 16)] {
+            let random = random_blocks(&mut r, nb);
+            // Every code -4 and every scale -32: the largest magnitudes the format makes.
+            let mut extreme = random.clone();
+            for b in &mut extreme {
+                (b.hmask, b.qs, b.scales) = ([0; 32], [[0; 32]; 2], [0; 12]);
+            }
+            for w in [random, extreme] {
+                for a in [random_q8_k(&mut r, nb * t), extreme_q8_k(&mut r, nb * t)] {
+                    let mut want = vec![0.0; t];
+                    dot_tiled_multi_scalar(&w, &a, &mut want);
+                    for (tok, &v) in want.iter().enumerate() {
+                        let a = &a[tok * nb..(tok + 1) * nb];
+                        let terms: f32 = w
+                            .iter()
+                            .zip(a)
+                            .map(|(wb, ab)| {
+                                (ab.d * f16_to_f32(wb.d) * block_sumi(wb, ab) as f32).abs()
+                            })
+                            .sum();
+                        assert_reordered_sum_close(v, dot_scalar(&w, a), terms, nb + 2);
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    if crate::required::test_needs("avx2") {
+                        let mut got = vec![0.0; t];
+                        // SAFETY: AVX2, FMA and F16C were just detected.
+                        unsafe { avx2::dot_tiled_multi(&w, &a, &mut got) };
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&got), bits(&want), "nb {nb}, {t} tokens");
+                    }
+                }
+            }
         }
     }
 }

@@ -74,7 +74,7 @@ pub(crate) trait Q4x8: ByteBlock + Copy + Send + Sync + 'static {
 }
 
 /// The codes of 8 rows' blocks, interleaved 4 bytes at a time (see the module header).
-fn interleave_qs(qs: [&[u8; 16]; ROWS]) -> [u8; 16 * ROWS] {
+pub(crate) fn interleave_qs(qs: [&[u8; 16]; ROWS]) -> [u8; 16 * ROWS] {
     let mut out = [0u8; 16 * ROWS];
     for (r, q) in qs.iter().enumerate() {
         for k in 0..4 {

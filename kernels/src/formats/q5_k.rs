@@ -113,18 +113,38 @@ pub(crate) fn quantize(x: &[f32], out: &mut [BlockQ5K]) {
 pub(crate) fn dot_scalar(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
     let mut acc = 0.0f32;
     for (wb, ab) in w.iter().zip(a) {
-        let (sc, mn) = unpack_scales(&wb.scales);
-        let mut sumi = 0i32;
-        for (j, &s) in sc.iter().enumerate() {
-            let sub: i32 = (32 * j..32 * j + 32)
-                .map(|e| i32::from(code(wb, e)) * ab.q(e))
-                .sum();
-            sumi += i32::from(s) * sub;
-        }
-        let summ = min_term(&mn, ab);
+        let (sumi, summ) = block_sums(wb, ab);
         acc += f16_to_f32(wb.d) * ab.d * sumi as f32 - f16_to_f32(wb.dmin) * ab.d * summ as f32;
     }
     acc
+}
+
+/// One super-block's exact integers: `Σ sc·Σ q·a` and the minimum term `Σ m·Σ a`.
+fn block_sums(wb: &BlockQ5K, ab: &BlockQ8K) -> (i32, i32) {
+    let (sc, mn) = unpack_scales(&wb.scales);
+    let mut sumi = 0i32;
+    for (j, &s) in sc.iter().enumerate() {
+        let sub: i32 = (32 * j..32 * j + 32)
+            .map(|e| i32::from(code(wb, e)) * ab.q(e))
+            .sum();
+        sumi += i32::from(s) * sub;
+    }
+    (sumi, min_term(&mn, ab))
+}
+
+/// Scalar reference in the order of ggml's tiled K-quant matmul: [`super::tiled_step`] per
+/// super-block, with the minimum term.
+pub(crate) fn dot_tiled_scalar(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
+    w.iter().zip(a).fold(0.0, |acc, (wb, ab)| {
+        let (s1, s2) = block_sums(wb, ab);
+        let min = Some((f16_to_f32(wb.dmin), s2));
+        super::tiled_step(acc, f16_to_f32(wb.d), s1, min, ab.d)
+    })
+}
+
+/// [`dot_tiled_scalar`] for several tokens.
+pub(crate) fn dot_tiled_multi_scalar(w: &[BlockQ5K], a: &[BlockQ8K], out: &mut [f32]) {
+    super::each_token(dot_tiled_scalar, w, a, out);
 }
 
 /// Scalar reference for several tokens: one [`dot_scalar`] per token.
@@ -137,12 +157,73 @@ pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{min_term, unpack_scales, BlockQ5K, BlockQ8K};
-    use crate::x86::{f16x2_to_f32, hsum_ps, load_i8x32, load_u8x32};
+    use crate::formats::tiled_step;
+    use crate::x86::{f16x2_to_f32, hsum2_epi32, hsum_ps, load_i8x32, load_u8x32};
 
     /// One row against `out.len()` tokens, one [`dot`] each.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot_multi(w: &[BlockQ5K], a: &[BlockQ8K], out: &mut [f32]) {
         crate::formats::each_token(|w, a| dot(w, a), w, a, out)
+    }
+
+    /// One row against `out.len()` tokens in the tiled matmul's order, one
+    /// [`super::dot_tiled_scalar`] each: each super-block unpacked once for all the tokens, then
+    /// per token the same exact integers, so the same bits.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dot_tiled_multi(w: &[BlockQ5K], a: &[BlockQ8K], out: &mut [f32]) {
+        let n = w.len();
+        out.fill(0.0);
+        for (b, wb) in w.iter().enumerate() {
+            let (d, dmin) = f16x2_to_f32(wb.d_dmin_bytes());
+            let (sc, mn) = unpack_scales(&wb.scales);
+            let qh = load_u8x32(&wb.qh);
+            let mut codes = [_mm256_setzero_si256(); 8];
+            let mut scales = [_mm256_setzero_si256(); 8];
+            for c in 0..4 {
+                (codes[2 * c], codes[2 * c + 1]) = code_pair(wb, qh, c);
+            }
+            for (s, &v) in scales.iter_mut().zip(&sc) {
+                *s = _mm256_set1_epi16(i16::from(v));
+            }
+            // Minimum j against the activation sums 2j and 2j + 1.
+            let m: [i16; 16] = std::array::from_fn(|i| i16::from(mn[i / 2]));
+            // SAFETY: `m` is 16 i16, 32 readable bytes, the width of the load.
+            let mins = unsafe { _mm256_loadu_si256(m.as_ptr().cast()) };
+            for (t, o) in out.iter_mut().enumerate() {
+                let ab = &a[t * n + b];
+                let mut s1 = _mm256_setzero_si256();
+                for j in 0..8 {
+                    let p = _mm256_maddubs_epi16(codes[j], load_i8x32(&ab.qs[j]));
+                    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p, scales[j]));
+                }
+                // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of the load.
+                let bs = unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) };
+                let (s1, s2) = hsum2_epi32(s1, _mm256_madd_epi16(bs, mins));
+                *o = tiled_step(*o, d, s1, Some((dmin, s2)), ab.d);
+            }
+        }
+    }
+
+    /// Sub-blocks `2c` and `2c + 1` as 32 codes (0..31) each: the low and the high nibbles of
+    /// `qs[c]`, each with its fifth bit from `qh` (the block's `qh`, loaded).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn code_pair(wb: &BlockQ5K, qh: __m256i, c: usize) -> (__m256i, __m256i) {
+        let low4 = _mm256_set1_epi8(0x0F);
+        let fifth = _mm256_set1_epi8(0x10);
+        // Sub-block j's fifth bits: bit j of every qh byte, as 0x10 or 0.
+        let high = |j: usize| {
+            let bit = _mm256_set1_epi8((1u8 << j) as i8);
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+            _mm256_and_si256(set, fifth)
+        };
+        let q = load_u8x32(&wb.qs[c]);
+        let lo = _mm256_or_si256(_mm256_and_si256(q, low4), high(2 * c));
+        let hi = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(q), low4),
+            high(2 * c + 1),
+        );
+        (lo, hi)
     }
 
     /// AVX2 dot in ggml's order for `vec_dot_q5_K_q8_K`: per super-block the scaled code
@@ -151,8 +232,6 @@ pub(crate) mod avx2 {
     /// the two added at the end. On x86 a row's result equals llama.cpp's bit for bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
-        let low4 = _mm256_set1_epi8(0x0F);
-        let fifth = _mm256_set1_epi8(0x10);
         let mut acc = _mm256_setzero_ps();
         let mut summs = 0.0f32;
         for (wb, ab) in w.iter().zip(a) {
@@ -164,20 +243,9 @@ pub(crate) mod avx2 {
             // Fused, as GCC (llama.cpp's usual compiler) contracts ggml's `summs += dmin * sum`.
             summs = (-ab.d * dmin).mul_add(min_term(&mn, ab) as f32, summs);
             let qh = load_u8x32(&wb.qh);
-            // Sub-block j's fifth bits: bit j of every qh byte, as 0x10 or 0.
-            let high = |j: usize| {
-                let bit = _mm256_set1_epi8((1u8 << j) as i8);
-                let set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
-                _mm256_and_si256(set, fifth)
-            };
             let mut sumi = _mm256_setzero_si256();
             for c in 0..4 {
-                let q = load_u8x32(&wb.qs[c]);
-                let lo = _mm256_or_si256(_mm256_and_si256(q, low4), high(2 * c));
-                let hi = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(q), low4),
-                    high(2 * c + 1),
-                );
+                let (lo, hi) = code_pair(wb, qh, c);
                 // Codes <= 31 and activations >= -127: i16 pair sums stay far from saturation,
                 // and the second madd applies the sub-block's 6-bit scale while widening.
                 let p_lo = _mm256_maddubs_epi16(lo, load_i8x32(&ab.qs[2 * c]));
@@ -422,6 +490,49 @@ mod tests {
             assert_eq!(simd.to_bits(), model.to_bits(), "{nb}");
             let terms = lanes_terms(blocks()) + mins().map(|(d, m)| (d * m).abs()).sum::<f32>();
             assert_reordered_sum_close(simd, dot_scalar(&w, &a), terms, 2 * nb + 8);
+        }
+    }
+
+    /// The tiled matmul's order: AVX2 equals the scalar model bit for bit (random and extreme
+    /// activations, random and saturated weights), and the model is the row dot's sum of the
+    /// same terms within the reordering bound.
+    #[test]
+    fn tiled_order_avx2_equals_scalar_and_is_close_to_the_dot() {
+        let mut r = rng(55);
+        for (nb, t) in [(1, 1), (3, 2), (6, 9), (7, 16)] {
+            let random = random_blocks(&mut r, nb);
+            // Every code 31, every scale and minimum 63: the largest integers the format makes.
+            let mut saturated = random.clone();
+            for b in &mut saturated {
+                (b.scales, b.qh, b.qs) = ([0xFF; 12], [0xFF; 32], [[0xFF; 32]; 4]);
+            }
+            for w in [random, saturated] {
+                for a in [random_q8_k(&mut r, nb * t), extreme_q8_k(&mut r, nb * t)] {
+                    let mut want = vec![0.0; t];
+                    dot_tiled_multi_scalar(&w, &a, &mut want);
+                    for (tok, &v) in want.iter().enumerate() {
+                        let a = &a[tok * nb..(tok + 1) * nb];
+                        let terms: f32 = w
+                            .iter()
+                            .zip(a)
+                            .map(|(wb, ab)| {
+                                let (s1, s2) = block_sums(wb, ab);
+                                let (d, dmin) = (f16_to_f32(wb.d), f16_to_f32(wb.dmin));
+                                (ab.d * d * s1 as f32).abs() + (ab.d * dmin * s2 as f32).abs()
+                            })
+                            .sum();
+                        assert_reordered_sum_close(v, dot_scalar(&w, a), terms, 2 * nb + 2);
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    if crate::required::test_needs("avx2") {
+                        let mut got = vec![0.0; t];
+                        // SAFETY: AVX2, FMA and F16C were just detected.
+                        unsafe { avx2::dot_tiled_multi(&w, &a, &mut got) };
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&got), bits(&want), "nb {nb}, {t} tokens");
+                    }
+                }
+            }
         }
     }
 }

@@ -150,15 +150,12 @@ fn block_sumi(wb: &BlockQ6K, ab: &BlockQ8K) -> i32 {
 }
 
 /// Scalar reference in the order of ggml's tiled K-quant matmul (`ggml-cpu/tiled`, which
-/// llama.cpp's x86 builds run for Q6_K weights against 8 or more tokens): per super-block the
-/// exact integer, `res = d·sumi`, then `acc = fma(res, d_a, acc)`.
+/// llama.cpp's x86 builds run for Q6_K weights against 8 or more tokens): [`super::tiled_step`]
+/// per super-block.
 pub(crate) fn dot_tiled_scalar(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
-    let mut acc = 0.0f32;
-    for (wb, ab) in w.iter().zip(a) {
-        let res = f16_to_f32(wb.d) * block_sumi(wb, ab) as f32;
-        acc = res.mul_add(ab.d, acc);
-    }
-    acc
+    w.iter().zip(a).fold(0.0, |acc, (wb, ab)| {
+        super::tiled_step(acc, f16_to_f32(wb.d), block_sumi(wb, ab), None, ab.d)
+    })
 }
 
 /// [`dot_tiled_scalar`] for several tokens.
@@ -217,8 +214,7 @@ pub(crate) mod avx2 {
                 let mut l = [0i32; 8];
                 unsafe { _mm256_storeu_si256(l.as_mut_ptr().cast(), s) };
                 let sumi = l.iter().fold(0i32, |x, &y| x.wrapping_add(y));
-                let res = f16_to_f32(wb.d) * sumi as f32;
-                acc = res.mul_add(ab.d, acc);
+                acc = crate::formats::tiled_step(acc, f16_to_f32(wb.d), sumi, None, ab.d);
             }
             *o = acc;
         }

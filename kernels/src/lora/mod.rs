@@ -38,7 +38,8 @@ enum Rows<'a> {
     F32(&'a [f32]),
     /// With the order ggml sums this matrix's dots in for this call ([`sum_order`]).
     F16(&'a [F16], F16SumOrder),
-    BF16(&'a [BF16]),
+    /// Summed as a BF16 matmul is, one token or a batch ([`crate::matmul`]'s BF16 path).
+    BF16(&'a [BF16], F16SumOrder),
 }
 
 /// The order ggml's CPU matmul sums an F16 matrix of `rows` rows of `cols` values times
@@ -73,7 +74,10 @@ impl<'a> Rows<'a> {
                 cast_blocks::<F16>(w.data),
                 sum_order(w.rows, w.cols, n_tokens, pass),
             ),
-            GgmlType::BF16 => Rows::BF16(cast_blocks::<BF16>(w.data)),
+            GgmlType::BF16 => Rows::BF16(
+                cast_blocks::<BF16>(w.data),
+                sum_order(w.rows, w.cols, n_tokens, pass),
+            ),
             ty => return Err(KernelError::Type { what, ty }),
         })
     }
@@ -88,7 +92,7 @@ impl<'a> Rows<'a> {
         match self {
             Rows::F32(_) => {}
             Rows::F16(..) => round_to_f16(v),
-            Rows::BF16(_) => v
+            Rows::BF16(..) => v
                 .iter_mut()
                 .for_each(|x| *x = half::bf16::from_f32(*x).to_f32()),
         }
@@ -101,7 +105,7 @@ impl<'a> Rows<'a> {
             Rows::F32(w) => rows_each(w, n, out, |row| k.dot_f32(row, x)),
             Rows::F16(w, F16SumOrder::TinyBlas) => k.dots_f16_tiny_blas(w, x, out),
             Rows::F16(w, F16SumOrder::VecDot) => rows_each(w, n, out, |row| k.dot_f16(row, x)),
-            Rows::BF16(w) => rows_each(w, n, out, |row| k.dot_bf16(row, x)),
+            Rows::BF16(w, order) => rows_each(w, n, out, |row| bf16_dot(k, order, row, x)),
         }
     }
 
@@ -111,7 +115,7 @@ impl<'a> Rows<'a> {
         match self {
             Rows::F32(w) => Rows::F32(&w[r]),
             Rows::F16(w, order) => Rows::F16(&w[r], order),
-            Rows::BF16(w) => Rows::BF16(&w[r]),
+            Rows::BF16(w, order) => Rows::BF16(&w[r], order),
         }
     }
 
@@ -146,11 +150,24 @@ impl<'a> Rows<'a> {
                 .iter_mut()
                 .zip(w.chunks_exact(n))
                 .for_each(|(o, row)| add(o, k.dot_f32(row, x))),
-            Rows::BF16(w) => out
+            Rows::BF16(w, order) => out
                 .iter_mut()
                 .zip(w.chunks_exact(n))
-                .for_each(|(o, row)| add(o, k.dot_bf16(row, x))),
+                .for_each(|(o, row)| add(o, bf16_dot(k, order, row, x))),
         }
+    }
+}
+
+/// One BF16 row against one token in the order `order` names: tinyBLAS's or
+/// `ggml_vec_dot_bf16`'s.
+fn bf16_dot(k: &Kernels, order: F16SumOrder, row: &[BF16], x: &[f32]) -> f32 {
+    match order {
+        F16SumOrder::TinyBlas => {
+            let mut o = [0.0];
+            k.dot_bf16_batch(row, x, &mut o);
+            o[0]
+        }
+        F16SumOrder::VecDot => k.dot_bf16_token(row, x),
     }
 }
 

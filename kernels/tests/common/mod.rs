@@ -75,8 +75,9 @@ pub fn act_block(ty: GgmlType) -> usize {
 /// at most amax(its block)/254, so the dot moves by at most Σ|w|·amax/254 (1% slack); for the
 /// 32-element formats the activation scale `d` and sum `s` are rounded to f16 as ggml stores
 /// them (relative 2^-11), adding up to Σ|w|·amax·2^-11 and, through Q4_0/Q4_1's offsets (at most
-/// 1.2·max|w| per block), 1.2·max|w|·|Σx|·2^-10 per block; f32 accumulation adds at most
-/// 2·cols·ε·Σ|w·x|.
+/// 1.2·max|w| per block), 1.2·max|w|·|Σx|·2^-10 per block; BF16 rounds each activation to
+/// bfloat16 first (relative 2^-8, as ggml does), adding up to Σ|w·x|·2^-8; f32 accumulation adds
+/// at most 2·cols·ε·Σ|w·x|.
 pub fn assert_matches_reference(m: &TestMatrix, x: &[f32], n_tokens: usize, out: &[f32]) {
     let qk = act_block(m.ty);
     for t in 0..n_tokens {
@@ -94,6 +95,9 @@ pub fn assert_matches_reference(m: &TestMatrix, x: &[f32], n_tokens: usize, out:
                 .map(|(&a, &b)| f64::from((a * b).abs()))
                 .sum();
             let mut budget = 2.0 * m.cols as f64 * f64::from(f32::EPSILON) * abs + 1e-7;
+            if m.ty == GgmlType::BF16 {
+                budget += abs * 2f64.powi(-8);
+            }
             if qk > 1 {
                 let f16_scales = qk == 32;
                 for (wb, xb) in wr.chunks_exact(qk).zip(xt.chunks_exact(qk)) {
