@@ -191,6 +191,7 @@ pub(crate) mod neon {
     /// NEON dot: widen 4 bfloat16 at a time by a 16-bit shift, four 4-lane FMA accumulators
     /// (16 elements per step), then a scalar tail (the f32 dot's shape).
     /// One [`dot`] per token (`x` holds `out.len()` tokens).
+    #[allow(unused_unsafe)]
     #[target_feature(enable = "neon")]
     pub(crate) fn dot_multi(w: &[BF16], x: &[f32], out: &mut [f32]) {
         // SAFETY: NEON is this function's feature, and `dot`'s.
@@ -333,26 +334,18 @@ mod tests {
                 *g = unsafe { avx2::vec_dot(&w, xt) };
                 *w8 = vec_dot_scalar(&w, xt);
             }
-            assert_eq!(got.map_bits(), want.map_bits(), "vec_dot, n {n}");
+            let map_bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(map_bits(&got), map_bits(&want), "vec_dot, n {n}");
             // SAFETY: as above.
             unsafe { avx2::tiny_blas_multi(&w, &x, &mut got) };
             tiny_blas_multi_scalar(&w, &x, &mut want);
-            assert_eq!(got.map_bits(), want.map_bits(), "tinyBLAS, n {n}");
+            assert_eq!(map_bits(&got), map_bits(&want), "tinyBLAS, n {n}");
             let terms: f32 = w
                 .iter()
                 .zip(&x)
                 .map(|(&h, v)| (bf16_to_f32(h) * v).abs())
                 .sum();
             assert_reordered_sum_close(want[0], dot_scalar(&w, &x[..n]), terms, n);
-        }
-    }
-
-    trait MapBits {
-        fn map_bits(&self) -> Vec<u32>;
-    }
-    impl MapBits for Vec<f32> {
-        fn map_bits(&self) -> Vec<u32> {
-            self.iter().map(|v| v.to_bits()).collect()
         }
     }
 }
