@@ -205,19 +205,70 @@ pub(crate) mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot_tiled_multi(w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
         let n = w.len();
-        for (t, o) in out.iter_mut().enumerate() {
-            let mut acc = 0.0f32;
-            for (wb, ab) in w.iter().zip(&a[t * n..(t + 1) * n]) {
-                let s = block_sumi(wb, ab);
+        out.fill(0.0);
+        for (b, wb) in w.iter().enumerate() {
+            // The super-block unpacked once for every token: its 16 code vectors (unsigned,
+            // 0..63) and the i16 scale each one's lanes meet.
+            let (codes, scales) = unpack(wb);
+            // SAFETY: `scales` is 16 readable bytes, the width of a 128-bit load.
+            let s8 = unsafe { _mm_loadu_si128(wb.scales.as_ptr().cast()) };
+            let s16 = _mm256_cvtepi8_epi16(s8);
+            let d = f16_to_f32(wb.d);
+            for (t, o) in out.iter_mut().enumerate() {
+                let ab = &a[t * n + b];
+                let mut sumi = _mm256_setzero_si256();
+                for (i, (&q, &sc)) in codes.iter().zip(&scales).enumerate() {
+                    // Codes <= 63 and activations >= -127: pair sums <= 16002, no saturation.
+                    let p = _mm256_maddubs_epi16(q, load_i8x32(&ab.qs[i]));
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc));
+                }
+                // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of a 256-bit load.
+                let bs = unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) };
+                let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, s16));
                 // The exact integer out of the lanes (wrapping adds: the sum is exact).
-                // SAFETY: `l` is 8 i32s, 32 writable bytes, the width of the store.
-                let mut l = [0i32; 8];
-                unsafe { _mm256_storeu_si256(l.as_mut_ptr().cast(), s) };
-                let sumi = l.iter().fold(0i32, |x, &y| x.wrapping_add(y));
-                acc = crate::formats::tiled_step(acc, f16_to_f32(wb.d), sumi, None, ab.d);
+                let sumi = crate::x86::hsum_epi32(_mm256_sub_epi32(sumi, off));
+                *o = crate::formats::tiled_step(*o, d, sumi, None, ab.d);
             }
-            *o = acc;
         }
+    }
+
+    /// A super-block's 8 code vectors (32 elements each, in activation-block order) and, per
+    /// vector, its two sub-blocks' scales as i16 (the low 128-bit lane's, then the high one's).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn unpack(wb: &BlockQ6K) -> ([__m256i; 8], [__m256i; 8]) {
+        let low4 = _mm256_set1_epi8(0x0F);
+        let high2 = _mm256_set1_epi8(0x30);
+        let mut codes = [_mm256_setzero_si256(); 8];
+        let mut scales = [_mm256_setzero_si256(); 8];
+        for n in 0..2 {
+            let l0 = load_u8x32(&wb.ql[2 * n]);
+            let l1 = load_u8x32(&wb.ql[2 * n + 1]);
+            let h = load_u8x32(&wb.qh[n]);
+            codes[4 * n] = _mm256_or_si256(
+                _mm256_and_si256(l0, low4),
+                _mm256_and_si256(_mm256_slli_epi16::<4>(h), high2),
+            );
+            codes[4 * n + 1] = _mm256_or_si256(
+                _mm256_and_si256(l1, low4),
+                _mm256_and_si256(_mm256_slli_epi16::<2>(h), high2),
+            );
+            codes[4 * n + 2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(l0), low4),
+                _mm256_and_si256(h, high2),
+            );
+            codes[4 * n + 3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(l1), low4),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(h), high2),
+            );
+            for k in 0..4 {
+                // Vector 4n + k covers sub-blocks 8n + 2k (low lane) and 8n + 2k + 1 (high).
+                let (lo, hi) = (wb.scales[8 * n + 2 * k], wb.scales[8 * n + 2 * k + 1]);
+                scales[4 * n + k] =
+                    _mm256_setr_m128i(_mm_set1_epi16(i16::from(lo)), _mm_set1_epi16(i16::from(hi)));
+            }
+        }
+        (codes, scales)
     }
 
     /// One super-block's exact integer, spread over 8 i32 lanes in ggml's lane order.
