@@ -1040,7 +1040,11 @@ impl GemmEntry for BlockQ5_0x8 {
 }
 
 impl GemmEntry for BlockIq4Nlx8 {
-    const SUMS_PER_BLOCK: usize = 0;
+    /// Each block's sum: the VNNI kernel's shifted table.
+    const SUMS_PER_BLOCK: usize = 1;
+    fn sums(a: &[BlockQ8_1], out: &mut [i32]) {
+        q4x8::activation_sums(a, out)
+    }
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemm_iq4_nlx8
     }

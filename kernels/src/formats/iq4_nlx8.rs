@@ -46,7 +46,8 @@ pub(crate) fn pack(rows: &[BlockIq4Nl], nb: usize) -> Vec<BlockIq4Nlx8> {
 }
 
 /// Scalar reference: one group of 8 rows (`w`, `nb` blocks) against `t = out.len() / 8` tokens
-/// (`a`: `t * nb` blocks, token after token; `_sums` unused).
+/// (`a`: `t * nb` blocks, token after token; `_sums` unused here, the VNNI kernel reads each
+/// activation block's sum).
 pub(crate) fn gemm_scalar(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], _sums: &[i32], out: &mut [f32]) {
     let nb = w.len();
     for (t, o) in out.chunks_exact_mut(ROWS).enumerate() {
@@ -70,9 +71,8 @@ pub(crate) fn gemv_scalar(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], sums: &[i32], out
     }
 }
 
-/// The x86 kernels, written once for each way of adding four products of a table value's
-/// magnitude and a sign-adjusted activation to a lane (`quad_acc`): AVX2's `maddubs` + `madd`
-/// + add, or AVX-512 VNNI's `vpdpbusd`. Both give the same exact integers, so the same bits.
+/// The AVX2 kernels: four products of a table value's magnitude and a sign-adjusted activation
+/// added to a lane (`maddubs` + `madd`: a shifted unsigned table would saturate its i16 pairs).
 #[cfg(target_arch = "x86_64")]
 macro_rules! x86_kernels {
     ($features:literal) => {
@@ -170,18 +170,93 @@ pub(crate) mod avx2 {
     x86_kernels!("avx2,fma,f16c");
 }
 
-/// The same kernels on AVX-512 VNNI (256-bit registers through AVX-512VL).
+/// The same products on AVX-512 VNNI (256-bit registers through AVX-512VL), computed another
+/// way: `vpdpbusd` sums unsigned-by-signed bytes into i32 with no 16-bit step to saturate, so
+/// the table is read shifted to unsigned (`KVALUES + 128`, 1..241) and each token's block gets
+/// `128·Σa` taken off once ([`super::super::q4x8::activation_sums`] in `sums`), instead of a sign
+/// flip per four bytes. The same exact integers, so the same bits.
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512vnni {
     use std::arch::x86_64::*;
 
-    #[inline]
+    use super::{BlockIq4Nlx8, BlockQ8_1, KVALUES, ROWS};
+    use crate::formats::q4x8::MAX_TOKENS;
+
+    /// [`super::gemm_scalar`]: up to [`MAX_TOKENS`] tokens per call; `sums` holds each
+    /// activation block's integer sum.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-    fn quad_acc(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
-        _mm256_dpbusd_epi32(acc, u, s)
+    pub(crate) fn gemm(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+        match out.len() / ROWS {
+            0 => {}
+            1 => gemm_n::<1>(w, a, sums, out),
+            2 => gemm_n::<2>(w, a, sums, out),
+            3 => gemm_n::<3>(w, a, sums, out),
+            _ => gemm_n::<4>(w, a, sums, out),
+        }
     }
 
-    x86_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni");
+    /// [`super::gemv_scalar`]: one call for a whole slice of groups.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(crate) fn gemv(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+        for (wg, o) in w.chunks_exact(a.len()).zip(out.chunks_exact_mut(ROWS)) {
+            gemm_n::<1>(wg, a, sums, o);
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    fn gemm_n<const T: usize>(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+        const { assert!(T <= MAX_TOKENS) };
+        let nb = w.len();
+        assert!(a.len() >= T * nb && sums.len() >= T * nb && out.len() >= T * ROWS);
+        let low4 = _mm256_set1_epi8(0x0F);
+        let shifted: [u8; 16] = KVALUES.map(|k| (i16::from(k) + 128) as u8);
+        // SAFETY: `shifted` is 16 readable bytes, the width of the load.
+        let t16 = unsafe { _mm_loadu_si128(shifted.as_ptr().cast()) };
+        let table = _mm256_set_m128i(t16, t16);
+        let mut acc = [_mm256_setzero_ps(); T];
+        for (b, wb) in w.iter().enumerate() {
+            if T == 1 {
+                crate::x86::prefetch_ahead(wb);
+            }
+            // Each token's block starts at -128·Σa, the shift of the table taken off.
+            let mut sumi: [__m256i; T] = std::array::from_fn(|t| {
+                // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= sums.len() (asserted).
+                _mm256_set1_epi32(-128 * unsafe { *sums.get_unchecked(t * nb + b) })
+            });
+            for k in 0..4 {
+                // SAFETY: 32k + 32 <= 128, the length of `qs`.
+                let l = unsafe { _mm256_loadu_si256(wb.qs.as_ptr().add(32 * k).cast()) };
+                let indices = [
+                    (k, _mm256_and_si256(l, low4)),
+                    (k + 4, _mm256_and_si256(_mm256_srli_epi16::<4>(l), low4)),
+                ];
+                for (j, index) in indices {
+                    let values = _mm256_shuffle_epi8(table, index);
+                    for (t, sumi) in sumi.iter_mut().enumerate() {
+                        // SAFETY: as above; 4j + 4 <= 32, the activation block's length.
+                        let four = unsafe {
+                            let ab = a.get_unchecked(t * nb + b);
+                            ab.qs.as_ptr().add(4 * j).cast::<i32>().read_unaligned()
+                        };
+                        *sumi = _mm256_dpbusd_epi32(*sumi, values, _mm256_set1_epi32(four));
+                    }
+                }
+            }
+            // SAFETY: 8 halves are 16 readable bytes, the width of the load.
+            let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(wb.d.as_ptr().cast()) });
+            for (t, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: as above.
+                let da = unsafe { a.get_unchecked(t * nb + b) }.d;
+                let dd = _mm256_mul_ps(d, _mm256_set1_ps(da));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), dd, *acc);
+            }
+        }
+        for (t, acc) in acc.iter().enumerate() {
+            // SAFETY: 8t + 8 <= T·8 <= out.len() (asserted above).
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(ROWS * t), *acc) };
+        }
+    }
 }
 
 #[cfg(test)]
@@ -247,8 +322,10 @@ mod tests {
                 unsafe { avx2::gemm(&p, &a, &[], &mut got) };
                 assert_eq!(bits(&got), bits(&want), "avx2, nb {nb}, {t} tokens");
                 if crate::required::test_needs("avx512vnni") {
+                    let mut sums = vec![0; a.len()];
+                    crate::formats::q4x8::activation_sums(&a, &mut sums);
                     // SAFETY: detected by `test_needs`.
-                    unsafe { avx512vnni::gemm(&p, &a, &[], &mut got) };
+                    unsafe { avx512vnni::gemm(&p, &a, &sums, &mut got) };
                     assert_eq!(bits(&got), bits(&want), "vnni, nb {nb}, {t} tokens");
                 }
             }
@@ -275,8 +352,10 @@ mod tests {
             unsafe { avx2::gemv(&p, &a, &[], &mut got) };
             assert_eq!(bits(&got), bits(&want), "avx2");
             if crate::required::test_needs("avx512vnni") {
+                let mut sums = vec![0; a.len()];
+                crate::formats::q4x8::activation_sums(&a, &mut sums);
                 // SAFETY: detected by `test_needs`.
-                unsafe { avx512vnni::gemv(&p, &a, &[], &mut got) };
+                unsafe { avx512vnni::gemv(&p, &a, &sums, &mut got) };
                 assert_eq!(bits(&got), bits(&want), "vnni");
             }
         }
