@@ -331,6 +331,29 @@ pub fn step(session: &mut crate::Session, token: u32) -> crate::Result<Vec<f32>>
     Ok(logits)
 }
 
+/// The greedy reply to `prompt`, decoded, up to `max` tokens or an end-of-generation token:
+/// what a golden test compares with llama.cpp's `llama-completion --temp 0` text.
+pub fn greedy_reply(
+    session: &mut crate::Session,
+    prompt: &[u32],
+    max: usize,
+) -> crate::Result<String> {
+    let model = session.model().clone();
+    let stop = model.tokenizer.end_of_generation_ids();
+    let (mut logits, _) = prefill(session, prompt)?;
+    let mut text = String::new();
+    let mut decoder = crate::tokenizer::StreamDecoder::new(&model.tokenizer);
+    for _ in 0..max {
+        let id = crate::sampling::argmax(&logits);
+        if stop.contains(&id) {
+            break;
+        }
+        text.push_str(&decoder.push(id));
+        logits = step(session, id)?;
+    }
+    Ok(text)
+}
+
 /// [`step`] that also returns the token's hidden states at `taps`.
 pub fn step_tapped(
     session: &mut crate::Session,

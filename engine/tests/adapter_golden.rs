@@ -11,28 +11,8 @@
 
 use std::path::PathBuf;
 
-use kostant_engine::sampling::argmax;
-use kostant_engine::testing::{prefill, real_model_path, step};
-use kostant_engine::tokenizer::StreamDecoder;
+use kostant_engine::testing::{greedy_reply, real_model_path};
 use kostant_engine::{ActiveAdapter, LoraAdapter, Model, Session};
-
-/// The greedy reply to `prompt`, decoded, up to `max` tokens or the end of generation.
-fn reply(s: &mut Session, prompt: &[u32], max: usize) -> String {
-    let model = s.model().clone();
-    let stop = model.tokenizer.end_of_generation_ids();
-    let (mut logits, _) = prefill(s, prompt).unwrap();
-    let mut text = String::new();
-    let mut decoder = StreamDecoder::new(&model.tokenizer);
-    for _ in 0..max {
-        let id = argmax(&logits);
-        if stop.contains(&id) {
-            break;
-        }
-        text.push_str(&decoder.push(id));
-        logits = step(s, id).unwrap();
-    }
-    text
-}
 
 #[test]
 fn the_shipped_adapters_give_llama_cpps_greedy_replies() {
@@ -70,14 +50,14 @@ fn the_shipped_adapters_give_llama_cpps_greedy_replies() {
             scale: 1.0,
         }))
         .unwrap();
-        let got = reply(&mut s, &prompt, max);
+        let got = greedy_reply(&mut s, &prompt, max).unwrap();
         assert_eq!(
             got,
             case["lora_text"].as_str().unwrap(),
             "{feature} dev line {line} with the adapter"
         );
         s.set_adapter(None).unwrap();
-        let base = reply(&mut s, &prompt, max);
+        let base = greedy_reply(&mut s, &prompt, max).unwrap();
         assert_eq!(
             base,
             case["base_text"].as_str().unwrap(),

@@ -13,28 +13,8 @@ use std::path::PathBuf;
 
 use kostant_engine::gguf::requantize::{parse_target, requantize};
 use kostant_engine::gguf::Gguf;
-use kostant_engine::sampling::argmax;
-use kostant_engine::testing::{prefill, real_model_path, step};
-use kostant_engine::tokenizer::StreamDecoder;
+use kostant_engine::testing::{greedy_reply, real_model_path};
 use kostant_engine::{Model, Session};
-
-/// The greedy reply to `prompt`, decoded, up to `max` tokens or the end of generation.
-fn reply(s: &mut Session, prompt: &[u32], max: usize) -> String {
-    let model = s.model().clone();
-    let stop = model.tokenizer.end_of_generation_ids();
-    let (mut logits, _) = prefill(s, prompt).unwrap();
-    let mut text = String::new();
-    let mut decoder = StreamDecoder::new(&model.tokenizer);
-    for _ in 0..max {
-        let id = argmax(&logits);
-        if stop.contains(&id) {
-            break;
-        }
-        text.push_str(&decoder.push(id));
-        logits = step(s, id).unwrap();
-    }
-    text
-}
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -79,7 +59,7 @@ fn every_new_format_gives_llama_cpps_greedy_replies() {
                 .encode(case["prompt"].as_str().unwrap(), true)
                 .unwrap();
             let mut s = Session::new(model.clone(), 512).unwrap();
-            let got = reply(&mut s, &prompt, max);
+            let got = greedy_reply(&mut s, &prompt, max).unwrap();
             if got != case["text"].as_str().unwrap() {
                 differ.push(format!(
                     "{name}, {}: ours {got:?}, llama.cpp's {}",

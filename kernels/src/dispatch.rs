@@ -1040,7 +1040,7 @@ impl GemmEntry for BlockQ5_0x8 {
 }
 
 impl GemmEntry for BlockIq4Nlx8 {
-    /// Each block's sum: the VNNI kernel's shifted table.
+    /// Each block's sum: the VNNI kernel reads its table shifted by 128.
     const SUMS_PER_BLOCK: usize = 1;
     fn sums(a: &[BlockQ8_1], out: &mut [i32]) {
         q4x8::activation_sums(a, out)

@@ -235,3 +235,52 @@ pub(crate) fn lanes_terms(blocks: impl IntoIterator<Item = (f32, [i32; 8])>) -> 
 pub(crate) fn lane_terms(blocks: impl IntoIterator<Item = (f32, [i32; 32])>) -> f32 {
     lanes_terms(blocks.into_iter().map(|(d, p)| (d, lanes_of(p))))
 }
+
+/// What [`check_tiled_order`] needs of a K-quant format with a tiled batch kernel.
+pub(crate) struct TiledOrder<B: 'static> {
+    pub seed: u64,
+    pub random: fn(&mut Rng, usize) -> Vec<B>,
+    /// Rewrites a block to the largest integers the format makes.
+    pub extreme: fn(&mut B),
+    /// Σ of the magnitudes of one block's scaled terms against one activation block.
+    pub terms: fn(&B, &BlockQ8K) -> f32,
+    /// Additions the reordering bound allows for `nb` blocks.
+    pub steps: fn(usize) -> usize,
+    /// The format's scalar row dot.
+    pub dot: fn(&[B], &[BlockQ8K]) -> f32,
+    /// The scalar model of the tiled order, for several tokens.
+    pub tiled: fn(&[B], &[BlockQ8K], &mut [f32]),
+    #[cfg(target_arch = "x86_64")]
+    pub avx2: unsafe fn(&[B], &[BlockQ8K], &mut [f32]),
+}
+
+/// The tiled matmul's order of a format: with random and extreme weights against random and
+/// extreme activations, the scalar model is the row dot within the reordering bound, and the
+/// AVX2 kernel equals the model bit for bit.
+pub(crate) fn check_tiled_order<B: Clone>(c: TiledOrder<B>) {
+    let mut r = rng(c.seed);
+    for (nb, t) in [(1, 1), (3, 2), (6, 9), (7, 16)] {
+        let random = (c.random)(&mut r, nb);
+        let mut extreme = random.clone();
+        extreme.iter_mut().for_each(c.extreme);
+        for w in [random, extreme] {
+            for a in [random_q8_k(&mut r, nb * t), extreme_q8_k(&mut r, nb * t)] {
+                let mut want = vec![0.0; t];
+                (c.tiled)(&w, &a, &mut want);
+                for (tok, &v) in want.iter().enumerate() {
+                    let a = &a[tok * nb..(tok + 1) * nb];
+                    let terms = w.iter().zip(a).map(|(wb, ab)| (c.terms)(wb, ab)).sum();
+                    assert_reordered_sum_close(v, (c.dot)(&w, a), terms, (c.steps)(nb));
+                }
+                #[cfg(target_arch = "x86_64")]
+                if crate::required::test_needs("avx2") {
+                    let mut got = vec![0.0; t];
+                    // SAFETY: AVX2, FMA and F16C were just detected.
+                    unsafe { (c.avx2)(&w, &a, &mut got) };
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "nb {nb}, {t} tokens");
+                }
+            }
+        }
+    }
+}

@@ -14,6 +14,36 @@ pub(crate) fn hsum_ps(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// [`hsum_ps`] of eight registers at once, lane by lane: lane r of the result is the sum of
+/// lane r of `l[0..8]` in ggml's `hsum` order, `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 +
+/// l7))`. The repacked kernels keep one row per lane and ggml's eight partial sums in eight
+/// registers.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn hsum_lanes(l: &[__m256; 8]) -> __m256 {
+    let t4: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(l[j], l[j + 4]));
+    _mm256_add_ps(_mm256_add_ps(t4[0], t4[2]), _mm256_add_ps(t4[1], t4[3]))
+}
+
+/// A K-quant super-block unpacked once, against one token's Q8_K activations: eight vectors of
+/// 32 unsigned codes, each pair of products summed to i16 and scaled by `scales[i]` (the i16
+/// scale of each pair's sub-block), into 8 i32 lanes. Callers keep every pair's sum within
+/// `maddubs`'s i16 range (codes at most 63 against activations of at least -127).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn scaled_code_sums(
+    codes: &[__m256i; 8],
+    scales: &[__m256i; 8],
+    qs: &[[i8; 32]; 8],
+) -> __m256i {
+    let mut s = _mm256_setzero_si256();
+    for ((&q, &sc), a) in codes.iter().zip(scales).zip(qs) {
+        let p = _mm256_maddubs_epi16(q, load_i8x32(a));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, sc));
+    }
+    s
+}
+
 /// Sum of the 8 i32 lanes of `v` (wrapping, though no kernel comes near overflow).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

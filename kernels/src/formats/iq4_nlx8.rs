@@ -1,8 +1,9 @@
 //! IQ4_NL repacked for the x86 kernels: eight rows interleaved block by block, in
 //! [`super::q4x8`]'s layout (the 8 rows' f16 scales, then the 4-bit indices interleaved four
-//! bytes at a time). llama.cpp repacks IQ4_NL the same way on AVX2 (`block_iq4_nlx8`) and then
-//! runs every IQ4_NL matmul through its repacked kernels, a prompt's and a decoded token's
-//! alike, so ours follow their arithmetic rather than the GGUF row dot's.
+//! bytes at a time). llama.cpp repacks IQ4_NL 8 rows to a block on AVX2 too (`block_iq4_nlx8`,
+//! in its own byte order) and then runs every IQ4_NL matmul through its repacked kernels, a
+//! prompt's and a decoded token's alike, so ours follow their arithmetic rather than the GGUF
+//! row dot's.
 //!
 //! Numerics, llama.cpp's repacked ones: per row and block the exact integer
 //! `Σ KVALUES[q]·a`, then `acc = fma(sumi, d·d_a, acc)` in block order. The GGUF layout's dot
@@ -71,50 +72,70 @@ pub(crate) fn gemv_scalar(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], sums: &[i32], out
     }
 }
 
-/// The AVX2 kernels: four products of a table value's magnitude and a sign-adjusted activation
-/// added to a lane (`maddubs` + `madd`: a shifted unsigned table would saturate its i16 pairs).
+/// The x86 kernels, written once for both flavours. A flavour module supplies `SHIFT`, what
+/// it adds to the table's values, and `quad(acc, values, four)`, which adds to each lane four
+/// table values times four activations:
+/// - AVX2 (`SHIFT` 0): the signed values through the sign trick into `maddubs` + `madd` (a
+///   shifted table would saturate its i16 pairs);
+/// - AVX-512 VNNI (`SHIFT` 128): `vpdpbusd` sums unsigned-by-signed bytes into i32 with nothing
+///   to saturate, so the table is read unsigned (1..241) and each token's block starts at
+///   `-128·Σa` (the activation block's sum in `sums`) instead of a sign flip per four bytes.
+///
+/// Either way the same exact integers, so the same bits.
 #[cfg(target_arch = "x86_64")]
 macro_rules! x86_kernels {
     ($features:literal) => {
         use super::{BlockIq4Nlx8, BlockQ8_1, KVALUES, ROWS};
         use crate::formats::q4x8::MAX_TOKENS;
 
-        /// [`super::gemm_scalar`] with this flavour: up to [`MAX_TOKENS`] tokens per call.
+        /// [`super::gemm_scalar`] with this flavour: up to [`MAX_TOKENS`] tokens per call;
+        /// `sums` holds each activation block's integer sum.
         #[target_feature(enable = $features)]
-        pub(crate) fn gemm(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], _sums: &[i32], out: &mut [f32]) {
+        pub(crate) fn gemm(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
             match out.len() / ROWS {
                 0 => {}
-                1 => gemm_n::<1>(w, a, out),
-                2 => gemm_n::<2>(w, a, out),
-                3 => gemm_n::<3>(w, a, out),
-                _ => gemm_n::<4>(w, a, out),
+                1 => gemm_n::<1>(w, a, sums, out),
+                2 => gemm_n::<2>(w, a, sums, out),
+                3 => gemm_n::<3>(w, a, sums, out),
+                _ => gemm_n::<4>(w, a, sums, out),
             }
         }
 
         /// [`super::gemv_scalar`] with this flavour: one call for a whole slice of groups.
         #[target_feature(enable = $features)]
-        pub(crate) fn gemv(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], _sums: &[i32], out: &mut [f32]) {
+        pub(crate) fn gemv(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
             for (wg, o) in w.chunks_exact(a.len()).zip(out.chunks_exact_mut(ROWS)) {
-                gemm_n::<1>(wg, a, o);
+                gemm_n::<1>(wg, a, sums, o);
             }
         }
 
         #[inline]
         #[target_feature(enable = $features)]
-        fn gemm_n<const T: usize>(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], out: &mut [f32]) {
+        fn gemm_n<const T: usize>(
+            w: &[BlockIq4Nlx8],
+            a: &[BlockQ8_1],
+            sums: &[i32],
+            out: &mut [f32],
+        ) {
             const { assert!(T <= MAX_TOKENS) };
             let nb = w.len();
-            assert!(a.len() >= T * nb && out.len() >= T * ROWS);
+            assert!(a.len() >= T * nb && sums.len() >= T * nb && out.len() >= T * ROWS);
             let low4 = _mm256_set1_epi8(0x0F);
-            // SAFETY: KVALUES is 16 readable bytes, the width of the load.
-            let t16 = unsafe { _mm_loadu_si128(KVALUES.as_ptr().cast()) };
+            let shifted: [u8; 16] = KVALUES.map(|k| (i16::from(k) + SHIFT) as u8);
+            // SAFETY: `shifted` is 16 readable bytes, the width of the load.
+            let t16 = unsafe { _mm_loadu_si128(shifted.as_ptr().cast()) };
             let table = _mm256_set_m128i(t16, t16);
             let mut acc = [_mm256_setzero_ps(); T];
             for (b, wb) in w.iter().enumerate() {
                 if T == 1 {
                     crate::x86::prefetch_ahead(wb);
                 }
-                let mut sumi = [_mm256_setzero_si256(); T];
+                // Each token's block starts at -SHIFT·Σa, the table's shift taken off.
+                let mut sumi: [__m256i; T] = std::array::from_fn(|t| {
+                    // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= sums.len() (asserted).
+                    let s = unsafe { *sums.get_unchecked(t * nb + b) };
+                    _mm256_set1_epi32(-i32::from(SHIFT) * s)
+                });
                 for k in 0..4 {
                     // SAFETY: 32k + 32 <= 128, the length of `qs`.
                     let l = unsafe { _mm256_loadu_si256(wb.qs.as_ptr().add(32 * k).cast()) };
@@ -123,18 +144,15 @@ macro_rules! x86_kernels {
                         (k + 4, _mm256_and_si256(_mm256_srli_epi16::<4>(l), low4)),
                     ];
                     for (j, index) in indices {
-                        // Lane r: row r's table values of elements 4j..4j+4 (signed).
+                        // Lane r: row r's table values of elements 4j..4j+4.
                         let values = _mm256_shuffle_epi8(table, index);
-                        let magnitude = _mm256_sign_epi8(values, values);
                         for (t, sumi) in sumi.iter_mut().enumerate() {
-                            // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= a.len() (asserted);
-                            // 4j + 4 <= 32, the activation block's length.
+                            // SAFETY: as above; 4j + 4 <= 32, the activation block's length.
                             let four = unsafe {
                                 let ab = a.get_unchecked(t * nb + b);
                                 ab.qs.as_ptr().add(4 * j).cast::<i32>().read_unaligned()
                             };
-                            let signed = _mm256_sign_epi8(_mm256_set1_epi32(four), values);
-                            *sumi = quad_acc(*sumi, magnitude, signed);
+                            *sumi = quad(*sumi, values, _mm256_set1_epi32(four));
                         }
                     }
                 }
@@ -159,104 +177,35 @@ macro_rules! x86_kernels {
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
-    /// `acc` plus, per lane, four magnitudes times four signed bytes (each pair's i16 sum is at
-    /// most 2·127·127, under the `maddubs` limit).
+    const SHIFT: i16 = 0;
+
+    /// `acc` plus, per lane, four signed table values times four activations through the sign
+    /// trick (each pair's i16 sum is at most 2·127·127, under the `maddubs` limit).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn quad_acc(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
-        _mm256_add_epi32(acc, crate::x86::mul_sum_u8_i8(u, s))
+    fn quad(acc: __m256i, values: __m256i, four: __m256i) -> __m256i {
+        let magnitude = _mm256_sign_epi8(values, values);
+        let signed = _mm256_sign_epi8(four, values);
+        _mm256_add_epi32(acc, crate::x86::mul_sum_u8_i8(magnitude, signed))
     }
 
     x86_kernels!("avx2,fma,f16c");
 }
 
-/// The same products on AVX-512 VNNI (256-bit registers through AVX-512VL), computed another
-/// way: `vpdpbusd` sums unsigned-by-signed bytes into i32 with no 16-bit step to saturate, so
-/// the table is read shifted to unsigned (`KVALUES + 128`, 1..241) and each token's block gets
-/// `128·Σa` taken off once ([`super::super::q4x8::activation_sums`] in `sums`), instead of a sign
-/// flip per four bytes. The same exact integers, so the same bits.
+/// The same kernels on AVX-512 VNNI (256-bit registers through AVX-512VL).
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512vnni {
     use std::arch::x86_64::*;
 
-    use super::{BlockIq4Nlx8, BlockQ8_1, KVALUES, ROWS};
-    use crate::formats::q4x8::MAX_TOKENS;
-
-    /// [`super::gemm_scalar`]: up to [`MAX_TOKENS`] tokens per call; `sums` holds each
-    /// activation block's integer sum.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-    pub(crate) fn gemm(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
-        match out.len() / ROWS {
-            0 => {}
-            1 => gemm_n::<1>(w, a, sums, out),
-            2 => gemm_n::<2>(w, a, sums, out),
-            3 => gemm_n::<3>(w, a, sums, out),
-            _ => gemm_n::<4>(w, a, sums, out),
-        }
-    }
-
-    /// [`super::gemv_scalar`]: one call for a whole slice of groups.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-    pub(crate) fn gemv(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
-        for (wg, o) in w.chunks_exact(a.len()).zip(out.chunks_exact_mut(ROWS)) {
-            gemm_n::<1>(wg, a, sums, o);
-        }
-    }
+    const SHIFT: i16 = 128;
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-    fn gemm_n<const T: usize>(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
-        const { assert!(T <= MAX_TOKENS) };
-        let nb = w.len();
-        assert!(a.len() >= T * nb && sums.len() >= T * nb && out.len() >= T * ROWS);
-        let low4 = _mm256_set1_epi8(0x0F);
-        let shifted: [u8; 16] = KVALUES.map(|k| (i16::from(k) + 128) as u8);
-        // SAFETY: `shifted` is 16 readable bytes, the width of the load.
-        let t16 = unsafe { _mm_loadu_si128(shifted.as_ptr().cast()) };
-        let table = _mm256_set_m128i(t16, t16);
-        let mut acc = [_mm256_setzero_ps(); T];
-        for (b, wb) in w.iter().enumerate() {
-            if T == 1 {
-                crate::x86::prefetch_ahead(wb);
-            }
-            // Each token's block starts at -128·Σa, the shift of the table taken off.
-            let mut sumi: [__m256i; T] = std::array::from_fn(|t| {
-                // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= sums.len() (asserted).
-                _mm256_set1_epi32(-128 * unsafe { *sums.get_unchecked(t * nb + b) })
-            });
-            for k in 0..4 {
-                // SAFETY: 32k + 32 <= 128, the length of `qs`.
-                let l = unsafe { _mm256_loadu_si256(wb.qs.as_ptr().add(32 * k).cast()) };
-                let indices = [
-                    (k, _mm256_and_si256(l, low4)),
-                    (k + 4, _mm256_and_si256(_mm256_srli_epi16::<4>(l), low4)),
-                ];
-                for (j, index) in indices {
-                    let values = _mm256_shuffle_epi8(table, index);
-                    for (t, sumi) in sumi.iter_mut().enumerate() {
-                        // SAFETY: as above; 4j + 4 <= 32, the activation block's length.
-                        let four = unsafe {
-                            let ab = a.get_unchecked(t * nb + b);
-                            ab.qs.as_ptr().add(4 * j).cast::<i32>().read_unaligned()
-                        };
-                        *sumi = _mm256_dpbusd_epi32(*sumi, values, _mm256_set1_epi32(four));
-                    }
-                }
-            }
-            // SAFETY: 8 halves are 16 readable bytes, the width of the load.
-            let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(wb.d.as_ptr().cast()) });
-            for (t, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: as above.
-                let da = unsafe { a.get_unchecked(t * nb + b) }.d;
-                let dd = _mm256_mul_ps(d, _mm256_set1_ps(da));
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), dd, *acc);
-            }
-        }
-        for (t, acc) in acc.iter().enumerate() {
-            // SAFETY: 8t + 8 <= T·8 <= out.len() (asserted above).
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(ROWS * t), *acc) };
-        }
+    fn quad(acc: __m256i, values: __m256i, four: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(acc, values, four)
     }
+
+    x86_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni");
 }
 
 #[cfg(test)]
@@ -317,14 +266,13 @@ mod tests {
             }
             #[cfg(target_arch = "x86_64")]
             if crate::required::test_needs("avx2") {
+                let mut sums = vec![0; a.len()];
+                crate::formats::q4x8::activation_sums(&a, &mut sums);
                 let mut got = vec![0.0; ROWS * t];
                 // SAFETY: detected by `test_needs`.
-                unsafe { avx2::gemm(&p, &a, &[], &mut got) };
+                unsafe { avx2::gemm(&p, &a, &sums, &mut got) };
                 assert_eq!(bits(&got), bits(&want), "avx2, nb {nb}, {t} tokens");
                 if crate::required::test_needs("avx512vnni") {
-                    let mut sums = vec![0; a.len()];
-                    crate::formats::q4x8::activation_sums(&a, &mut sums);
-                    // SAFETY: detected by `test_needs`.
                     unsafe { avx512vnni::gemm(&p, &a, &sums, &mut got) };
                     assert_eq!(bits(&got), bits(&want), "vnni, nb {nb}, {t} tokens");
                 }
@@ -348,12 +296,12 @@ mod tests {
         assert_eq!(bits(&got), bits(&want), "scalar");
         #[cfg(target_arch = "x86_64")]
         if crate::required::test_needs("avx2") {
+            let mut sums = vec![0; a.len()];
+            crate::formats::q4x8::activation_sums(&a, &mut sums);
             // SAFETY: detected by `test_needs`.
-            unsafe { avx2::gemv(&p, &a, &[], &mut got) };
+            unsafe { avx2::gemv(&p, &a, &sums, &mut got) };
             assert_eq!(bits(&got), bits(&want), "avx2");
             if crate::required::test_needs("avx512vnni") {
-                let mut sums = vec![0; a.len()];
-                crate::formats::q4x8::activation_sums(&a, &mut sums);
                 // SAFETY: detected by `test_needs`.
                 unsafe { avx512vnni::gemv(&p, &a, &sums, &mut got) };
                 assert_eq!(bits(&got), bits(&want), "vnni");

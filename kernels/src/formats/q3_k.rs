@@ -198,11 +198,7 @@ pub(crate) mod avx2 {
             let sc16 = unsafe { _mm256_loadu_si256(s16.as_ptr().cast()) };
             for (t, o) in out.iter_mut().enumerate() {
                 let ab = &a[t * n + b];
-                let mut s1 = _mm256_setzero_si256();
-                for c in 0..8 {
-                    let p = _mm256_maddubs_epi16(codes[c], load_i8x32(&ab.qs[c]));
-                    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p, scales[c]));
-                }
+                let s1 = crate::x86::scaled_code_sums(&codes, &scales, &ab.qs);
                 // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of the load.
                 let bs = unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) };
                 let bias = _mm256_slli_epi32::<2>(_mm256_madd_epi16(bs, sc16));
@@ -482,44 +478,20 @@ mod tests {
         }
     }
 
-    /// The tiled matmul's order: AVX2 equals the scalar model bit for bit (random and extreme
-    /// activations, random and extreme weights), and the model is the row dot's sum of the
-    /// same terms within the reordering bound.
+    /// The tiled matmul's order: [`check_tiled_order`] with random and extreme weights.
     #[test]
     fn tiled_order_avx2_equals_scalar_and_is_close_to_the_dot() {
-        let mut r = rng(105);
-        for (nb, t) in [(1, 1), (3, 2), (6, 9), (7, 16)] {
-            let random = random_blocks(&mut r, nb);
+        check_tiled_order(TiledOrder {
+            seed: 105,
+            random: random_blocks,
             // Every code -4 and every scale -32: the largest magnitudes the format makes.
-            let mut extreme = random.clone();
-            for b in &mut extreme {
-                (b.hmask, b.qs, b.scales) = ([0; 32], [[0; 32]; 2], [0; 12]);
-            }
-            for w in [random, extreme] {
-                for a in [random_q8_k(&mut r, nb * t), extreme_q8_k(&mut r, nb * t)] {
-                    let mut want = vec![0.0; t];
-                    dot_tiled_multi_scalar(&w, &a, &mut want);
-                    for (tok, &v) in want.iter().enumerate() {
-                        let a = &a[tok * nb..(tok + 1) * nb];
-                        let terms: f32 = w
-                            .iter()
-                            .zip(a)
-                            .map(|(wb, ab)| {
-                                (ab.d * f16_to_f32(wb.d) * block_sumi(wb, ab) as f32).abs()
-                            })
-                            .sum();
-                        assert_reordered_sum_close(v, dot_scalar(&w, a), terms, nb + 2);
-                    }
-                    #[cfg(target_arch = "x86_64")]
-                    if crate::required::test_needs("avx2") {
-                        let mut got = vec![0.0; t];
-                        // SAFETY: AVX2, FMA and F16C were just detected.
-                        unsafe { avx2::dot_tiled_multi(&w, &a, &mut got) };
-                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                        assert_eq!(bits(&got), bits(&want), "nb {nb}, {t} tokens");
-                    }
-                }
-            }
-        }
+            extreme: |b| (b.hmask, b.qs, b.scales) = ([0; 32], [[0; 32]; 2], [0; 12]),
+            terms: |wb, ab| (ab.d * f16_to_f32(wb.d) * block_sumi(wb, ab) as f32).abs(),
+            steps: |nb| nb + 2,
+            dot: dot_scalar,
+            tiled: dot_tiled_multi_scalar,
+            #[cfg(target_arch = "x86_64")]
+            avx2: avx2::dot_tiled_multi,
+        });
     }
 }

@@ -383,11 +383,7 @@ macro_rules! x86_kernels {
                 }
             }
             for t in 0..T {
-                // ggml's hsum, lane-wise over rows: (l0+l4, l1+l5, l2+l6, l3+l7), then
-                // (t0+t2) + (t1+t3).
-                let l = &acc[t];
-                let t4: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(l[j], l[j + 4]));
-                let mut r = _mm256_add_ps(_mm256_add_ps(t4[0], t4[2]), _mm256_add_ps(t4[1], t4[3]));
+                let mut r = crate::x86::hsum_lanes(&acc[t]);
                 if B::HAS_MIN {
                     r = _mm256_add_ps(r, off[t]);
                 }

@@ -191,11 +191,7 @@ pub(crate) mod avx2 {
             let mins = unsafe { _mm256_loadu_si256(m.as_ptr().cast()) };
             for (t, o) in out.iter_mut().enumerate() {
                 let ab = &a[t * n + b];
-                let mut s1 = _mm256_setzero_si256();
-                for j in 0..8 {
-                    let p = _mm256_maddubs_epi16(codes[j], load_i8x32(&ab.qs[j]));
-                    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p, scales[j]));
-                }
+                let s1 = crate::x86::scaled_code_sums(&codes, &scales, &ab.qs);
                 // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of the load.
                 let bs = unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) };
                 let (s1, s2) = hsum2_epi32(s1, _mm256_madd_epi16(bs, mins));
@@ -493,46 +489,24 @@ mod tests {
         }
     }
 
-    /// The tiled matmul's order: AVX2 equals the scalar model bit for bit (random and extreme
-    /// activations, random and saturated weights), and the model is the row dot's sum of the
-    /// same terms within the reordering bound.
+    /// The tiled matmul's order: [`check_tiled_order`] with random and extreme weights.
     #[test]
     fn tiled_order_avx2_equals_scalar_and_is_close_to_the_dot() {
-        let mut r = rng(55);
-        for (nb, t) in [(1, 1), (3, 2), (6, 9), (7, 16)] {
-            let random = random_blocks(&mut r, nb);
+        check_tiled_order(TiledOrder {
+            seed: 55,
+            random: random_blocks,
             // Every code 31, every scale and minimum 63: the largest integers the format makes.
-            let mut saturated = random.clone();
-            for b in &mut saturated {
-                (b.scales, b.qh, b.qs) = ([0xFF; 12], [0xFF; 32], [[0xFF; 32]; 4]);
-            }
-            for w in [random, saturated] {
-                for a in [random_q8_k(&mut r, nb * t), extreme_q8_k(&mut r, nb * t)] {
-                    let mut want = vec![0.0; t];
-                    dot_tiled_multi_scalar(&w, &a, &mut want);
-                    for (tok, &v) in want.iter().enumerate() {
-                        let a = &a[tok * nb..(tok + 1) * nb];
-                        let terms: f32 = w
-                            .iter()
-                            .zip(a)
-                            .map(|(wb, ab)| {
-                                let (s1, s2) = block_sums(wb, ab);
-                                let (d, dmin) = (f16_to_f32(wb.d), f16_to_f32(wb.dmin));
-                                (ab.d * d * s1 as f32).abs() + (ab.d * dmin * s2 as f32).abs()
-                            })
-                            .sum();
-                        assert_reordered_sum_close(v, dot_scalar(&w, a), terms, 2 * nb + 2);
-                    }
-                    #[cfg(target_arch = "x86_64")]
-                    if crate::required::test_needs("avx2") {
-                        let mut got = vec![0.0; t];
-                        // SAFETY: AVX2, FMA and F16C were just detected.
-                        unsafe { avx2::dot_tiled_multi(&w, &a, &mut got) };
-                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                        assert_eq!(bits(&got), bits(&want), "nb {nb}, {t} tokens");
-                    }
-                }
-            }
-        }
+            extreme: |b| (b.scales, b.qh, b.qs) = ([0xFF; 12], [0xFF; 32], [[0xFF; 32]; 4]),
+            terms: |wb, ab| {
+                let (s1, s2) = block_sums(wb, ab);
+                let (d, dmin) = (f16_to_f32(wb.d), f16_to_f32(wb.dmin));
+                (ab.d * d * s1 as f32).abs() + (ab.d * dmin * s2 as f32).abs()
+            },
+            steps: |nb| 2 * nb + 2,
+            dot: dot_scalar,
+            tiled: dot_tiled_multi_scalar,
+            #[cfg(target_arch = "x86_64")]
+            avx2: avx2::dot_tiled_multi,
+        });
     }
 }

@@ -216,12 +216,8 @@ pub(crate) mod avx2 {
             let d = f16_to_f32(wb.d);
             for (t, o) in out.iter_mut().enumerate() {
                 let ab = &a[t * n + b];
-                let mut sumi = _mm256_setzero_si256();
-                for (i, (&q, &sc)) in codes.iter().zip(&scales).enumerate() {
-                    // Codes <= 63 and activations >= -127: pair sums <= 16002, no saturation.
-                    let p = _mm256_maddubs_epi16(q, load_i8x32(&ab.qs[i]));
-                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc));
-                }
+                // Codes <= 63 and activations >= -127: pair sums <= 16002, no saturation.
+                let sumi = crate::x86::scaled_code_sums(&codes, &scales, &ab.qs);
                 // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of a 256-bit load.
                 let bs = unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) };
                 let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, s16));

@@ -130,10 +130,7 @@ pub(crate) mod avx2 {
             }
         }
         for (t, l) in acc.iter().enumerate() {
-            // ggml's hsum, lane-wise over rows: (l0+l4, l1+l5, l2+l6, l3+l7), then
-            // (t0+t2) + (t1+t3).
-            let t4: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(l[j], l[j + 4]));
-            let r = _mm256_add_ps(_mm256_add_ps(t4[0], t4[2]), _mm256_add_ps(t4[1], t4[3]));
+            let r = crate::x86::hsum_lanes(l);
             // SAFETY: 8t + 8 <= T·8 <= out.len() (asserted above).
             unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(ROWS * t), r) };
         }
