@@ -68,6 +68,11 @@ pub fn list(dir: &Path) -> Vec<InstalledModel> {
 /// What `path` is, or why the app cannot run it (as the engine would refuse to load it, but
 /// without loading it: no weight is read or repacked); `guard` is the built-in guard head's.
 pub fn describe(path: &Path, guard: Option<&HeadInfo>) -> InstalledModel {
+    describe_with(path, guard, &search_dirs())
+}
+
+/// [`describe`], looking for the guard's own model beside `path` and then in `dirs`.
+pub fn describe_with(path: &Path, guard: Option<&HeadInfo>, dirs: &[PathBuf]) -> InstalledModel {
     let file = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -77,21 +82,24 @@ pub fn describe(path: &Path, guard: Option<&HeadInfo>) -> InstalledModel {
         .and_then(|g| Model::inspect(&g))
         .map_err(|e| e.to_string())
         .and_then(|info| match guard {
-            Some(head) if head.reads(&info.name, info.n_embd) => Ok(info),
-            Some(head) => Err(format!(
-                "the safety guard is built for {} and cannot screen this model's replies",
-                head.model_name
-            )),
+            Some(head) if head.reads(&info.name, info.n_embd) => Ok((info, None)),
+            Some(head) => match crate::guard_model::guard_model_path_in(path, dirs) {
+                Some(_) => Ok((info, Some(head.model_name.clone()))),
+                None => Err(crate::guard_model::missing_guard_model(head)),
+            },
             None => Err("the built-in safety guard is damaged".into()),
         });
     let (detail, supported) = match inspected {
-        Ok(info) => (
-            format!(
+        Ok((info, guard_reads_with)) => {
+            let mut detail = format!(
                 "{} · {} · {}",
                 info.name, info.architecture, info.quantization
-            ),
-            true,
-        ),
+            );
+            if let Some(other) = guard_reads_with {
+                detail.push_str(&format!(" · the safety guard reads with {other}"));
+            }
+            (detail, true)
+        }
         Err(why) => (format!("cannot be used: {why}"), false),
     };
     InstalledModel {
@@ -115,26 +123,43 @@ mod tests {
         std::fs::write(dir.join("b-broken.gguf"), b"GGUF but not really").unwrap();
         std::fs::write(dir.join("notes.txt"), b"not a model").unwrap();
         let real = kostant_engine::testing::real_model_path();
-        std::fs::copy(&real, dir.join("a-real.gguf")).unwrap();
-        // Gemma 3 loads in the engine, but the guard was trained on SmolLM2's states.
+        let default_file = real.file_name().unwrap();
+        std::fs::copy(&real, dir.join(default_file)).unwrap();
+        // Gemma 3's states are not the head's, so the guard reads with the default model,
+        // which the directory has too.
         std::os::unix::fs::symlink(
             kostant_engine::testing::gemma3_model_path(),
             dir.join("c-gemma.gguf"),
         )
         .unwrap();
         let models = list(&dir);
+        // Without the default model beside it (or in a models directory), Gemma cannot be
+        // screened, so it is not offered.
+        std::fs::remove_file(dir.join(default_file)).unwrap();
+        let guard = Head::from_bytes(kostant_assets::GUARD_HEAD).unwrap().info;
+        let alone = describe_with(&dir.join("c-gemma.gguf"), Some(&guard), &[]);
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(
             models.iter().map(|m| m.file.as_str()).collect::<Vec<_>>(),
-            ["a-real.gguf", "b-broken.gguf", "c-gemma.gguf"]
+            [
+                default_file.to_str().unwrap(),
+                "b-broken.gguf",
+                "c-gemma.gguf"
+            ]
         );
-        assert!(!models[2].supported);
+        assert!(models[2].supported, "{}", models[2].detail);
         assert!(
             models[2]
                 .detail
-                .contains("cannot screen this model's replies"),
+                .contains(&format!("the safety guard reads with {}", guard.model_name)),
             "{}",
             models[2].detail
+        );
+        assert!(!alone.supported, "{}", alone.detail);
+        assert!(
+            alone.detail.contains("that model is not installed"),
+            "{}",
+            alone.detail
         );
         assert!(models[0].supported, "{}", models[0].detail);
         assert!(models[0].detail.contains("Q4_1"), "{}", models[0].detail);

@@ -6,6 +6,7 @@
 
 pub mod controllers;
 pub mod feature_adapters;
+pub mod guard_model;
 /// The features and their system prompts live beside the policy whose tone rules they carry.
 pub use kostant_safety::features;
 pub mod history;

@@ -16,7 +16,6 @@ use kostant_engine::{
     ActiveAdapter, CancelHandle, EngineError, GenerateRequest, KvType, Message, Model,
     SamplingParams, Session, SnapshotHeader, Speculation,
 };
-use kostant_safety::head::Head;
 use kostant_safety::{pipeline, Guard};
 pub use kostant_safety::{StoppedBy, Verdict};
 
@@ -208,10 +207,7 @@ impl GuardedResponder {
     pub fn load(path: &Path, threads: usize) -> Result<(GuardedResponder, ModelSummary), AppError> {
         kostant_kernels::init_threads(threads).map_err(|e| AppError::Threads(e.to_string()))?;
         let model = shared_model(path)?;
-        let head = Head::from_bytes(kostant_assets::GUARD_HEAD).map_err(|e| {
-            AppError::ModelNotReady(format!("the built-in guard head is damaged: {e}"))
-        })?;
-        let guard = Guard::new(model.clone(), head)?;
+        let guard = crate::guard_model::guard_for(&model, path)?;
         let summary = ModelSummary::of(&model, path);
         Ok((
             GuardedResponder {

@@ -24,8 +24,7 @@ use kostant_evals::{
     SuiteSource, Summary,
 };
 use kostant_platform::dirs::ensure_private_dir;
-use kostant_safety::head::Head;
-use kostant_safety::{Category, Guard};
+use kostant_safety::Category;
 
 use super::{AppError, Notify};
 use crate::history::HistoryError;
@@ -537,10 +536,7 @@ impl SuiteRunner {
             let threads = kostant_platform::cpu::performance_cores();
             kostant_kernels::init_threads(threads).map_err(|e| AppError::Threads(e.to_string()))?;
             let model = super::chat::shared_model(&self.model_path)?;
-            let head = Head::from_bytes(kostant_assets::GUARD_HEAD).map_err(|e| {
-                AppError::ModelNotReady(format!("the built-in guard head is damaged: {e}"))
-            })?;
-            let guard = Guard::new(model.clone(), head)?;
+            let guard = crate::guard_model::guard_for(&model, &self.model_path)?;
             let opts = RunOptions {
                 max_tokens,
                 n_ctx: self.n_ctx.min(model.hparams.n_ctx_train.max(256)),

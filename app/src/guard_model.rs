@@ -1,0 +1,60 @@
+//! Which model the app's guard reads with. The built-in head was trained on one model's
+//! hidden states (the default model's). A chat on that model is screened on its own passes;
+//! a chat on any other model the engine runs (Gemma 3, say) is screened by the guard reading
+//! the same text on the head's own model, in a session of its own, as the terminal chat does.
+//! The app never answers unscreened: without the head's model there is no chat.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kostant_engine::Model;
+use kostant_safety::head::{Head, HeadInfo};
+use kostant_safety::Guard;
+
+use crate::controllers::chat::shared_model;
+use crate::controllers::AppError;
+
+/// The built-in head.
+pub fn builtin_head() -> Result<Head, AppError> {
+    Head::from_bytes(kostant_assets::GUARD_HEAD)
+        .map_err(|e| AppError::ModelNotReady(format!("the built-in guard head is damaged: {e}")))
+}
+
+/// The guard for the chat model `chat` (mapped from `chat_path`): on `chat` itself when the
+/// head reads it, else on the head's own model found by [`guard_model_path`].
+pub fn guard_for(chat: &Arc<Model>, chat_path: &Path) -> Result<Guard, AppError> {
+    let head = builtin_head()?;
+    if head.info.reads(&chat.name(), chat.hparams.n_embd) {
+        return Ok(Guard::new(chat.clone(), head)?);
+    }
+    let Some(path) = guard_model_path(chat_path) else {
+        return Err(AppError::ModelNotReady(missing_guard_model(&head.info)));
+    };
+    Ok(Guard::new(shared_model(&path)?, head)?)
+}
+
+/// The file of the head's own model (the manifest's default model): beside the chat model
+/// first, then in the models directories. `None` when it is installed nowhere.
+pub fn guard_model_path(chat_path: &Path) -> Option<PathBuf> {
+    guard_model_path_in(chat_path, &crate::installed_models::search_dirs())
+}
+
+/// [`guard_model_path`] searching `dirs` after the chat model's own directory.
+pub fn guard_model_path_in(chat_path: &Path, dirs: &[PathBuf]) -> Option<PathBuf> {
+    let manifest = kostant_assets::ModelManifest::builtin().ok()?;
+    let file = &manifest.default_model().ok()?.file;
+    chat_path
+        .parent()
+        .into_iter()
+        .chain(dirs.iter().map(PathBuf::as_path))
+        .map(|dir| dir.join(file))
+        .find(|p| p.is_file())
+}
+
+/// Why a model the head does not read cannot be screened: its own model is not installed.
+pub fn missing_guard_model(head: &HeadInfo) -> String {
+    format!(
+        "the safety guard reads with {} and that model is not installed beside this one",
+        head.model_name
+    )
+}
