@@ -129,7 +129,7 @@ pub fn weighted_sum_f16_rows_group(
 }
 
 /// Each value replaced by its nearest f16, as f32 (exact, so rounding twice changes nothing).
-pub(crate) fn round_to_f16(x: &mut [f32]) {
+pub fn round_to_f16(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if kernels().path.is_x86_simd() {
         // SAFETY: every x86 SIMD table implies F16C.

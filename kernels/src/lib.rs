@@ -48,6 +48,7 @@ mod neon;
 pub mod norm;
 mod packed;
 mod required;
+pub mod rope;
 mod threads;
 mod types;
 #[cfg(target_arch = "x86_64")]

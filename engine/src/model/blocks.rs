@@ -8,10 +8,13 @@
 //! from them follows llama.cpp's greedy tokens.
 
 use half::f16;
+use kostant_kernels::rope::PairLayout;
 use rayon::prelude::*;
 
 use kostant_kernels::attention::{hsum8, F16SumOrder};
-use kostant_kernels::attention_group::{dot_f16_rows_group, weighted_sum_f16_rows_group};
+use kostant_kernels::attention_group::{
+    dot_f16_rows_group, round_to_f16, weighted_sum_f16_rows_group,
+};
 use kostant_kernels::attention_q4::{dot_q4_0_rows, weighted_sum_q4_0_rows};
 use kostant_kernels::attention_q8::{
     dot_q8_0_rows, quantize_q8_0_kv, weighted_sum_q8_0_rows, KvBlockQ8_0, Q8_0_BLOCK,
@@ -495,9 +498,8 @@ pub(super) fn attention<'s>(
                 // The queries meet the f16 keys at f16 precision, as in llama.cpp. The
                 // group shares each key and value row as it is read (the same bits as
                 // head by head).
-                for (a, &b) in q_h.iter_mut().zip(q_group) {
-                    *a = f16::from_f32(b).to_f32();
-                }
+                q_h.copy_from_slice(q_group);
+                round_to_f16(q_h);
                 let (k, v) = (&k[skip * hd..], &v[skip * hd..]);
                 dot_f16_rows_group(q_h, hd, k, hd, 0, scale, order, probs);
                 probs.chunks_exact_mut(visible).for_each(softmax);
@@ -570,22 +572,15 @@ pub(super) fn attention<'s>(
 pub(super) fn rope(x: &mut [f32], width: usize, hp: &HParams, angles: &Angles) {
     let hd = hp.head_dim;
     let half = angles.half;
+    let layout = match hp.arch.rope_layout() {
+        RopeLayout::Adjacent => PairLayout::Adjacent,
+        RopeLayout::NeoX => PairLayout::NeoX,
+    };
+    // llama.cpp's rounding (one FMA per rotated value): see the kernel.
     let one = |(t, row): (usize, &mut [f32])| {
         let cos = &angles.cos[t * half..(t + 1) * half];
         let sin = &angles.sin[t * half..(t + 1) * half];
-        for head in row.chunks_exact_mut(hd) {
-            for i in 0..half {
-                let (a, b) = match hp.arch.rope_layout() {
-                    RopeLayout::Adjacent => (2 * i, 2 * i + 1),
-                    RopeLayout::NeoX => (i, i + half),
-                };
-                let (x0, x1) = (head[a], head[b]);
-                // The first product fused into the add, as llama.cpp's compiled C rounds it
-                // (GCC contracts `x0*c - x1*s` into one FMA), so the rotated bits agree.
-                head[a] = x0.mul_add(cos[i], -(x1 * sin[i]));
-                head[b] = x0.mul_add(sin[i], x1 * cos[i]);
-            }
-        }
+        kostant_kernels::rope::rope(row, hd, cos, sin, layout);
     };
     if x.len() >= PAR_MIN_ELEMENTS {
         x.par_chunks_exact_mut(width).enumerate().for_each(one);

@@ -88,6 +88,17 @@ macro_rules! x86_kernels {
         use super::{BlockIq4Nlx8, BlockQ8_1, KVALUES, ROWS};
         use crate::formats::q4x8::MAX_TOKENS;
 
+        /// The table with this flavour's shift, as the kernels read it.
+        const SHIFTED: [u8; 16] = {
+            let mut t = [0u8; 16];
+            let mut i = 0;
+            while i < 16 {
+                t[i] = (KVALUES[i] as i16 + SHIFT) as u8;
+                i += 1;
+            }
+            t
+        };
+
         /// [`super::gemm_scalar`] with this flavour: up to [`MAX_TOKENS`] tokens per call;
         /// `sums` holds each activation block's integer sum.
         #[target_feature(enable = $features)]
@@ -121,9 +132,8 @@ macro_rules! x86_kernels {
             let nb = w.len();
             assert!(a.len() >= T * nb && sums.len() >= T * nb && out.len() >= T * ROWS);
             let low4 = _mm256_set1_epi8(0x0F);
-            let shifted: [u8; 16] = KVALUES.map(|k| (i16::from(k) + SHIFT) as u8);
-            // SAFETY: `shifted` is 16 readable bytes, the width of the load.
-            let t16 = unsafe { _mm_loadu_si128(shifted.as_ptr().cast()) };
+            // SAFETY: `SHIFTED` is 16 readable bytes, the width of the load.
+            let t16 = unsafe { _mm_loadu_si128(SHIFTED.as_ptr().cast()) };
             let table = _mm256_set_m128i(t16, t16);
             let mut acc = [_mm256_setzero_ps(); T];
             for (b, wb) in w.iter().enumerate() {
