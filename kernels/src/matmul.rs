@@ -423,9 +423,15 @@ fn quantize_tokens<A: Send>(
     quantize: impl Fn(&[f32], &mut [A]) + Sync,
 ) {
     if shape.n_tok >= 4 && use_pool(shape) && blocks_per_token > 0 {
-        act.par_chunks_mut(blocks_per_token)
+        // A few tokens per task: their norms' scales are computed together.
+        const TOKENS: usize = 8;
+        act.par_chunks_mut(TOKENS * blocks_per_token)
             .enumerate()
-            .for_each(|(t, a)| x.quantize(t..t + 1, cols, a, blocks_per_token, &quantize));
+            .for_each(|(c, a)| {
+                let t = c * TOKENS;
+                let end = (t + TOKENS).min(shape.n_tok);
+                x.quantize(t..end, cols, a, blocks_per_token, &quantize)
+            });
     } else {
         x.quantize(0..shape.n_tok, cols, act, blocks_per_token, &quantize);
     }
@@ -532,14 +538,14 @@ fn transpose_rows(scratch: &[f32], rows: usize, n_tok: usize, out: &mut [f32], p
 /// each token's writes fill whole lines and the sixteen scratch lines read stay in L1.
 const TRANSPOSE_TILE: usize = 16;
 
-/// [`matmul`] over weights interleaved 8 rows to a block (`blocks`: `rows / 8` groups of
-/// `cols / 32`): activations quantized once (with their integer sums, which fold in Q4_0's
-/// offset), then each task takes a run of row groups and walks the tokens four at a time, so a
-/// group's unpacked weights serve four tokens.
 /// Bytes of repacked weights a prefill band keeps hot: half of a typical 32 KiB L1 data cache,
 /// leaving the rest for the tokens' activations.
 const L1_WEIGHT_BYTES: usize = 16 * 1024;
 
+/// [`matmul`] over weights interleaved 8 rows to a block (`blocks`: `rows / 8` groups of
+/// `cols / 32`): activations quantized once (with their integer sums, which fold in Q4_0's
+/// offset), then each task takes a run of row groups and walks the tokens four at a time, so a
+/// group's unpacked weights serve four tokens.
 pub(crate) fn matmul_x8<B: GemmEntry>(
     blocks: &[B],
     p: &PackedWeights,
@@ -586,47 +592,49 @@ pub(crate) fn matmul_x8<B: GemmEntry>(
                 }
                 return;
             }
-            // Several tokens: scratch laid out (group, token, row in group), then transposed.
-            // Cache blocking: a band of groups small enough to stay in L1 meets every token in
-            // turn, so each weight byte comes from memory once per band instead of once per
-            // few tokens (a whole matrix outgrows L2), and each token's activations once per
-            // band of groups.
+            // Several tokens. Cache blocking: a band of groups small enough to stay in L1
+            // meets every token in turn, so each weight byte comes from memory once per band
+            // instead of once per few tokens (a whole matrix outgrows L2), and each token's
+            // activations once per band of groups. Each task writes its rows of every token
+            // (token, row in task): on one thread that is `out` itself; with several, a
+            // scratch copied into `out` a token at a time, in runs of the task's rows.
             let band = (L1_WEIGHT_BYTES / (nb * std::mem::size_of::<B>()).max(1)).max(1);
-            with_buffer(&SCRATCH, p.rows * n_tokens, |scratch| {
-                let body = |(c, s): (usize, &mut [f32])| {
-                    for (b, s) in s.chunks_mut(band * n_tokens * G).enumerate() {
-                        for t0 in (0..n_tokens).step_by(q4x8::MAX_TOKENS) {
-                            let t1 = (t0 + q4x8::MAX_TOKENS).min(n_tokens);
-                            let a = &act[t0 * nb..t1 * nb];
-                            let su = &sums[t0 * nb * spb..t1 * nb * spb];
-                            for (i, s) in s.chunks_exact_mut(n_tokens * G).enumerate() {
-                                let g = c * per_task + b * band + i;
-                                k.gemm_x8(group(g), a, su, &mut s[t0 * G..t1 * G]);
+            let task_rows = per_task * G;
+            let body = |(c, s): (usize, &mut [f32])| {
+                let rows_here = s.len() / n_tokens;
+                let mut tile = [0f32; G * q4x8::MAX_TOKENS];
+                for b0 in (0..rows_here / G).step_by(band) {
+                    let b1 = (b0 + band).min(rows_here / G);
+                    for t0 in (0..n_tokens).step_by(q4x8::MAX_TOKENS) {
+                        let t1 = (t0 + q4x8::MAX_TOKENS).min(n_tokens);
+                        let a = &act[t0 * nb..t1 * nb];
+                        let su = &sums[t0 * nb * spb..t1 * nb * spb];
+                        let tile = &mut tile[..(t1 - t0) * G];
+                        for i in b0..b1 {
+                            k.gemm_x8(group(c * per_task + i), a, su, tile);
+                            for (dt, r) in tile.chunks_exact(G).enumerate() {
+                                let at = (t0 + dt) * rows_here + i * G;
+                                s[at..at + G].copy_from_slice(r);
                             }
                         }
                     }
-                };
-                if use_pool(shape) {
-                    scratch
-                        .par_chunks_mut(per_task * n_tokens * G)
-                        .enumerate()
-                        .for_each(body);
-                } else {
-                    body((0, &mut *scratch));
                 }
-                // Back to (token, row), a token per task: megabytes per prompt matmul, which
-                // on the calling thread alone left the other core idle.
-                let transpose = |(t, row): (usize, &mut [f32])| {
-                    for (g, o) in row.chunks_exact_mut(G).enumerate() {
-                        let at = (g * n_tokens + t) * G;
-                        o.copy_from_slice(&scratch[at..at + G]);
+            };
+            if !use_pool(shape) {
+                body((0, out));
+                return;
+            }
+            with_buffer(&SCRATCH, p.rows * n_tokens, |scratch| {
+                scratch
+                    .par_chunks_mut(task_rows * n_tokens)
+                    .enumerate()
+                    .for_each(body);
+                out.par_chunks_mut(p.rows).enumerate().for_each(|(t, row)| {
+                    for (c, o) in row.chunks_mut(task_rows).enumerate() {
+                        let at = c * task_rows * n_tokens + t * o.len();
+                        o.copy_from_slice(&scratch[at..at + o.len()]);
                     }
-                };
-                if use_pool(shape) {
-                    out.par_chunks_mut(p.rows).enumerate().for_each(transpose);
-                } else {
-                    out.chunks_mut(p.rows).enumerate().for_each(transpose);
-                }
+                });
             });
         });
     });

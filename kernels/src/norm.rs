@@ -12,6 +12,36 @@ pub fn rms_scale(row: &[f32], eps: f32) -> f32 {
     1.0 / (mean_sq + eps).sqrt()
 }
 
+/// [`rms_scale`] of each row of `rows` (`out.len()` rows of `cols` values), bit for bit: the
+/// same sequential f64 sums, four rows side by side so that four independent chains of adds
+/// are in flight instead of one (a row alone waits on each add's latency).
+pub fn rms_scales(rows: &[f32], cols: usize, eps: f32, out: &mut [f32]) {
+    assert_eq!(
+        rows.len(),
+        cols * out.len(),
+        "rms_scales: rows of cols values"
+    );
+    let mut quads = out.chunks_exact_mut(4);
+    let mut r0 = 0;
+    for o in &mut quads {
+        let x: [&[f32]; 4] = std::array::from_fn(|i| &rows[(r0 + i) * cols..(r0 + i + 1) * cols]);
+        let mut sum = [0.0f64; 4];
+        for j in 0..cols {
+            for (s, x) in sum.iter_mut().zip(&x) {
+                *s += (x[j] * x[j]) as f64;
+            }
+        }
+        for (o, s) in o.iter_mut().zip(sum) {
+            let mean_sq = (s / cols.max(1) as f64) as f32;
+            *o = 1.0 / (mean_sq + eps).sqrt();
+        }
+        r0 += 4;
+    }
+    for (i, o) in quads.into_remainder().iter_mut().enumerate() {
+        *o = rms_scale(&rows[(r0 + i) * cols..(r0 + i + 1) * cols], eps);
+    }
+}
+
 /// `out = row · scale · weight`, element by element: one row normalised by [`rms_scale`].
 pub fn rms_norm_row(row: &[f32], weight: &[f32], scale: f32, out: &mut [f32]) {
     for ((o, &v), &g) in out.iter_mut().zip(row).zip(weight) {
@@ -47,6 +77,9 @@ impl<'a> From<&'a mut [f32]> for Input<'a> {
 /// Values normalised per step on the stack before they are quantized: a whole number of
 /// blocks of every activation format (32 for Q8_1, 256 for Q8_K).
 const STEP: usize = 256;
+
+/// Rows whose [`rms_scale`]s [`Input::quantize`] computes together ([`rms_scales`]).
+const SCALES_AT_ONCE: usize = 8;
 
 impl Input<'_> {
     /// The rows before any normalisation (their length is the input's length).
@@ -96,15 +129,29 @@ impl Input<'_> {
         blocks_per_row: usize,
         quantize: &impl Fn(&[f32], &mut [A]),
     ) {
+        let (first, last) = (tokens.start, tokens.end);
         match *self {
             Input::Rows(x) => quantize(&x[tokens.start * cols..tokens.end * cols], act),
             Input::RmsNormed { .. } if blocks_per_row == 0 => {}
             Input::RmsNormed { rows, weight, eps } => {
                 let block = cols / blocks_per_row;
                 let mut buf = [0f32; STEP];
+                let mut scales = [0f32; SCALES_AT_ONCE];
                 for (t, a) in tokens.zip(act.chunks_exact_mut(blocks_per_row)) {
                     let row = &rows[t * cols..(t + 1) * cols];
-                    let scale = rms_scale(row, eps);
+                    // The scales of this token and the next few, computed together.
+                    let i = t % SCALES_AT_ONCE;
+                    if i == 0 || t == first {
+                        let end = (t - i + SCALES_AT_ONCE).min(last);
+                        let n = end - t;
+                        rms_scales(
+                            &rows[t * cols..end * cols],
+                            cols,
+                            eps,
+                            &mut scales[i..i + n],
+                        );
+                    }
+                    let scale = scales[i];
                     for ((x, g), a) in row
                         .chunks(STEP)
                         .zip(weight.chunks(STEP))
@@ -155,6 +202,50 @@ mod tests {
             rms_norm_row(row, &weight, rms_scale(row, 1e-5), out);
         }
         (x, weight, normed)
+    }
+
+    /// Four rows side by side give each row's own scale, bit for bit, whatever the count.
+    #[test]
+    fn rms_scales_equal_rms_scale_row_by_row() {
+        for n in [1, 3, 4, 9] {
+            let (x, _, _) = rows_and_norm(n, 576, n as u64);
+            let mut got = vec![0.0; n];
+            rms_scales(&x, 576, 1e-5, &mut got);
+            for (t, g) in got.iter().enumerate() {
+                let want = rms_scale(&x[t * 576..(t + 1) * 576], 1e-5);
+                assert_eq!(g.to_bits(), want.to_bits(), "row {t} of {n}");
+            }
+        }
+    }
+
+    /// Quantizing a range that starts mid-way through a batch of scales, or one token at a
+    /// time, gives the blocks of quantizing everything at once.
+    #[test]
+    fn quantizing_any_token_range_gives_the_same_blocks() {
+        let (n, cols) = (19, 64);
+        let (x, weight, _) = rows_and_norm(n, cols, 5);
+        let input = Input::RmsNormed {
+            rows: &x,
+            weight: &weight,
+            eps: 1e-5,
+        };
+        let q = |x: &[f32], a: &mut [f32]| {
+            for (o, c) in a.iter_mut().zip(x.chunks(32)) {
+                *o = c.iter().sum();
+            }
+        };
+        let mut all = vec![0.0; 2 * n];
+        input.quantize(0..n, cols, &mut all, 2, &q);
+        for (start, end) in [(0, 1), (3, 12), (5, 19), (18, 19)] {
+            let mut part = vec![0.0; 2 * (end - start)];
+            input.quantize(start..end, cols, &mut part, 2, &q);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&part),
+                bits(&all[2 * start..2 * end]),
+                "{start}..{end}"
+            );
+        }
     }
 
     #[test]

@@ -44,6 +44,14 @@ pub(crate) fn scaled_code_sums(
     s
 }
 
+/// Lane j: the sum of activations 4j..4j+4 of a block (ggml's lanes; each at most 4·128).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn quad_sums(q: &[i8; 32]) -> __m256i {
+    let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), load_i8x32(q));
+    _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+}
+
 /// Sum of the 8 i32 lanes of `v` (wrapping, though no kernel comes near overflow).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -173,8 +173,23 @@ fn code(qs: &[u8; 16 * ROWS], r: usize, j: usize) -> i32 {
 /// Integer sum of each activation block's codes, which folds Q4_0's offset in:
 /// `Σ (q - 8)·a = Σ q·a - 8·Σ a`. `out.len() == a.len()`.
 pub(crate) fn activation_sums(a: &[BlockQ8_1], out: &mut [i32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::dispatch::kernels().path.is_x86_simd() {
+        // SAFETY: every x86 SIMD table implies AVX2.
+        unsafe { activation_sums_avx2(a, out) };
+        return;
+    }
     for (o, b) in out.iter_mut().zip(a) {
         *o = b.qs.iter().map(|&q| i32::from(q)).sum();
+    }
+}
+
+/// [`activation_sums`] on AVX2 (exact integers, so the same values).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn activation_sums_avx2(a: &[BlockQ8_1], out: &mut [i32]) {
+    for (o, b) in out.iter_mut().zip(a) {
+        *o = crate::x86::hsum_epi32(crate::x86::quad_sums(&b.qs));
     }
 }
 
@@ -798,6 +813,27 @@ mod tests {
                 // SAFETY: as above.
                 unsafe { gemv(&w, &a, &sums, &mut got) };
                 assert_eq!(bits(&got), bits(&want), "{name}, nb {nb}");
+            }
+        }
+    }
+
+    /// The activations' integer sums (each block's, and Q5_0's per-lane offsets), whatever
+    /// kernel computes them, are the plain sums; extreme blocks included.
+    #[test]
+    fn activation_sums_are_the_plain_sums() {
+        let mut a = random_q8_1(&mut rng(3), 40);
+        a[0].qs = [-128; 32];
+        a[1].qs = [127; 32];
+        let mut sums = vec![0; a.len()];
+        activation_sums(&a, &mut sums);
+        let mut lanes = vec![0; 8 * a.len()];
+        crate::formats::q5_0x8::lane_offsets(&a, &mut lanes);
+        for (b, block) in a.iter().enumerate() {
+            let q: Vec<i32> = block.qs.iter().map(|&v| i32::from(v)).collect();
+            assert_eq!(sums[b], q.iter().sum::<i32>(), "block {b}");
+            for j in 0..8 {
+                let want = -16 * q[4 * j..4 * j + 4].iter().sum::<i32>();
+                assert_eq!(lanes[8 * b + j], want, "block {b}, lane {j}");
             }
         }
     }

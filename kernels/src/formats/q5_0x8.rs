@@ -73,10 +73,28 @@ pub(crate) const OFFSETS_PER_BLOCK: usize = 8;
 /// `out[8b + j] = -16 · Σ a_b[4j..4j + 4]`: lane j's share of Q5_0's offset for activation
 /// block b. `out.len() == 8 * a.len()`.
 pub(crate) fn lane_offsets(a: &[BlockQ8_1], out: &mut [i32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::dispatch::kernels().path.is_x86_simd() {
+        // SAFETY: every x86 SIMD table implies AVX2.
+        unsafe { lane_offsets_avx2(a, out) };
+        return;
+    }
     for (o, b) in out.chunks_exact_mut(OFFSETS_PER_BLOCK).zip(a) {
         for (o, q) in o.iter_mut().zip(b.qs.chunks_exact(4)) {
             *o = -16 * q.iter().map(|&v| i32::from(v)).sum::<i32>();
         }
+    }
+}
+
+/// [`lane_offsets`] on AVX2 (exact integers, so the same values).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lane_offsets_avx2(a: &[BlockQ8_1], out: &mut [i32]) {
+    use std::arch::x86_64::*;
+    for (o, b) in out.chunks_exact_mut(OFFSETS_PER_BLOCK).zip(a) {
+        let v = _mm256_mullo_epi32(crate::x86::quad_sums(&b.qs), _mm256_set1_epi32(-16));
+        // SAFETY: `o` is 8 i32s, the width of the store.
+        unsafe { _mm256_storeu_si256(o.as_mut_ptr().cast(), v) };
     }
 }
 
