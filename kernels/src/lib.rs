@@ -41,6 +41,7 @@ mod dispatch;
 mod error;
 mod exp;
 mod formats;
+pub mod gelu;
 mod lora;
 mod matmul;
 #[cfg(target_arch = "aarch64")]

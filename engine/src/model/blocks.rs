@@ -7,7 +7,6 @@
 //! straight to the kernels. Each block rounds as ggml's operation does, so a forward pass built
 //! from them follows llama.cpp's greedy tokens.
 
-use half::f16;
 use kostant_kernels::rope::PairLayout;
 use rayon::prelude::*;
 
@@ -730,23 +729,9 @@ pub(super) fn geglu<'s>(
     linear_into(model, &layer.w_down, gate, n, ffn)
 }
 
-/// gate = gelu(gate) * up, with GELU's tanh form read from a table of every f16 input, as
-/// ggml computes it on CPUs: the input rounded to f16, GELU in f32, the result rounded to f16;
-/// below -10 it is 0 and above 10 the input itself.
+/// gate = gelu(gate) * up, as ggml computes GELU on CPUs (see the kernel).
 fn gelu_mul(gate: &mut [f32], up: &[f32]) {
-    let table = gelu_f16_table();
-    let one = |(gate, up): (&mut [f32], &[f32])| {
-        for (g, &u) in gate.iter_mut().zip(up) {
-            let x = *g;
-            *g = if x <= -10.0 {
-                0.0
-            } else if x >= 10.0 {
-                x * u
-            } else {
-                table[f16::from_f32(x).to_bits() as usize].to_f32() * u
-            };
-        }
-    };
+    let one = |(gate, up): (&mut [f32], &[f32])| kostant_kernels::gelu::gelu_mul(gate, up);
     if gate.len() >= PAR_MIN_ELEMENTS {
         gate.par_chunks_mut(PAR_CHUNK)
             .zip(up.par_chunks(PAR_CHUNK))
@@ -754,23 +739,6 @@ fn gelu_mul(gate: &mut [f32], up: &[f32]) {
     } else {
         one((gate, up));
     }
-}
-
-/// GELU (tanh approximation, Hendrycks & Gimpel 2016) of every f16 value, rounded to f16.
-fn gelu_f16_table() -> &'static [f16] {
-    static TABLE: std::sync::OnceLock<Vec<f16>> = std::sync::OnceLock::new();
-    TABLE.get_or_init(|| {
-        const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-        const COEF_A: f32 = 0.044_715;
-        (0..=u16::MAX)
-            .map(|bits| {
-                let x = f16::from_bits(bits).to_f32();
-                // The inner product-and-add fused, as GCC contracts ggml's expression.
-                let inner = (COEF_A * x).mul_add(x, 1.0);
-                f16::from_f32(0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * inner).tanh()))
-            })
-            .collect()
-    })
 }
 
 pub(super) fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
