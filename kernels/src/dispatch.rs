@@ -906,14 +906,14 @@ impl Kernels {
     }
 
     /// One group of 8 interleaved rows (`w`, one block per column block) against
-    /// `out.len() / 8` tokens (at most 4) of `w.len()` blocks each, with their
+    /// `out.len() / 8` tokens (at most [`GemmEntry::TOKENS`]) of `w.len()` blocks each, with their
     /// [`GemmEntry::sums`].
     #[inline]
     pub fn gemm_x8<B: GemmEntry>(&self, w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
         let t = out.len() / q4x8::ROWS;
         assert!(
             out.len().is_multiple_of(q4x8::ROWS)
-                && t <= q4x8::MAX_TOKENS
+                && t <= B::TOKENS
                 && a.len() == w.len() * t
                 && sums.len() == a.len() * B::SUMS_PER_BLOCK,
             "gemm_x8: shape mismatch"
@@ -993,6 +993,8 @@ impl Kernels {
 pub(crate) trait GemmEntry: Copy + Sync + 'static {
     /// Integers per activation block the kernel reads beside the block ([`Self::sums`]).
     const SUMS_PER_BLOCK: usize;
+    /// Most tokens one call of its gemm takes (at most [`q4x8::MAX_CALL_TOKENS`]).
+    const TOKENS: usize = q4x8::MAX_TOKENS;
     /// The activation blocks' integer sums the kernel folds an offset in with:
     /// `out.len() == a.len() * SUMS_PER_BLOCK`.
     fn sums(_a: &[BlockQ8_1], _out: &mut [i32]) {}
@@ -1042,6 +1044,7 @@ impl GemmEntry for BlockQ5_0x8 {
 impl GemmEntry for BlockIq4Nlx8 {
     /// Each block's sum: the VNNI kernel reads its table shifted by 128.
     const SUMS_PER_BLOCK: usize = 1;
+    const TOKENS: usize = iq4_nlx8::TOKENS_PER_CALL;
     fn sums(a: &[BlockQ8_1], out: &mut [i32]) {
         q4x8::activation_sums(a, out)
     }

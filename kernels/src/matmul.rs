@@ -602,11 +602,12 @@ pub(crate) fn matmul_x8<B: GemmEntry>(
             let task_rows = per_task * G;
             let body = |(c, s): (usize, &mut [f32])| {
                 let rows_here = s.len() / n_tokens;
-                let mut tile = [0f32; G * q4x8::MAX_TOKENS];
+                const { assert!(B::TOKENS <= q4x8::MAX_CALL_TOKENS) };
+                let mut tile = [0f32; G * q4x8::MAX_CALL_TOKENS];
                 for b0 in (0..rows_here / G).step_by(band) {
                     let b1 = (b0 + band).min(rows_here / G);
-                    for t0 in (0..n_tokens).step_by(q4x8::MAX_TOKENS) {
-                        let t1 = (t0 + q4x8::MAX_TOKENS).min(n_tokens);
+                    for t0 in (0..n_tokens).step_by(B::TOKENS) {
+                        let t1 = (t0 + B::TOKENS).min(n_tokens);
                         let a = &act[t0 * nb..t1 * nb];
                         let su = &sums[t0 * nb * spb..t1 * nb * spb];
                         let tile = &mut tile[..(t1 - t0) * G];

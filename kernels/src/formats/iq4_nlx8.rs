@@ -14,6 +14,9 @@ use super::q4x8::{interleave_qs, ROWS};
 use super::q8_1::BlockQ8_1;
 use crate::block::{f16_to_f32, ByteBlock};
 
+/// Most tokens one kernel call takes ([`crate::dispatch::GemmEntry::TOKENS`]).
+pub(crate) const TOKENS_PER_CALL: usize = 8;
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct BlockIq4Nlx8 {
@@ -84,9 +87,11 @@ pub(crate) fn gemv_scalar(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], sums: &[i32], out
 /// Either way the same exact integers, so the same bits.
 #[cfg(target_arch = "x86_64")]
 macro_rules! x86_kernels {
-    ($features:literal) => {
-        use super::{BlockIq4Nlx8, BlockQ8_1, KVALUES, ROWS};
-        use crate::formats::q4x8::MAX_TOKENS;
+    ($features:literal, $pass:literal) => {
+        use super::{BlockIq4Nlx8, BlockQ8_1, KVALUES, ROWS, TOKENS_PER_CALL};
+
+        /// Tokens one pass over the blocks keeps in registers.
+        const PASS: usize = $pass;
 
         /// The table with this flavour's shift, as the kernels read it.
         const SHIFTED: [u8; 16] = {
@@ -99,16 +104,28 @@ macro_rules! x86_kernels {
             t
         };
 
-        /// [`super::gemm_scalar`] with this flavour: up to [`MAX_TOKENS`] tokens per call;
-        /// `sums` holds each activation block's integer sum.
+        /// [`super::gemm_scalar`] with this flavour: up to [`TOKENS_PER_CALL`] tokens per
+        /// call, [`PASS`] at a time; `sums` holds each activation block's integer sum.
         #[target_feature(enable = $features)]
         pub(crate) fn gemm(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
-            match out.len() / ROWS {
-                0 => {}
-                1 => gemm_n::<1>(w, a, sums, out),
-                2 => gemm_n::<2>(w, a, sums, out),
-                3 => gemm_n::<3>(w, a, sums, out),
-                _ => gemm_n::<4>(w, a, sums, out),
+            let nb = w.len();
+            let t = (out.len() / ROWS).min(TOKENS_PER_CALL);
+            let mut t0 = 0;
+            while t0 < t {
+                let n = (t - t0).min(PASS);
+                let (a, s) = (&a[t0 * nb..], &sums[t0 * nb..]);
+                let o = &mut out[t0 * ROWS..(t0 + n) * ROWS];
+                match n {
+                    1 => gemm_n::<1>(w, a, s, o),
+                    2 => gemm_n::<2>(w, a, s, o),
+                    3 => gemm_n::<3>(w, a, s, o),
+                    4 => gemm_n::<4>(w, a, s, o),
+                    5 => gemm_n::<5>(w, a, s, o),
+                    6 => gemm_n::<6>(w, a, s, o),
+                    7 => gemm_n::<7>(w, a, s, o),
+                    _ => gemm_n::<8>(w, a, s, o),
+                }
+                t0 += n;
             }
         }
 
@@ -128,7 +145,7 @@ macro_rules! x86_kernels {
             sums: &[i32],
             out: &mut [f32],
         ) {
-            const { assert!(T <= MAX_TOKENS) };
+            const { assert!(T <= TOKENS_PER_CALL) };
             let nb = w.len();
             assert!(a.len() >= T * nb && sums.len() >= T * nb && out.len() >= T * ROWS);
             let low4 = _mm256_set1_epi8(0x0F);
@@ -199,7 +216,8 @@ pub(crate) mod avx2 {
         _mm256_add_epi32(acc, crate::x86::mul_sum_u8_i8(magnitude, signed))
     }
 
-    x86_kernels!("avx2,fma,f16c");
+    // Sixteen registers: four tokens' accumulators at a time.
+    x86_kernels!("avx2,fma,f16c", 4);
 }
 
 /// The same kernels on AVX-512 VNNI (256-bit registers through AVX-512VL).
@@ -215,7 +233,9 @@ pub(crate) mod avx512vnni {
         _mm256_dpbusd_epi32(acc, values, four)
     }
 
-    x86_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni");
+    // Thirty-two registers: eight tokens at a time, each block's table values serving twice
+    // as many tokens.
+    x86_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", 8);
 }
 
 #[cfg(test)]
@@ -253,7 +273,16 @@ mod tests {
     /// GGUF dot to rounding; extreme activations (all -127) included.
     #[test]
     fn kernels_equal_the_scalar_model_bit_for_bit() {
-        for (nb, t) in [(1, 1), (2, 2), (18, 3), (20, 4), (7, 1)] {
+        for (nb, t) in [
+            (1, 1),
+            (2, 2),
+            (18, 3),
+            (20, 4),
+            (7, 1),
+            (20, 5),
+            (18, 8),
+            (3, 7),
+        ] {
             let wq = random_rows(40 + nb as u64, ROWS, nb);
             let rows = cast_blocks::<BlockIq4Nl>(&wq);
             let mut a = random_q8_1(&mut rng(50 + t as u64), t * nb);

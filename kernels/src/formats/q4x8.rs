@@ -30,6 +30,8 @@ use crate::block::{f16_to_f32, ByteBlock};
 pub(crate) const ROWS: usize = 8;
 /// Most tokens one kernel call takes (its accumulators stay in registers).
 pub(crate) const MAX_TOKENS: usize = 4;
+/// Most tokens any interleaved format's call takes ([`crate::dispatch::GemmEntry::TOKENS`]).
+pub(crate) const MAX_CALL_TOKENS: usize = 8;
 
 /// Q4_0, 8 rows interleaved: `x = (q - 8)·d`.
 #[repr(C)]
