@@ -1006,6 +1006,7 @@ pub(crate) trait GemmEntry: Copy + Sync + 'static {
 impl GemmEntry for BlockQ4_0x8 {
     /// Each block's sum: Q4_0's offset of 8.
     const SUMS_PER_BLOCK: usize = 1;
+
     fn sums(a: &[BlockQ8_1], out: &mut [i32]) {
         q4x8::activation_sums(a, out)
     }

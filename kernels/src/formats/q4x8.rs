@@ -252,7 +252,10 @@ pub(crate) fn gemv_scalar<B: Q4x8>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: 
 /// and `quad_dot` (one vector of four-code quads against four broadcast activations).
 #[cfg(target_arch = "x86_64")]
 macro_rules! x86_kernels {
-    ($features:literal) => {
+    ($features:literal, $pass:literal) => {
+        /// Tokens one pass over Q4_0's blocks keeps in registers.
+        const PASS: usize = $pass;
+
         /// [`super::gemv_scalar`] with this flavour. One call walks a whole slice of groups: decode's
         /// groups are only a few kilobytes each, and a call per group through the kernel table
         /// cost as much as a tenth of the time.
@@ -267,15 +270,32 @@ macro_rules! x86_kernels {
             }
         }
 
-        /// [`super::gemm_scalar`] with this flavour: up to [`MAX_TOKENS`] tokens per call.
+        /// [`super::gemm_scalar`] with this flavour: any number of tokens per call; Q4_0's
+        /// [`PASS`] at a time, Q4_1's two.
         #[target_feature(enable = $features)]
         pub(crate) fn gemm<B: Q4x8>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
             match (B::GGML_LANES, out.len() / ROWS) {
                 (_, 0) => {}
-                (false, 1) => gemm_n::<B, 1>(w, a, sums, out),
-                (false, 2) => gemm_n::<B, 2>(w, a, sums, out),
-                (false, 3) => gemm_n::<B, 3>(w, a, sums, out),
-                (false, _) => gemm_n::<B, 4>(w, a, sums, out),
+                (false, t) => {
+                    let nb = w.len();
+                    let mut t0 = 0;
+                    while t0 < t {
+                        let n = (t - t0).min(PASS);
+                        let (a, s) = (&a[t0 * nb..], &sums[t0 * nb..]);
+                        let o = &mut out[t0 * ROWS..(t0 + n) * ROWS];
+                        match n {
+                            1 => gemm_n::<B, 1>(w, a, s, o),
+                            2 => gemm_n::<B, 2>(w, a, s, o),
+                            3 => gemm_n::<B, 3>(w, a, s, o),
+                            4 => gemm_n::<B, 4>(w, a, s, o),
+                            5 => gemm_n::<B, 5>(w, a, s, o),
+                            6 => gemm_n::<B, 6>(w, a, s, o),
+                            7 => gemm_n::<B, 7>(w, a, s, o),
+                            _ => gemm_n::<B, 8>(w, a, s, o),
+                        }
+                        t0 += n;
+                    }
+                }
                 (true, 1) => gemm_lanes_n::<B, 1>(w, a, out),
                 (true, 2) => gemm_lanes_n::<B, 2>(w, a, out),
                 (true, _) => {
@@ -305,7 +325,7 @@ macro_rules! x86_kernels {
             sums: &[i32],
             out: &mut [f32],
         ) {
-            const { assert!(T <= MAX_TOKENS) };
+            const { assert!(T <= MAX_CALL_TOKENS) };
             let nb = w.len();
             assert!(a.len() >= T * nb && sums.len() >= T * nb && out.len() >= T * ROWS);
             let low4 = _mm256_set1_epi8(0x0F);
@@ -427,7 +447,7 @@ fn activation_quad(q: &[i8; 32], k: usize) -> i32 {
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{BlockQ8_1, Q4x8, MAX_TOKENS, ROWS};
+    use super::{BlockQ8_1, Q4x8, MAX_CALL_TOKENS, ROWS};
 
     /// Row r's exact integer dot of block `v` (lane r) with the activations `q`.
     #[inline]
@@ -450,7 +470,7 @@ pub(crate) mod avx2 {
         _mm256_madd_epi16(_mm256_maddubs_epi16(v, four), _mm256_set1_epi16(1))
     }
 
-    x86_kernels!("avx2,fma,f16c");
+    x86_kernels!("avx2,fma,f16c", 4);
 }
 
 /// The same kernels on AVX-512 VNNI (on 256-bit registers, through AVX-512VL): `vpdpbusd`
@@ -460,7 +480,7 @@ pub(crate) mod avx2 {
 pub(crate) mod avx512vnni {
     use std::arch::x86_64::*;
 
-    use super::{BlockQ8_1, Q4x8, MAX_TOKENS, ROWS};
+    use super::{BlockQ8_1, Q4x8, MAX_CALL_TOKENS, ROWS};
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
@@ -478,7 +498,9 @@ pub(crate) mod avx512vnni {
         _mm256_dpbusd_epi32(_mm256_setzero_si256(), v, four)
     }
 
-    x86_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni");
+    // Four tokens a pass as on AVX2: eight (registers enough with AVX-512) made a Q4_0 prompt
+    // 8% slower (BENCHMARKS).
+    x86_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", 4);
 }
 
 /// The Q4_0 kernels on aarch64, in the same interleaved layout: one 16-byte load holds four
@@ -769,7 +791,19 @@ mod tests {
         dot: fn(&[B::Source], &[BlockQ8_1]) -> f32,
     ) {
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        for (nb, t) in [(1, 1), (2, 2), (3, 2), (18, 3), (18, 4), (48, 1), (7, 4)] {
+        let shapes = [
+            (1, 1),
+            (2, 2),
+            (3, 2),
+            (18, 3),
+            (18, 4),
+            (48, 1),
+            (7, 4),
+            (18, 5),
+            (20, 8),
+            (7, 7),
+        ];
+        for (nb, t) in shapes {
             let (p, a, want) = setup::<B>(nb, t, 7 + nb as u64, quantize, dot);
             let mut sums = vec![0; a.len()];
             activation_sums(&a, &mut sums);
