@@ -289,8 +289,9 @@ static AVX2: Kernels = Kernels {
     gemv_q4_kx8: q4_kx8::avx2::gemv,
 };
 
-/// [`AVX2`] with the repacked Q4_0, Q4_1, Q5_0 and IQ4_NL on `vpdpbusd`: the same exact integers, so
-/// the same bits.
+/// [`AVX2`] with the repacked Q4_0, Q4_1, Q5_0 and IQ4_NL on `vpdpbusd`, and the prompt kernels
+/// of IQ4_XS, Q2_K, Q3_K, Q5_K and Q6_K on `vpdpwssd`: the same exact integers, so the same
+/// bits.
 #[cfg(target_arch = "x86_64")]
 static AVX512_VNNI: Kernels = Kernels {
     path: KernelPath::Avx512Vnni,
@@ -302,6 +303,11 @@ static AVX512_VNNI: Kernels = Kernels {
     gemv_q5_0x8: q5_0x8::avx512vnni::gemv,
     gemm_iq4_nlx8: iq4_nlx8::avx512vnni::gemm,
     gemv_iq4_nlx8: iq4_nlx8::avx512vnni::gemv,
+    dot_iq4_xs_batch: iq4_xs::avx2::dot_tiled_multi_vnni,
+    dot_q2_k_batch: q2_k::avx2::dot_tiled_multi_vnni,
+    dot_q3_k_batch: q3_k::avx2::dot_tiled_multi_vnni,
+    dot_q5_k_batch: q5_k::avx2::dot_tiled_multi_vnni,
+    dot_q6_k_batch: q6_k::avx2::dot_tiled_multi_vnni,
     ..AVX2
 };
 

@@ -251,8 +251,15 @@ pub(crate) struct TiledOrder<B: 'static> {
     /// The scalar model of the tiled order, for several tokens.
     pub tiled: fn(&[B], &[BlockQ8K], &mut [f32]),
     #[cfg(target_arch = "x86_64")]
-    pub avx2: unsafe fn(&[B], &[BlockQ8K], &mut [f32]),
+    pub avx2: BatchKernel<B>,
+    /// The AVX-512 VNNI flavour, where the format has one.
+    #[cfg(target_arch = "x86_64")]
+    pub vnni: Option<BatchKernel<B>>,
 }
+
+/// A SIMD batch kernel: one row against several tokens.
+#[cfg(target_arch = "x86_64")]
+pub(crate) type BatchKernel<B> = unsafe fn(&[B], &[BlockQ8K], &mut [f32]);
 
 /// The tiled matmul's order of a format: with random and extreme weights against random and
 /// extreme activations, the scalar model is the row dot within the reordering bound, and the
@@ -279,6 +286,12 @@ pub(crate) fn check_tiled_order<B: Clone>(c: TiledOrder<B>) {
                     unsafe { (c.avx2)(&w, &a, &mut got) };
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&got), bits(&want), "nb {nb}, {t} tokens");
+                    if let Some(vnni) = c.vnni.filter(|_| crate::required::test_needs("avx512vnni"))
+                    {
+                        // SAFETY: AVX-512 VNNI (with F and VL) was just detected.
+                        unsafe { vnni(&w, &a, &mut got) };
+                        assert_eq!(bits(&got), bits(&want), "vnni, nb {nb}, {t} tokens");
+                    }
                 }
             }
         }

@@ -44,6 +44,48 @@ pub(crate) fn scaled_code_sums(
     s
 }
 
+/// [`scaled_code_sums`] on AVX-512 VNNI: `vpdpwssd` scales each pair sum and adds it in one
+/// instruction (AVX2: `madd` then add). The same exact integers.
+pub(crate) mod vnni {
+    use std::arch::x86_64::*;
+
+    use super::load_i8x32;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(crate) fn scaled_code_sums(
+        codes: &[__m256i; 8],
+        scales: &[__m256i; 8],
+        qs: &[[i8; 32]; 8],
+    ) -> __m256i {
+        let mut s = _mm256_setzero_si256();
+        for ((&q, &sc), a) in codes.iter().zip(scales).zip(qs) {
+            s = _mm256_dpwssd_epi32(s, _mm256_maddubs_epi16(q, load_i8x32(a)), sc);
+        }
+        s
+    }
+}
+
+/// A K-quant's tiled prompt kernel written once, compiled twice: `dot_tiled_multi` on AVX2 and
+/// `dot_tiled_multi_vnni` on AVX-512 VNNI, the body calling whichever `scaled_code_sums` its
+/// flavour brings into scope.
+macro_rules! tiled_flavours {
+    (fn dot_tiled_multi($w:ident: &[$block:ty], $a:ident: &[$act:ty], $out:ident: &mut [f32]) $body:block) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) fn dot_tiled_multi($w: &[$block], $a: &[$act], $out: &mut [f32]) {
+            use crate::x86::scaled_code_sums;
+            $body
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+        pub(crate) fn dot_tiled_multi_vnni($w: &[$block], $a: &[$act], $out: &mut [f32]) {
+            use crate::x86::vnni::scaled_code_sums;
+            $body
+        }
+    };
+}
+pub(crate) use tiled_flavours;
+
 /// Lane j: the sum of activations 4j..4j+4 of a block (ggml's lanes; each at most 4·128).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -157,6 +157,41 @@ pub(crate) fn dot_multi_scalar(w: &[BlockIq4Xs], a: &[BlockQ8K], out: &mut [f32]
     super::each_token(dot_scalar, w, a, out);
 }
 
+/// The body of the tiled kernels, written once for both ways of adding a sub-block's scaled
+/// pair sums (`$scaled_add(s, pairs, scale)`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! tiled_multi {
+    ($w:ident, $a:ident, $out:ident, $scaled_add:expr) => {{
+        let table = table();
+        let n = $w.len();
+        $out.fill(0.0);
+        for (b, wb) in $w.iter().enumerate() {
+            let d = f16_to_f32(wb.d);
+            // Table values, their magnitudes (the unsigned side of `maddubs`) and scales.
+            let mut values = [_mm256_setzero_si256(); 8];
+            let mut mags = [_mm256_setzero_si256(); 8];
+            let mut scales = [_mm256_setzero_si256(); 8];
+            for (j, &ls) in wb.scales().iter().enumerate() {
+                values[j] = _mm256_shuffle_epi8(table, unpack_nibbles_32(&wb.qs[j]));
+                mags[j] = _mm256_sign_epi8(values[j], values[j]);
+                scales[j] = _mm256_set1_epi16(ls as i16);
+            }
+            for (t, o) in $out.iter_mut().enumerate() {
+                let ab = &$a[t * n + b];
+                let mut s1 = _mm256_setzero_si256();
+                for j in 0..8 {
+                    // The values' signs moved onto the activations (never -128): exact, and
+                    // pair sums within 2·127·127.
+                    let y = _mm256_sign_epi8(load_i8x32(&ab.qs[j]), values[j]);
+                    let p = _mm256_maddubs_epi16(mags[j], y);
+                    s1 = $scaled_add(s1, p, scales[j]);
+                }
+                *o = tiled_step(*o, d, hsum_epi32(s1), None, ab.d);
+            }
+        }
+    }};
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
@@ -178,33 +213,18 @@ pub(crate) mod avx2 {
     /// per token the same exact integer, so the same bits.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dot_tiled_multi(w: &[BlockIq4Xs], a: &[BlockQ8K], out: &mut [f32]) {
-        let table = table();
-        let n = w.len();
-        out.fill(0.0);
-        for (b, wb) in w.iter().enumerate() {
-            let d = f16_to_f32(wb.d);
-            // Table values, their magnitudes (the unsigned side of `maddubs`) and scales.
-            let mut values = [_mm256_setzero_si256(); 8];
-            let mut mags = [_mm256_setzero_si256(); 8];
-            let mut scales = [_mm256_setzero_si256(); 8];
-            for (j, &ls) in wb.scales().iter().enumerate() {
-                values[j] = _mm256_shuffle_epi8(table, unpack_nibbles_32(&wb.qs[j]));
-                mags[j] = _mm256_sign_epi8(values[j], values[j]);
-                scales[j] = _mm256_set1_epi16(ls as i16);
-            }
-            for (t, o) in out.iter_mut().enumerate() {
-                let ab = &a[t * n + b];
-                let mut s1 = _mm256_setzero_si256();
-                for j in 0..8 {
-                    // The values' signs moved onto the activations (never -128): exact, and
-                    // pair sums within 2·127·127.
-                    let y = _mm256_sign_epi8(load_i8x32(&ab.qs[j]), values[j]);
-                    let p = _mm256_maddubs_epi16(mags[j], y);
-                    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p, scales[j]));
-                }
-                *o = tiled_step(*o, d, hsum_epi32(s1), None, ab.d);
-            }
-        }
+        // Each sub-block's i16 pair sums times its scale, added into `s` as i32 pairs.
+        tiled_multi!(w, a, out, |s, p, scale| _mm256_add_epi32(
+            s,
+            _mm256_madd_epi16(p, scale)
+        ))
+    }
+
+    /// [`dot_tiled_multi`] with AVX-512 VNNI's `vpdpwssd` (the scale's multiply and the add in
+    /// one instruction): the same exact integers, so the same bits.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(crate) fn dot_tiled_multi_vnni(w: &[BlockIq4Xs], a: &[BlockQ8K], out: &mut [f32]) {
+        tiled_multi!(w, a, out, |s, p, scale| _mm256_dpwssd_epi32(s, p, scale))
     }
 
     /// [`KVALUES`] in both 128-bit lanes, for `shuffle_epi8`.
@@ -459,6 +479,8 @@ mod tests {
             tiled: dot_tiled_multi_scalar,
             #[cfg(target_arch = "x86_64")]
             avx2: avx2::dot_tiled_multi,
+            #[cfg(target_arch = "x86_64")]
+            vnni: Some(avx2::dot_tiled_multi_vnni),
         });
     }
 }

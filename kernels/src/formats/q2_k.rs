@@ -155,30 +155,31 @@ pub(crate) mod avx2 {
         crate::formats::each_token(|w, a| dot(w, a), w, a, out)
     }
 
-    /// One row against `out.len()` tokens in the tiled matmul's order, one
-    /// [`super::dot_tiled_scalar`] each: each super-block unpacked once for all the tokens, then
-    /// per token the same exact integers, so the same bits.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn dot_tiled_multi(w: &[BlockQ2K], a: &[BlockQ8K], out: &mut [f32]) {
-        let n = w.len();
-        out.fill(0.0);
-        for (b, wb) in w.iter().enumerate() {
-            let (d, dmin) = (f16_to_f32(wb.d), f16_to_f32(wb.dmin));
-            let q = [load_u8x32(&wb.qs[0]), load_u8x32(&wb.qs[1])];
-            let mut codes = [_mm256_setzero_si256(); 8];
-            let mut scales = [_mm256_setzero_si256(); 8];
-            for c in 0..8 {
-                codes[c] = chunk_codes(q, c);
-                // The chunk's first 16 elements (low 128 bits) are sub-block 2c, the rest 2c + 1.
-                let s = |i: usize| _mm_set1_epi16(i16::from(wb.scales[i] & 0xF));
-                scales[c] = _mm256_set_m128i(s(2 * c + 1), s(2 * c));
-            }
-            let mins = block_mins(wb);
-            for (t, o) in out.iter_mut().enumerate() {
-                let ab = &a[t * n + b];
-                let s1 = crate::x86::scaled_code_sums(&codes, &scales, &ab.qs);
-                let (s1, s2) = hsum2_epi32(s1, _mm256_madd_epi16(mins, bsums(ab)));
-                *o = tiled_step(*o, d, s1, Some((dmin, s2)), ab.d);
+    // One row against `out.len()` tokens in the tiled matmul's order, one
+    // [`super::dot_tiled_scalar`] each: each super-block unpacked once for all the tokens, then
+    // per token the same exact integers, so the same bits.
+    crate::x86::tiled_flavours! {
+        fn dot_tiled_multi(w: &[BlockQ2K], a: &[BlockQ8K], out: &mut [f32]) {
+            let n = w.len();
+            out.fill(0.0);
+            for (b, wb) in w.iter().enumerate() {
+                let (d, dmin) = (f16_to_f32(wb.d), f16_to_f32(wb.dmin));
+                let q = [load_u8x32(&wb.qs[0]), load_u8x32(&wb.qs[1])];
+                let mut codes = [_mm256_setzero_si256(); 8];
+                let mut scales = [_mm256_setzero_si256(); 8];
+                for c in 0..8 {
+                    codes[c] = chunk_codes(q, c);
+                    // The chunk's first 16 elements (low 128 bits) are sub-block 2c, the rest 2c + 1.
+                    let s = |i: usize| _mm_set1_epi16(i16::from(wb.scales[i] & 0xF));
+                    scales[c] = _mm256_set_m128i(s(2 * c + 1), s(2 * c));
+                }
+                let mins = block_mins(wb);
+                for (t, o) in out.iter_mut().enumerate() {
+                    let ab = &a[t * n + b];
+                    let s1 = scaled_code_sums(&codes, &scales, &ab.qs);
+                    let (s1, s2) = hsum2_epi32(s1, _mm256_madd_epi16(mins, bsums(ab)));
+                    *o = tiled_step(*o, d, s1, Some((dmin, s2)), ab.d);
+                }
             }
         }
     }
@@ -460,6 +461,8 @@ mod tests {
             tiled: dot_tiled_multi_scalar,
             #[cfg(target_arch = "x86_64")]
             avx2: avx2::dot_tiled_multi,
+            #[cfg(target_arch = "x86_64")]
+            vnni: Some(avx2::dot_tiled_multi_vnni),
         });
     }
 }

@@ -171,39 +171,40 @@ pub(crate) mod avx2 {
         crate::formats::each_token(|w, a| dot(w, a), w, a, out)
     }
 
-    /// One row against `out.len()` tokens in the tiled matmul's order, one
-    /// [`super::dot_tiled_scalar`] each: each super-block unpacked once for all the tokens, then
-    /// per token the same exact integer, so the same bits.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn dot_tiled_multi(w: &[BlockQ3K], a: &[BlockQ8K], out: &mut [f32]) {
-        let n = w.len();
-        out.fill(0.0);
-        for (b, wb) in w.iter().enumerate() {
-            let d = f16_to_f32(wb.d);
-            let sc = unpack_scales(&wb.scales);
-            let hm = load_u8x32(&wb.hmask);
-            let q = [load_u8x32(&wb.qs[0]), load_u8x32(&wb.qs[1])];
-            // Codes biased to 0..7 for `maddubs`; the bias, 4·Σ sc·Σ a, comes off through the
-            // activation sums.
-            let mut codes = [_mm256_setzero_si256(); 8];
-            let mut scales = [_mm256_setzero_si256(); 8];
-            for c in 0..8 {
-                codes[c] = biased_codes(q, hm, c);
-                // The chunk's first 16 elements (low 128 bits) are sub-block 2c, the rest 2c + 1.
-                let s = |i: usize| _mm_set1_epi16(sc[i] as i16);
-                scales[c] = _mm256_set_m128i(s(2 * c + 1), s(2 * c));
-            }
-            let s16: [i16; 16] = std::array::from_fn(|i| sc[i] as i16);
-            // SAFETY: `s16` is 16 i16, 32 readable bytes, the width of the load.
-            let sc16 = unsafe { _mm256_loadu_si256(s16.as_ptr().cast()) };
-            for (t, o) in out.iter_mut().enumerate() {
-                let ab = &a[t * n + b];
-                let s1 = crate::x86::scaled_code_sums(&codes, &scales, &ab.qs);
-                // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of the load.
-                let bs = unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) };
-                let bias = _mm256_slli_epi32::<2>(_mm256_madd_epi16(bs, sc16));
-                let s1 = hsum_epi32(_mm256_sub_epi32(s1, bias));
-                *o = tiled_step(*o, d, s1, None, ab.d);
+    // One row against `out.len()` tokens in the tiled matmul's order, one
+    // [`super::dot_tiled_scalar`] each: each super-block unpacked once for all the tokens, then
+    // per token the same exact integer, so the same bits.
+    crate::x86::tiled_flavours! {
+        fn dot_tiled_multi(w: &[BlockQ3K], a: &[BlockQ8K], out: &mut [f32]) {
+            let n = w.len();
+            out.fill(0.0);
+            for (b, wb) in w.iter().enumerate() {
+                let d = f16_to_f32(wb.d);
+                let sc = unpack_scales(&wb.scales);
+                let hm = load_u8x32(&wb.hmask);
+                let q = [load_u8x32(&wb.qs[0]), load_u8x32(&wb.qs[1])];
+                // Codes biased to 0..7 for `maddubs`; the bias, 4·Σ sc·Σ a, comes off through the
+                // activation sums.
+                let mut codes = [_mm256_setzero_si256(); 8];
+                let mut scales = [_mm256_setzero_si256(); 8];
+                for c in 0..8 {
+                    codes[c] = biased_codes(q, hm, c);
+                    // The chunk's first 16 elements (low 128 bits) are sub-block 2c, the rest 2c + 1.
+                    let s = |i: usize| _mm_set1_epi16(sc[i] as i16);
+                    scales[c] = _mm256_set_m128i(s(2 * c + 1), s(2 * c));
+                }
+                let s16: [i16; 16] = std::array::from_fn(|i| sc[i] as i16);
+                // SAFETY: `s16` is 16 i16, 32 readable bytes, the width of the load.
+                let sc16 = unsafe { _mm256_loadu_si256(s16.as_ptr().cast()) };
+                for (t, o) in out.iter_mut().enumerate() {
+                    let ab = &a[t * n + b];
+                    let s1 = scaled_code_sums(&codes, &scales, &ab.qs);
+                    // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of the load.
+                    let bs = unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) };
+                    let bias = _mm256_slli_epi32::<2>(_mm256_madd_epi16(bs, sc16));
+                    let s1 = hsum_epi32(_mm256_sub_epi32(s1, bias));
+                    *o = tiled_step(*o, d, s1, None, ab.d);
+                }
             }
         }
     }
@@ -492,6 +493,8 @@ mod tests {
             tiled: dot_tiled_multi_scalar,
             #[cfg(target_arch = "x86_64")]
             avx2: avx2::dot_tiled_multi,
+            #[cfg(target_arch = "x86_64")]
+            vnni: Some(avx2::dot_tiled_multi_vnni),
         });
     }
 }

@@ -166,36 +166,37 @@ pub(crate) mod avx2 {
         crate::formats::each_token(|w, a| dot(w, a), w, a, out)
     }
 
-    /// One row against `out.len()` tokens in the tiled matmul's order, one
-    /// [`super::dot_tiled_scalar`] each: each super-block unpacked once for all the tokens, then
-    /// per token the same exact integers, so the same bits.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn dot_tiled_multi(w: &[BlockQ5K], a: &[BlockQ8K], out: &mut [f32]) {
-        let n = w.len();
-        out.fill(0.0);
-        for (b, wb) in w.iter().enumerate() {
-            let (d, dmin) = f16x2_to_f32(wb.d_dmin_bytes());
-            let (sc, mn) = unpack_scales(&wb.scales);
-            let qh = load_u8x32(&wb.qh);
-            let mut codes = [_mm256_setzero_si256(); 8];
-            let mut scales = [_mm256_setzero_si256(); 8];
-            for c in 0..4 {
-                (codes[2 * c], codes[2 * c + 1]) = code_pair(wb, qh, c);
-            }
-            for (s, &v) in scales.iter_mut().zip(&sc) {
-                *s = _mm256_set1_epi16(i16::from(v));
-            }
-            // Minimum j against the activation sums 2j and 2j + 1.
-            let m: [i16; 16] = std::array::from_fn(|i| i16::from(mn[i / 2]));
-            // SAFETY: `m` is 16 i16, 32 readable bytes, the width of the load.
-            let mins = unsafe { _mm256_loadu_si256(m.as_ptr().cast()) };
-            for (t, o) in out.iter_mut().enumerate() {
-                let ab = &a[t * n + b];
-                let s1 = crate::x86::scaled_code_sums(&codes, &scales, &ab.qs);
-                // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of the load.
-                let bs = unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) };
-                let (s1, s2) = hsum2_epi32(s1, _mm256_madd_epi16(bs, mins));
-                *o = tiled_step(*o, d, s1, Some((dmin, s2)), ab.d);
+    // One row against `out.len()` tokens in the tiled matmul's order, one
+    // [`super::dot_tiled_scalar`] each: each super-block unpacked once for all the tokens, then
+    // per token the same exact integers, so the same bits.
+    crate::x86::tiled_flavours! {
+        fn dot_tiled_multi(w: &[BlockQ5K], a: &[BlockQ8K], out: &mut [f32]) {
+            let n = w.len();
+            out.fill(0.0);
+            for (b, wb) in w.iter().enumerate() {
+                let (d, dmin) = f16x2_to_f32(wb.d_dmin_bytes());
+                let (sc, mn) = unpack_scales(&wb.scales);
+                let qh = load_u8x32(&wb.qh);
+                let mut codes = [_mm256_setzero_si256(); 8];
+                let mut scales = [_mm256_setzero_si256(); 8];
+                for c in 0..4 {
+                    (codes[2 * c], codes[2 * c + 1]) = code_pair(wb, qh, c);
+                }
+                for (s, &v) in scales.iter_mut().zip(&sc) {
+                    *s = _mm256_set1_epi16(i16::from(v));
+                }
+                // Minimum j against the activation sums 2j and 2j + 1.
+                let m: [i16; 16] = std::array::from_fn(|i| i16::from(mn[i / 2]));
+                // SAFETY: `m` is 16 i16, 32 readable bytes, the width of the load.
+                let mins = unsafe { _mm256_loadu_si256(m.as_ptr().cast()) };
+                for (t, o) in out.iter_mut().enumerate() {
+                    let ab = &a[t * n + b];
+                    let s1 = scaled_code_sums(&codes, &scales, &ab.qs);
+                    // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of the load.
+                    let bs = unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) };
+                    let (s1, s2) = hsum2_epi32(s1, _mm256_madd_epi16(bs, mins));
+                    *o = tiled_step(*o, d, s1, Some((dmin, s2)), ab.d);
+                }
             }
         }
     }
@@ -507,6 +508,8 @@ mod tests {
             tiled: dot_tiled_multi_scalar,
             #[cfg(target_arch = "x86_64")]
             avx2: avx2::dot_tiled_multi,
+            #[cfg(target_arch = "x86_64")]
+            vnni: Some(avx2::dot_tiled_multi_vnni),
         });
     }
 }

@@ -200,30 +200,31 @@ pub(crate) mod avx2 {
         hsum_ps(acc)
     }
 
-    /// One row against `out.len()` tokens in the tiled matmul's order, one
-    /// [`super::dot_tiled_scalar`] each: the same exact integers, so the same bits.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn dot_tiled_multi(w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
-        let n = w.len();
-        out.fill(0.0);
-        for (b, wb) in w.iter().enumerate() {
-            // The super-block unpacked once for every token: its 16 code vectors (unsigned,
-            // 0..63) and the i16 scale each one's lanes meet.
-            let (codes, scales) = unpack(wb);
-            // SAFETY: `scales` is 16 readable bytes, the width of a 128-bit load.
-            let s8 = unsafe { _mm_loadu_si128(wb.scales.as_ptr().cast()) };
-            let s16 = _mm256_cvtepi8_epi16(s8);
-            let d = f16_to_f32(wb.d);
-            for (t, o) in out.iter_mut().enumerate() {
-                let ab = &a[t * n + b];
-                // Codes <= 63 and activations >= -127: pair sums <= 16002, no saturation.
-                let sumi = crate::x86::scaled_code_sums(&codes, &scales, &ab.qs);
-                // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of a 256-bit load.
-                let bs = unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) };
-                let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, s16));
-                // The exact integer out of the lanes (wrapping adds: the sum is exact).
-                let sumi = crate::x86::hsum_epi32(_mm256_sub_epi32(sumi, off));
-                *o = crate::formats::tiled_step(*o, d, sumi, None, ab.d);
+    // One row against `out.len()` tokens in the tiled matmul's order, one
+    // [`super::dot_tiled_scalar`] each: the same exact integers, so the same bits.
+    crate::x86::tiled_flavours! {
+        fn dot_tiled_multi(w: &[BlockQ6K], a: &[BlockQ8K], out: &mut [f32]) {
+            let n = w.len();
+            out.fill(0.0);
+            for (b, wb) in w.iter().enumerate() {
+                // The super-block unpacked once for every token: its 16 code vectors (unsigned,
+                // 0..63) and the i16 scale each one's lanes meet.
+                let (codes, scales) = unpack(wb);
+                // SAFETY: `scales` is 16 readable bytes, the width of a 128-bit load.
+                let s8 = unsafe { _mm_loadu_si128(wb.scales.as_ptr().cast()) };
+                let s16 = _mm256_cvtepi8_epi16(s8);
+                let d = f16_to_f32(wb.d);
+                for (t, o) in out.iter_mut().enumerate() {
+                    let ab = &a[t * n + b];
+                    // Codes <= 63 and activations >= -127: pair sums <= 16002, no saturation.
+                    let sumi = scaled_code_sums(&codes, &scales, &ab.qs);
+                    // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of a 256-bit load.
+                    let bs = unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) };
+                    let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, s16));
+                    // The exact integer out of the lanes (wrapping adds: the sum is exact).
+                    let sumi = crate::x86::hsum_epi32(_mm256_sub_epi32(sumi, off));
+                    *o = crate::formats::tiled_step(*o, d, sumi, None, ab.d);
+                }
             }
         }
     }
@@ -563,6 +564,11 @@ mod tests {
                 unsafe { avx2::dot_tiled_multi(&w, &a, &mut got) };
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got), bits(&want), "nb {nb}, {t} tokens");
+                if crate::required::test_needs("avx512vnni") {
+                    // SAFETY: AVX-512 VNNI (with F and VL) was just detected.
+                    unsafe { avx2::dot_tiled_multi_vnni(&w, &a, &mut got) };
+                    assert_eq!(bits(&got), bits(&want), "vnni, nb {nb}, {t} tokens");
+                }
             }
         }
     }
