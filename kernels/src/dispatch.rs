@@ -96,7 +96,7 @@ pub struct CpuFeatures {
     pub avx2: bool,
     pub fma: bool,
     pub f16c: bool,
-    /// AVX-512 F, VL and VNNI, all three.
+    /// AVX-512 F, VL, BW and VNNI, all four.
     pub avx512vnni: bool,
     pub neon: bool,
     pub dotprod: bool,
@@ -303,6 +303,7 @@ static AVX512_VNNI: Kernels = Kernels {
     gemv_q5_0x8: q5_0x8::avx512vnni::gemv,
     gemm_iq4_nlx8: iq4_nlx8::avx512vnni::gemm,
     gemv_iq4_nlx8: iq4_nlx8::avx512vnni::gemv,
+    rows_q5_1: q5_1::avx512vnni::dot_rows,
     dot_iq4_xs_batch: iq4_xs::avx2::dot_tiled_multi_vnni,
     dot_q2_k_batch: q2_k::avx2::dot_tiled_multi_vnni,
     dot_q3_k_batch: q3_k::avx2::dot_tiled_multi_vnni,
@@ -418,11 +419,13 @@ pub(crate) fn has_avx2() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
-/// AVX-512 F, VL and VNNI: what `vpdpbusd` on 256-bit registers needs.
+/// AVX-512 F, VL, BW and VNNI: what `vpdpbusd` on 256-bit registers needs, and the byte masks of
+/// Q5_1's decode (every CPU with VNNI has BW).
 #[cfg(target_arch = "x86_64")]
 fn has_avx512vnni_features() -> bool {
     is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vnni")
 }
 

@@ -187,6 +187,41 @@ pub(crate) mod avx2 {
     }
 }
 
+/// Decode on AVX-512: the fifth bits merged in with one masked add (AVX-512BW), and each
+/// block's lane sums by `vpdpbusd`, the same four products per lane as AVX2's `maddubs` +
+/// `madd`. The same exact integers in the same FMA chain, so the same bits as [`avx2::dot`]
+/// (and so a prompt's rows, which stay on AVX2, equal a decoded token's).
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512vnni {
+    use std::arch::x86_64::*;
+
+    use super::{BlockQ5_1, BlockQ8_1};
+    use crate::x86::{f16x2_to_f32, hsum_ps, load_i8x32, unpack_nibbles_32};
+
+    /// [`super::avx2::dot`] on VNNI.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn dot(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
+        let sixteen = _mm256_set1_epi8(0x10);
+        let mut acc = _mm256_setzero_ps();
+        let mut off = 0.0f32;
+        for (wb, ab) in w.iter().zip(a) {
+            let (d, m) = f16x2_to_f32(wb.dm_bytes());
+            off += m * ab.s;
+            let nibbles = unpack_nibbles_32(&wb.qs);
+            let codes = _mm256_mask_add_epi8(nibbles, u32::from_le_bytes(wb.qh), nibbles, sixteen);
+            let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), codes, load_i8x32(&ab.qs));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), _mm256_cvtepi32_ps(p), acc);
+        }
+        hsum_ps(acc) + off
+    }
+
+    /// Many rows against one token (decode), one whole row after another.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn dot_rows(w: &[BlockQ5_1], a: &[BlockQ8_1], out: &mut [f32]) {
+        crate::formats::each_row(|w, a| dot(w, a), w, a, out)
+    }
+}
+
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon {
     /// The NEON kernels, written once for both flavours of the exact integer dot:
@@ -372,6 +407,44 @@ mod tests {
             assert_eq!(simd.to_bits(), model.to_bits(), "{nb}");
             let terms = lane_terms(blocks()) + off_terms;
             assert_reordered_sum_close(simd, dot_scalar(&w, &a), terms, 2 * nb + 8);
+        }
+    }
+
+    /// The AVX-512 decode kernel equals the AVX2 one bit for bit (extreme blocks included).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vnni_decode_equals_avx2() {
+        if !crate::required::test_needs("avx2") || !crate::required::test_needs("avx512vnni") {
+            return;
+        }
+        let mut r = rng(35);
+        for nb in [1, 2, 18, 49] {
+            let mut w = random_blocks(&mut r, nb);
+            w[0].qh = [0xFF; 4];
+            w[0].qs = [0xFF; 16];
+            let mut a = random_q8_1(&mut r, 3 * nb);
+            a[0].qs = [-127; 32];
+            let mut want = vec![0.0f32; 3];
+            let mut got = vec![0.0f32; 3];
+            let rows: Vec<_> = (0..3).flat_map(|_| w.iter().copied()).collect();
+            for t in 0..3 {
+                let a = &a[t * nb..(t + 1) * nb];
+                // SAFETY: AVX2 and AVX-512 VNNI (with F, VL and BW) were detected above.
+                unsafe {
+                    want[t] = avx2::dot(&w, a);
+                    got[t] = avx512vnni::dot(&w, a);
+                }
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{nb} blocks");
+            let mut rows_out = vec![0.0f32; 3];
+            // SAFETY: as above.
+            unsafe { avx512vnni::dot_rows(&rows, &a[..nb], &mut rows_out) };
+            assert_eq!(
+                rows_out[2].to_bits(),
+                want[0].to_bits(),
+                "{nb} blocks, rows"
+            );
         }
     }
 
