@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use kostant_engine::gguf::Gguf;
 use kostant_engine::Model;
-use kostant_safety::head::{Head, HeadInfo};
+use kostant_safety::head::HeadInfo;
 
 /// One `.gguf` file of the models directory.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,7 +58,7 @@ pub fn list(dir: &Path) -> Vec<InstalledModel> {
         .unwrap_or_default();
     files.sort();
     // A damaged head screens nothing: then no model can be used.
-    let guard = Head::from_bytes(kostant_assets::GUARD_HEAD).ok();
+    let guard = crate::guard_model::builtin_head().ok();
     files
         .into_iter()
         .map(|p| describe(&p, guard.as_ref().map(|h| &h.info)))
@@ -136,7 +136,7 @@ mod tests {
         // Without the default model beside it (or in a models directory), Gemma cannot be
         // screened, so it is not offered.
         std::fs::remove_file(dir.join(default_file)).unwrap();
-        let guard = Head::from_bytes(kostant_assets::GUARD_HEAD).unwrap().info;
+        let guard = crate::guard_model::builtin_head().unwrap().info;
         let alone = describe_with(&dir.join("c-gemma.gguf"), Some(&guard), &[]);
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(

@@ -544,8 +544,8 @@ const L1_WEIGHT_BYTES: usize = 16 * 1024;
 
 /// [`matmul`] over weights interleaved 8 rows to a block (`blocks`: `rows / 8` groups of
 /// `cols / 32`): activations quantized once (with their integer sums, which fold in Q4_0's
-/// offset), then each task takes a run of row groups and walks the tokens four at a time, so a
-/// group's unpacked weights serve four tokens.
+/// offset), then each task takes a run of row groups and walks the tokens [`GemmEntry::TOKENS`]
+/// at a time, so a group's unpacked weights serve that many tokens.
 pub(crate) fn matmul_x8<B: GemmEntry>(
     blocks: &[B],
     p: &PackedWeights,
