@@ -304,6 +304,7 @@ static AVX512_VNNI: Kernels = Kernels {
     gemm_iq4_nlx8: iq4_nlx8::avx512vnni::gemm,
     gemv_iq4_nlx8: iq4_nlx8::avx512vnni::gemv,
     rows_q5_1: q5_1::avx512vnni::dot_rows,
+    dot_q5_k: q5_k::avx512vnni::dot_multi,
     dot_iq4_xs_batch: iq4_xs::avx2::dot_tiled_multi_vnni,
     dot_q2_k_batch: q2_k::avx2::dot_tiled_multi_vnni,
     dot_q3_k_batch: q3_k::avx2::dot_tiled_multi_vnni,

@@ -257,6 +257,57 @@ pub(crate) mod avx2 {
     }
 }
 
+/// Decode on AVX-512: each sub-block's fifth bits become a byte mask (`vptestmb`) merged with
+/// one masked add, and each pair sum is scaled and added by `vpdpwssd`. The same exact integers
+/// in the same FMA chain, so the same bits as [`avx2::dot`].
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512vnni {
+    use std::arch::x86_64::*;
+
+    use super::{min_term, unpack_scales, BlockQ5K, BlockQ8K};
+    use crate::x86::{f16x2_to_f32, hsum_ps, load_i8x32, load_u8x32};
+
+    /// One row against `out.len()` tokens, one [`dot`] each.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn dot_multi(w: &[BlockQ5K], a: &[BlockQ8K], out: &mut [f32]) {
+        crate::formats::each_token(|w, a| dot(w, a), w, a, out)
+    }
+
+    /// [`super::avx2::dot`] on VNNI.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn dot(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
+        let low4 = _mm256_set1_epi8(0x0F);
+        let fifth = _mm256_set1_epi8(0x10);
+        let mut acc = _mm256_setzero_ps();
+        let mut summs = 0.0f32;
+        for (wb, ab) in w.iter().zip(a) {
+            crate::x86::prefetch_ahead_by::<{ crate::x86::K_QUANT_PREFETCH_BYTES }, _>(wb);
+            let (d, dmin) = f16x2_to_f32(wb.d_dmin_bytes());
+            let (sc, mn) = unpack_scales(&wb.scales);
+            summs = (-ab.d * dmin).mul_add(min_term(&mn, ab) as f32, summs);
+            let qh = load_u8x32(&wb.qh);
+            // Sub-block j's codes: `nibbles` plus 0x10 where bit j of the qh byte is set.
+            let merge = |nibbles: __m256i, j: usize| {
+                let set = _mm256_test_epi8_mask(qh, _mm256_set1_epi8((1u8 << j) as i8));
+                _mm256_mask_add_epi8(nibbles, set, nibbles, fifth)
+            };
+            let mut sumi = _mm256_setzero_si256();
+            for c in 0..4 {
+                let q = load_u8x32(&wb.qs[c]);
+                let lo = merge(_mm256_and_si256(q, low4), 2 * c);
+                let hi = merge(_mm256_and_si256(_mm256_srli_epi16::<4>(q), low4), 2 * c + 1);
+                let p_lo = _mm256_maddubs_epi16(lo, load_i8x32(&ab.qs[2 * c]));
+                let p_hi = _mm256_maddubs_epi16(hi, load_i8x32(&ab.qs[2 * c + 1]));
+                sumi = _mm256_dpwssd_epi32(sumi, p_lo, _mm256_set1_epi16(i16::from(sc[2 * c])));
+                let s_hi = _mm256_set1_epi16(i16::from(sc[2 * c + 1]));
+                sumi = _mm256_dpwssd_epi32(sumi, p_hi, s_hi);
+            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(ab.d * d), _mm256_cvtepi32_ps(sumi), acc);
+        }
+        hsum_ps(acc) + summs
+    }
+}
+
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon {
     /// The NEON kernels, written once for both flavours of the exact integer dot:
@@ -487,6 +538,30 @@ mod tests {
             assert_eq!(simd.to_bits(), model.to_bits(), "{nb}");
             let terms = lanes_terms(blocks()) + mins().map(|(d, m)| (d * m).abs()).sum::<f32>();
             assert_reordered_sum_close(simd, dot_scalar(&w, &a), terms, 2 * nb + 8);
+        }
+    }
+
+    /// The AVX-512 decode kernel equals the AVX2 one bit for bit, every fifth bit set
+    /// included.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vnni_dot_equals_avx2() {
+        if !crate::required::test_needs("avx2") || !crate::required::test_needs("avx512vnni") {
+            return;
+        }
+        let mut r = rng(54);
+        for nb in [1, 2, 7] {
+            let mut w = random_blocks(&mut r, nb);
+            w[0].qh = [0xFF; 32];
+            let a = random_q8_k(&mut r, 2 * nb);
+            let (mut want, mut got) = (vec![0.0f32; 2], vec![0.0f32; 2]);
+            // SAFETY: AVX2 and AVX-512 VNNI (with F, VL and BW) were detected above.
+            unsafe {
+                avx2::dot_multi(&w, &a, &mut want);
+                avx512vnni::dot_multi(&w, &a, &mut got);
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{nb} blocks");
         }
     }
 
