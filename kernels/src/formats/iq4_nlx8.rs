@@ -108,25 +108,8 @@ macro_rules! x86_kernels {
         /// call, [`PASS`] at a time; `sums` holds each activation block's integer sum.
         #[target_feature(enable = $features)]
         pub(crate) fn gemm(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
-            let nb = w.len();
             let t = (out.len() / ROWS).min(TOKENS_PER_CALL);
-            let mut t0 = 0;
-            while t0 < t {
-                let n = (t - t0).min(PASS);
-                let (a, s) = (&a[t0 * nb..], &sums[t0 * nb..]);
-                let o = &mut out[t0 * ROWS..(t0 + n) * ROWS];
-                match n {
-                    1 => gemm_n::<1>(w, a, s, o),
-                    2 => gemm_n::<2>(w, a, s, o),
-                    3 => gemm_n::<3>(w, a, s, o),
-                    4 => gemm_n::<4>(w, a, s, o),
-                    5 => gemm_n::<5>(w, a, s, o),
-                    6 => gemm_n::<6>(w, a, s, o),
-                    7 => gemm_n::<7>(w, a, s, o),
-                    _ => gemm_n::<8>(w, a, s, o),
-                }
-                t0 += n;
-            }
+            crate::formats::q4x8::gemm_in_passes!(gemm_n, PASS, t, w, a, sums, out);
         }
 
         /// [`super::gemv_scalar`] with this flavour: one call for a whole slice of groups.

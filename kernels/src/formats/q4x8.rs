@@ -245,6 +245,36 @@ pub(crate) fn gemv_scalar<B: Q4x8>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: 
     }
 }
 
+/// Runs `$kernel::<[$B,] N>(w, a, sums, out)` over the first `$t` tokens of `out`, at most
+/// `$pass` (up to [`MAX_CALL_TOKENS`]) a pass: the interleaved kernels' token loop, whose
+/// accumulators for N tokens stay in registers.
+#[cfg(target_arch = "x86_64")]
+macro_rules! gemm_in_passes {
+    ($kernel:ident $(<$b:ty>)?, $pass:expr, $t:expr, $w:expr, $a:expr, $sums:expr, $out:expr) => {{
+        let (w, a, sums, out, t) = ($w, $a, $sums, $out, $t);
+        let nb = w.len();
+        let mut t0 = 0;
+        while t0 < t {
+            let n = (t - t0).min($pass);
+            let (a, s) = (&a[t0 * nb..], &sums[t0 * nb..]);
+            let o = &mut out[t0 * ROWS..(t0 + n) * ROWS];
+            match n {
+                1 => $kernel::<$($b,)? 1>(w, a, s, o),
+                2 => $kernel::<$($b,)? 2>(w, a, s, o),
+                3 => $kernel::<$($b,)? 3>(w, a, s, o),
+                4 => $kernel::<$($b,)? 4>(w, a, s, o),
+                5 => $kernel::<$($b,)? 5>(w, a, s, o),
+                6 => $kernel::<$($b,)? 6>(w, a, s, o),
+                7 => $kernel::<$($b,)? 7>(w, a, s, o),
+                _ => $kernel::<$($b,)? 8>(w, a, s, o),
+            }
+            t0 += n;
+        }
+    }};
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use gemm_in_passes;
+
 /// The x86 kernels, written once for each way of multiplying four unsigned codes by four
 /// signed activations and summing them into a lane: AVX2's `maddubs` + `madd`, or AVX-512
 /// VNNI's `vpdpbusd`. Both give the same exact integers, so the same bits. A flavour module
@@ -276,26 +306,7 @@ macro_rules! x86_kernels {
         pub(crate) fn gemm<B: Q4x8>(w: &[B], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
             match (B::GGML_LANES, out.len() / ROWS) {
                 (_, 0) => {}
-                (false, t) => {
-                    let nb = w.len();
-                    let mut t0 = 0;
-                    while t0 < t {
-                        let n = (t - t0).min(PASS);
-                        let (a, s) = (&a[t0 * nb..], &sums[t0 * nb..]);
-                        let o = &mut out[t0 * ROWS..(t0 + n) * ROWS];
-                        match n {
-                            1 => gemm_n::<B, 1>(w, a, s, o),
-                            2 => gemm_n::<B, 2>(w, a, s, o),
-                            3 => gemm_n::<B, 3>(w, a, s, o),
-                            4 => gemm_n::<B, 4>(w, a, s, o),
-                            5 => gemm_n::<B, 5>(w, a, s, o),
-                            6 => gemm_n::<B, 6>(w, a, s, o),
-                            7 => gemm_n::<B, 7>(w, a, s, o),
-                            _ => gemm_n::<B, 8>(w, a, s, o),
-                        }
-                        t0 += n;
-                    }
-                }
+                (false, t) => super::gemm_in_passes!(gemm_n<B>, PASS, t, w, a, sums, out),
                 (true, 1) => gemm_lanes_n::<B, 1>(w, a, out),
                 (true, 2) => gemm_lanes_n::<B, 2>(w, a, out),
                 (true, _) => {
