@@ -5,6 +5,11 @@
 //! test checks it reads the bytes llama.cpp read. How the fixture was recorded:
 //! fixtures/README.md.
 //!
+//! On a CPU with AVX512_BF16, BF16 matmuls sum as llama.cpp's AVX-512 builds do (`vdpbf16ps`,
+//! kostant_kernels' `bf16_pairs`) while attention keeps the AVX2 build's orders, so there the
+//! BF16 replies match neither build by construction; they are held to the AVX2 build's replies
+//! all the same, token for token (fixtures/README.md).
+//!
 //! SmolLM2's rows are 576 wide, no multiple of 256: a file of a 256-element format holds it in
 //! its 1536-wide `ffn_down` matrices and the fallback format elsewhere (as llama-quantize's do),
 //! so each K-quant meets a real model in the 30 matrices that carry most of its error.

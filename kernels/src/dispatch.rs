@@ -30,8 +30,8 @@ use crate::formats::q8_0x8::{self, BlockQ8_0x8};
 use crate::formats::q8_1::BlockQ8_1;
 use crate::formats::q8_k::BlockQ8K;
 use crate::formats::{
-    bf16, f16, f32, iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0,
-    q8_1, q8_k,
+    bf16, bf16_pairs, f16, f32, iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k,
+    q6_k, q8_0, q8_1, q8_k,
 };
 use crate::lora;
 
@@ -44,6 +44,9 @@ pub enum KernelPath {
     /// [`KernelPath::Avx2Fma`] with the repacked 4-bit weights' integer dots on AVX-512 VNNI
     /// (`vpdpbusd`; Ice Lake, Zen 4 and later).
     Avx512Vnni,
+    /// [`KernelPath::Avx512Vnni`] with BF16 weights on AVX512_BF16's `vdpbf16ps`, in the
+    /// orders of llama.cpp's AVX-512 builds (Cooper Lake, Sapphire Rapids, Zen 4 and later).
+    Avx512Bf16,
     /// aarch64 baseline NEON (F16 weights still use the scalar dot: the f16 vector types are
     /// not stable in Rust yet).
     Neon,
@@ -59,6 +62,7 @@ impl KernelPath {
             KernelPath::Scalar => "scalar",
             KernelPath::Avx2Fma => "avx2+fma",
             KernelPath::Avx512Vnni => "avx2+fma+avx512vnni",
+            KernelPath::Avx512Bf16 => "avx2+fma+avx512vnni+bf16",
             KernelPath::Neon => "neon",
             KernelPath::NeonDotprod => "neon+dotprod",
             KernelPath::NeonI8mm => "neon+dotprod+i8mm",
@@ -67,7 +71,10 @@ impl KernelPath {
 
     /// Any x86 SIMD path (they share every kernel but the repacked 4-bit weights' dots).
     pub fn is_x86_simd(self) -> bool {
-        matches!(self, KernelPath::Avx2Fma | KernelPath::Avx512Vnni)
+        matches!(
+            self,
+            KernelPath::Avx2Fma | KernelPath::Avx512Vnni | KernelPath::Avx512Bf16
+        )
     }
 
     /// Any NEON path (they share every kernel but the quantized weights' dots).
@@ -98,6 +105,8 @@ pub struct CpuFeatures {
     pub f16c: bool,
     /// AVX-512 F, VL, BW and VNNI, all four.
     pub avx512vnni: bool,
+    /// Those and AVX512_BF16.
+    pub avx512bf16: bool,
     pub neon: bool,
     pub dotprod: bool,
 }
@@ -134,6 +143,8 @@ pub(crate) struct Kernels {
     /// row dot's order).
     dot_bf16_token: DotFn<BF16, f32>,
     dot_bf16_batch: MultiFn<BF16, f32>,
+    /// BF16 weights against packed bfloat16 activations on `vdpbf16ps`, where the CPU has it.
+    bf16_pairs: Option<Bf16Pairs>,
     /// A LoRA pair's B rows against one token: `out[i] += dot(row i, x) * scale`, each dot in
     /// tinyBLAS's order or `dot_f16`'s as the order says.
     lora_rows_f16: unsafe fn(&[F16], &[f32], f32, &mut [f32], F16SumOrder),
@@ -197,6 +208,7 @@ static SCALAR: Kernels = Kernels {
     lora_tokens_f16: lora::tokens_f16_scalar,
     dot_bf16_token: bf16::vec_dot_scalar,
     dot_bf16_batch: bf16::tiny_blas_multi_scalar,
+    bf16_pairs: None,
     quantize_q8_1: q8_1::quantize_scalar,
     quantize_q8_k: q8_k::quantize_scalar,
     dot_q4_0: q4_0::dot_multi_scalar,
@@ -249,6 +261,7 @@ static AVX2: Kernels = Kernels {
     lora_tokens_f16: lora::avx2::tokens_f16,
     dot_bf16_token: bf16::avx2::vec_dot,
     dot_bf16_batch: bf16::avx2::tiny_blas_multi,
+    bf16_pairs: None,
     quantize_q8_1: q8_1::avx2::quantize,
     quantize_q8_k: q8_k::avx2::quantize,
     dot_q4_0: q4_0::avx2::dot_multi,
@@ -313,6 +326,60 @@ static AVX512_VNNI: Kernels = Kernels {
     ..AVX2
 };
 
+/// [`AVX512_VNNI`] with BF16 weights on `vdpbf16ps`: other sums than AVX2's (llama.cpp's
+/// AVX-512 build's, see [`bf16_pairs`]), and half the activation bytes.
+#[cfg(target_arch = "x86_64")]
+static AVX512_BF16: Kernels = Kernels {
+    path: KernelPath::Avx512Bf16,
+    bf16_pairs: Some(Bf16Pairs {
+        pack: bf16::avx2::quantize,
+        rows: bf16_pairs::avx512bf16::vec_dot_rows,
+        tile: bf16_pairs::avx512bf16::tile,
+    }),
+    ..AVX512_VNNI
+};
+
+/// A BF16 matmul's kernels over packed bfloat16 activations (module [`bf16_pairs`]). Only
+/// a table handed out after detecting AVX512_BF16 holds one.
+#[derive(Clone, Copy)]
+pub(crate) struct Bf16Pairs {
+    /// f32 activations rounded to bfloat16 as ggml rounds them.
+    pack: unsafe fn(&[f32], &mut [BF16]),
+    /// `out.len()` rows against one token, each in `ggml_vec_dot_bf16`'s order.
+    rows: RowsFn<BF16, BF16>,
+    /// [`bf16_pairs::TILE_ROWS`] rows against 1 to [`bf16_pairs::TILE_TOKENS`] tokens, each
+    /// in tinyBLAS's order, token `t`'s results at `out[t·ld..]`.
+    tile: unsafe fn(&[BF16], &[BF16], &mut [f32], usize),
+}
+
+impl Bf16Pairs {
+    /// `x` rounded to bfloat16 into `out` (ggml's `GGML_FP32_TO_BF16`).
+    #[inline]
+    pub fn pack(&self, x: &[f32], out: &mut [BF16]) {
+        assert_eq!(x.len(), out.len(), "bf16 pack: length mismatch");
+        // SAFETY: as in `rows`.
+        unsafe { (self.pack)(x, out) }
+    }
+
+    /// Rows of `w` (each `x.len()` long) against the token `x`, one per `out` entry.
+    #[inline]
+    pub fn rows(&self, w: &[BF16], x: &[BF16], out: &mut [f32]) {
+        assert_eq!(w.len(), x.len() * out.len(), "bf16 rows: length mismatch");
+        // SAFETY: a `Bf16Pairs` exists only in a table `kernels` hands out after detecting
+        // the features its kernels need.
+        unsafe { (self.rows)(w, x, out) }
+    }
+
+    /// [`bf16_pairs::TILE_ROWS`] rows of `w` against the 1 to [`bf16_pairs::TILE_TOKENS`]
+    /// tokens of `x`; token `t`'s results go to `out[t·ld..t·ld + TILE_ROWS]`.
+    #[inline]
+    pub fn tile(&self, w: &[BF16], x: &[BF16], out: &mut [f32], ld: usize) {
+        // The kernel checks the shape (it runs on a hot path only through this wrapper).
+        // SAFETY: as in `rows`.
+        unsafe { (self.tile)(w, x, out, ld) }
+    }
+}
+
 #[cfg(target_arch = "aarch64")]
 static NEON: Kernels = Kernels {
     path: KernelPath::Neon,
@@ -325,6 +392,7 @@ static NEON: Kernels = Kernels {
     lora_tokens_f16: lora::tokens_f16_scalar,
     dot_bf16_token: bf16::neon::dot,
     dot_bf16_batch: bf16::neon::dot_multi,
+    bf16_pairs: None,
     quantize_q8_1: q8_1::neon::quantize,
     quantize_q8_k: q8_k::neon::quantize,
     dot_q4_0: q4_0::neon::dot_multi,
@@ -436,9 +504,19 @@ pub(crate) fn has_avx512vnni() -> bool {
     has_avx2() && has_avx512vnni_features()
 }
 
+/// True when the BF16 kernels on `vdpbf16ps` may run here (on top of [`has_avx512vnni`]).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx512bf16() -> bool {
+    has_avx512vnni() && is_x86_feature_detected!("avx512bf16")
+}
+
 fn best() -> &'static Kernels {
     static BEST: OnceLock<&'static Kernels> = OnceLock::new();
     BEST.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx512bf16() {
+            return &AVX512_BF16;
+        }
         #[cfg(target_arch = "x86_64")]
         if has_avx512vnni() {
             return &AVX512_VNNI;
@@ -499,9 +577,12 @@ pub fn cpu_features() -> CpuFeatures {
     #[cfg(not(target_arch = "x86_64"))]
     let (avx2, fma, f16c) = (false, false, false);
     #[cfg(target_arch = "x86_64")]
-    let avx512vnni = has_avx512vnni_features();
+    let (avx512vnni, avx512bf16) = (
+        has_avx512vnni_features(),
+        has_avx512vnni_features() && is_x86_feature_detected!("avx512bf16"),
+    );
     #[cfg(not(target_arch = "x86_64"))]
-    let avx512vnni = false;
+    let (avx512vnni, avx512bf16) = (false, false);
     #[cfg(target_arch = "aarch64")]
     let (neon, dotprod) = (
         std::arch::is_aarch64_feature_detected!("neon"),
@@ -517,6 +598,7 @@ pub fn cpu_features() -> CpuFeatures {
         fma,
         f16c,
         avx512vnni,
+        avx512bf16,
         neon,
         dotprod,
     }
@@ -606,6 +688,12 @@ impl Kernels {
         assert_eq!(w.len(), x.len(), "dot_bf16_token: length mismatch");
         // SAFETY: as in `dot_f32`.
         unsafe { (self.dot_bf16_token)(w, x) }
+    }
+
+    /// The BF16 kernels over packed bfloat16 activations, where the CPU has them.
+    #[inline]
+    pub fn bf16_pairs(&self) -> Option<&Bf16Pairs> {
+        self.bf16_pairs.as_ref()
     }
 
     /// One row of a BF16 matmul against `out.len()` tokens of a batch (two or more).
@@ -1103,6 +1191,7 @@ mod tests {
             KernelPath::Scalar,
             KernelPath::Avx2Fma,
             KernelPath::Avx512Vnni,
+            KernelPath::Avx512Bf16,
             KernelPath::Neon,
             KernelPath::NeonDotprod,
             KernelPath::NeonI8mm,

@@ -9,7 +9,7 @@ use std::thread::LocalKey;
 use rayon::prelude::*;
 
 use crate::block::{cast_blocks, f32_view, ByteBlock};
-use crate::dispatch::{kernels, GemmEntry, Kernels};
+use crate::dispatch::{kernels, Bf16Pairs, GemmEntry, Kernels};
 use crate::formats::bf16::BF16;
 use crate::formats::f16::F16;
 use crate::formats::iq4_nl::BlockIq4Nl;
@@ -55,6 +55,8 @@ thread_local! {
     // Normalised rows for the float formats, which multiply f32 activations and so cannot
     // normalise them on the way into a quantizer.
     static NORMED: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+    // Activations packed to bfloat16 for `vdpbf16ps`.
+    static ACT_BF16: Cell<Vec<BF16>> = const { Cell::new(Vec::new()) };
 }
 
 /// The float formats: f32 activations against each row (normalised first into a thread-local
@@ -89,7 +91,8 @@ fn float_matmul<W: Sync>(
 /// BF16 as ggml multiplies it: the activations rounded to bfloat16 first (its `vec_dot_type`),
 /// then one token's rows in `ggml_vec_dot_bf16`'s order and a batch's in tinyBLAS's (which
 /// llama.cpp runs for two tokens or more when rows are a multiple of 8 long and their number a
-/// multiple of 4).
+/// multiple of 4). Where the CPU has AVX512_BF16, the activations are packed to bfloat16 and
+/// multiplied on `vdpbf16ps` in the orders of llama.cpp's AVX-512 builds ([`bf16_pairs_matmul`]).
 fn bf16_matmul(
     k: &'static Kernels,
     w: &[BF16],
@@ -104,6 +107,13 @@ fn bf16_matmul(
             buf.copy_from_slice(rows);
         } else {
             x.materialize(cols, buf);
+        }
+        if let Some(pairs) = k.bf16_pairs() {
+            with_buffer(&ACT_BF16, shape.n_tok * cols, |act| {
+                pairs.pack(buf, act);
+                bf16_pairs_matmul(pairs, w, cols, act, shape, out);
+            });
+            return;
         }
         for v in buf.iter_mut() {
             *v = bf16_to_f32(f32_to_bf16(*v));
@@ -127,6 +137,66 @@ fn bf16_matmul(
             |w, a, o| each_row(|w, a| k.dot_bf16_token(w, a), w, a, o),
         )
     });
+}
+
+/// BF16 weights against packed bfloat16 activations on `vdpbf16ps`
+/// ([`crate::formats::bf16_pairs`]): a batch that tinyBLAS takes (two tokens or more, rows a
+/// multiple of its 32-element step long and their number of its 4-row tile) in tiles of 4
+/// rows by up to 6 tokens, bands of row tiles meeting every token while they sit in L1; one
+/// token, or a batch tinyBLAS refuses, in `ggml_vec_dot_bf16`'s order row by row.
+fn bf16_pairs_matmul(
+    p: &Bf16Pairs,
+    w: &[BF16],
+    cols: usize,
+    act: &[BF16],
+    shape: Shape,
+    out: &mut [f32],
+) {
+    use crate::formats::bf16_pairs::{STEP, TILE_ROWS as R, TILE_TOKENS};
+    let Shape { rows, n_tok, .. } = shape;
+    let batch = n_tok >= 2 && cols.is_multiple_of(STEP) && rows.is_multiple_of(R);
+    if !batch {
+        let one = |w: &[BF16], a: &[BF16]| {
+            let mut o = [0.0];
+            p.rows(w, a, &mut o);
+            o[0]
+        };
+        run(
+            w,
+            cols,
+            act,
+            cols,
+            shape,
+            out,
+            |w, a, o| each_token(one, w, a, o),
+            |w, a, o| p.rows(w, a, o),
+        );
+        return;
+    }
+    let group = R * cols;
+    let per_task = if use_pool(shape) {
+        rows_per_task(rows).div_ceil(R)
+    } else {
+        rows / R
+    };
+    let band = (L1_WEIGHT_BYTES / (group * size_of::<BF16>())).max(1);
+    let body = |(c, s): (usize, &mut [f32])| {
+        let groups_here = s.len() / n_tok / R;
+        let rows_here = groups_here * R;
+        for b0 in (0..groups_here).step_by(band) {
+            let b1 = (b0 + band).min(groups_here);
+            for t0 in (0..n_tok).step_by(TILE_TOKENS) {
+                let t1 = (t0 + TILE_TOKENS).min(n_tok);
+                let x = &act[t0 * cols..t1 * cols];
+                for i in b0..b1 {
+                    let g = c * per_task + i;
+                    let at = t0 * rows_here + i * R;
+                    p.tile(&w[g * group..(g + 1) * group], x, &mut s[at..], rows_here);
+                }
+            }
+        }
+    };
+    in_task_rows(out, rows, n_tok, per_task * R, use_pool(shape), body);
 }
 
 /// Runs `f` on a thread-local buffer of at least `len` elements (contents unspecified).
@@ -621,25 +691,40 @@ pub(crate) fn matmul_x8<B: GemmEntry>(
                     }
                 }
             };
-            if !use_pool(shape) {
-                body((0, out));
-                return;
-            }
-            with_buffer(&SCRATCH, p.rows * n_tokens, |scratch| {
-                scratch
-                    .par_chunks_mut(task_rows * n_tokens)
-                    .enumerate()
-                    .for_each(body);
-                out.par_chunks_mut(p.rows).enumerate().for_each(|(t, row)| {
-                    for (c, o) in row.chunks_mut(task_rows).enumerate() {
-                        let at = c * task_rows * n_tokens + t * o.len();
-                        o.copy_from_slice(&scratch[at..at + o.len()]);
-                    }
-                });
-            });
+            in_task_rows(out, p.rows, n_tokens, task_rows, use_pool(shape), body);
         });
     });
     Ok(())
+}
+
+/// Runs `body((task, s))` for each task of `task_rows` rows (the last may have fewer), where
+/// `s` holds the task's rows of every token, token after token: on one thread that is `out`
+/// itself; with several, a per-task scratch copied into `out` a token at a time, in runs of
+/// the task's rows (tasks cannot share `out`, whose rows interleave by token).
+fn in_task_rows(
+    out: &mut [f32],
+    rows: usize,
+    n_tok: usize,
+    task_rows: usize,
+    parallel: bool,
+    body: impl Fn((usize, &mut [f32])) + Sync + Send,
+) {
+    if !parallel {
+        body((0, out));
+        return;
+    }
+    with_buffer(&SCRATCH, rows * n_tok, |scratch| {
+        scratch
+            .par_chunks_mut(task_rows * n_tok)
+            .enumerate()
+            .for_each(body);
+        out.par_chunks_mut(rows).enumerate().for_each(|(t, row)| {
+            for (c, o) in row.chunks_mut(task_rows).enumerate() {
+                let at = c * task_rows * n_tok + t * o.len();
+                o.copy_from_slice(&scratch[at..at + o.len()]);
+            }
+        });
+    });
 }
 
 /// [`crate::packed::matvec_fused`] for matrices of one interleaved format: `blocks[i]` holds

@@ -4,8 +4,16 @@
 //! machine that should check a kernel cannot pass by skipping it (`.ci/run`).
 
 /// The names [`cpu_has`] knows: "avx2" is the AVX2 kernels' AVX2 + FMA + F16C, "avx512vnni"
-/// AVX-512 F + VL + VNNI on top of those; "neon", "dotprod", "i8mm" are aarch64's.
-pub const FEATURE_NAMES: [&str; 5] = ["avx2", "avx512vnni", "neon", "dotprod", "i8mm"];
+/// AVX-512 F + VL + VNNI on top of those, "avx512bf16" AVX512_BF16 on top of that; "neon",
+/// "dotprod", "i8mm" are aarch64's.
+pub const FEATURE_NAMES: [&str; 6] = [
+    "avx2",
+    "avx512vnni",
+    "avx512bf16",
+    "neon",
+    "dotprod",
+    "i8mm",
+];
 
 /// Whether this CPU has the feature `name` (one of [`FEATURE_NAMES`]; `None` for any other
 /// name). A feature of another architecture is `Some(false)`.
@@ -17,6 +25,7 @@ pub fn cpu_has(name: &str) -> Option<bool> {
     let has = match name {
         "avx2" => crate::dispatch::has_avx2(),
         "avx512vnni" => crate::dispatch::has_avx512vnni(),
+        "avx512bf16" => crate::dispatch::has_avx512bf16(),
         _ => false,
     };
     #[cfg(target_arch = "aarch64")]

@@ -40,7 +40,9 @@ fn simd_matmul_matches_scalar_matmul() {
     assert!(!features.forced_scalar);
     #[cfg(target_arch = "x86_64")]
     if test_needs("avx2") {
-        let want = if test_needs("avx512vnni") {
+        let want = if test_needs("avx512bf16") {
+            KernelPath::Avx512Bf16
+        } else if test_needs("avx512vnni") {
             KernelPath::Avx512Vnni
         } else {
             KernelPath::Avx2Fma

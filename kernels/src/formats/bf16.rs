@@ -10,7 +10,7 @@ use crate::block::ByteBlock;
 /// One bfloat16, as stored in the file (a type of its own, so F16 bytes cannot be passed
 /// where bfloat16 is expected).
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct BF16(pub [u8; 2]);
 const _: () = assert!(size_of::<BF16>() == 2);
 // SAFETY: repr(C) around a u8 array: alignment 1, no padding, every bit pattern valid.
@@ -119,6 +119,36 @@ pub(crate) mod avx2 {
         // SAFETY: the caller guarantees 16 readable bytes at `p`.
         let h = unsafe { _mm_loadu_si128(p.cast()) };
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+    }
+
+    /// [`super::quantize`] with AVX2, bit for bit: ggml's rounding (`GGML_FP32_TO_BF16`) on
+    /// eight values at a time, as integers.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn quantize(x: &[f32], out: &mut [BF16]) {
+        assert_eq!(x.len(), out.len(), "bf16 quantize: length mismatch");
+        let n = x.len() - x.len() % 8;
+        let (px, po) = (x.as_ptr(), out.as_mut_ptr());
+        let mut i = 0;
+        while i < n {
+            // SAFETY: i + 8 <= n: 8 floats in `x`, 8 bfloat16 (16 bytes) in `out`.
+            unsafe {
+                let u = _mm256_loadu_si256(px.add(i).cast());
+                let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(u), _mm256_set1_epi32(1));
+                let bias = _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF));
+                let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(u, bias));
+                // A NaN (magnitude above infinity's bits) keeps its top half, made quiet.
+                let mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFF_FFFF));
+                let nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7F80_0000));
+                let quiet = _mm256_or_si256(_mm256_srli_epi32::<16>(u), _mm256_set1_epi32(0x40));
+                let h = _mm256_blendv_epi8(rounded, quiet, nan);
+                // Each lane holds 16 bits: pack them (per 128-bit half), then join the halves.
+                let packed = _mm256_packus_epi32(h, h);
+                let joined = _mm256_permute4x64_epi64::<0b1000>(packed);
+                _mm_storeu_si128(po.add(i).cast(), _mm256_castsi256_si128(joined));
+            }
+            i += 8;
+        }
+        super::quantize(&x[n..], &mut out[n..]);
     }
 
     /// [`super::vec_dot_scalar`] with AVX2, bit for bit: ggml's own loop.
@@ -309,6 +339,40 @@ mod tests {
             let simd = unsafe { neon::dot(&w, &x) };
             assert_reordered_sum_close(simd, dot_scalar(&w, &x), terms, n);
         }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_rounding_is_the_scalar_rounding() {
+        if !crate::required::test_needs("avx2") {
+            return;
+        }
+        let mut r = rng(85);
+        let mut x = random_f32(&mut r, 1003, 1000.0);
+        // Ties both ways, NaNs (quiet and signalling, either sign), infinities, denormals,
+        // the largest finite value (rounds to infinity) and zeros.
+        let special = [
+            1.0 + 2f32.powi(-8),
+            1.0 + 3.0 * 2f32.powi(-8),
+            f32::NAN,
+            -f32::NAN,
+            f32::from_bits(0x7F80_0001),
+            f32::from_bits(0xFF80_0001),
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::from_bits(1),
+            f32::from_bits(0x8040_8000),
+            f32::MAX,
+            0.0,
+            -0.0,
+        ];
+        x[..special.len()].copy_from_slice(&special);
+        let (mut got, mut want) = (vec![BF16([0; 2]); x.len()], vec![BF16([0; 2]); x.len()]);
+        // SAFETY: detected by `test_needs`.
+        unsafe { avx2::quantize(&x, &mut got) };
+        quantize(&x, &mut want);
+        let raw = |v: &[BF16]| v.iter().map(|h| h.0).collect::<Vec<_>>();
+        assert_eq!(raw(&got), raw(&want));
     }
 
     /// The AVX2 dots equal their scalar models of ggml's and tinyBLAS's orders bit for bit,

@@ -4,6 +4,7 @@
 //! against (q8_1, q8_k).
 
 pub(crate) mod bf16;
+pub(crate) mod bf16_pairs;
 pub(crate) mod f16;
 pub(crate) mod f32;
 pub(crate) mod iq4_nl;

@@ -38,7 +38,9 @@ enum Rows<'a> {
     F32(&'a [f32]),
     /// With the order ggml sums this matrix's dots in for this call ([`sum_order`]).
     F16(&'a [F16], F16SumOrder),
-    /// Summed as a BF16 matmul is, one token or a batch ([`crate::matmul`]'s BF16 path).
+    /// Summed as a BF16 matmul is on AVX2, one token or a batch ([`crate::matmul`]'s BF16
+    /// path): on every x86 CPU, AVX512_BF16 or not (no adapter we know of is BF16, and its
+    /// side path is not worth a second set of kernels).
     BF16(&'a [BF16], F16SumOrder),
 }
 
@@ -394,6 +396,7 @@ pub(crate) mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::bf16;
     use crate::matmul_input;
     use crate::norm::{rms_norm_row, rms_scale, Input};
     use crate::testutil::*;
@@ -418,6 +421,19 @@ mod tests {
             for (xr, o) in x.chunks_exact(w.cols).zip(out.chunks_exact_mut(w.rows)) {
                 for (o, row) in o.iter_mut().zip(h.chunks_exact(w.cols)) {
                     *o = f16::tiny_blas_dot_scalar(row, xr);
+                }
+            }
+        } else if w.ty == GgmlType::BF16 && crate::dispatch::kernels().bf16_pairs().is_some() {
+            // The AVX2 build's orders, which the side path keeps on every x86 CPU, where a
+            // BF16 matmul on AVX512_BF16 sums in the AVX-512 build's instead.
+            let h = cast_blocks::<BF16>(w.data);
+            let order = sum_order(w.rows, w.cols, n, pass);
+            for (xr, o) in x.chunks_exact(w.cols).zip(out.chunks_exact_mut(w.rows)) {
+                for (o, row) in o.iter_mut().zip(h.chunks_exact(w.cols)) {
+                    *o = match order {
+                        F16SumOrder::TinyBlas => bf16::tiny_blas_scalar(row, xr),
+                        F16SumOrder::VecDot => bf16::vec_dot_scalar(row, xr),
+                    };
                 }
             }
         } else {
