@@ -102,18 +102,20 @@ fn bf16_matmul(
     out: &mut [f32],
 ) {
     use crate::formats::bf16::{bf16_to_f32, f32_to_bf16};
+    if let Some(pairs) = k.bf16_pairs() {
+        // Normalised and packed a few tokens per task, as the quantized formats' activations
+        // are (one "block" per element).
+        with_buffer(&ACT_BF16, shape.n_tok * cols, |act| {
+            quantize_tokens(x, cols, act, cols, shape, |x, a| pairs.pack(x, a));
+            bf16_pairs_matmul(pairs, w, cols, act, shape, out);
+        });
+        return;
+    }
     with_buffer(&NORMED, shape.n_tok * cols, |buf| {
         if let Input::Rows(rows) = x {
             buf.copy_from_slice(rows);
         } else {
             x.materialize(cols, buf);
-        }
-        if let Some(pairs) = k.bf16_pairs() {
-            with_buffer(&ACT_BF16, shape.n_tok * cols, |act| {
-                pairs.pack(buf, act);
-                bf16_pairs_matmul(pairs, w, cols, act, shape, out);
-            });
-            return;
         }
         for v in buf.iter_mut() {
             *v = bf16_to_f32(f32_to_bf16(*v));
