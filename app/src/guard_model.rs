@@ -51,10 +51,51 @@ pub fn guard_model_path_in(chat_path: &Path, dirs: &[PathBuf]) -> Option<PathBuf
         .find(|p| p.is_file())
 }
 
+/// Bytes the guard holds beside a chat on `chat`, whatever the chat's context: its own
+/// session's kv cache and scratch ([`Guard::own_session_plan`]; a guard riding along makes it
+/// too, for a quantized cache, an adapter below a tap, or the first message with Unicode tricks
+/// or a hidden payload to read apart, and keeps it), and, when it reads with another model than
+/// `chat`, that model's weights.
+pub fn guard_bytes(guard: &Guard, chat: &Arc<Model>) -> u64 {
+    let own = guard.own_session_plan();
+    let bytes = match Arc::ptr_eq(guard.model(), chat) {
+        true => own.kv + own.scratch,
+        false => own.total(),
+    };
+    bytes as u64
+}
+
+/// The head's own model as a person knows it: the manifest's name for the default model
+/// ("SmolLM2 135M Instruct"), else the name the head records.
+pub fn guard_model_name(head: &HeadInfo) -> String {
+    kostant_assets::ModelManifest::builtin()
+        .ok()
+        .and_then(|m| m.default_model().ok().map(|d| d.name.clone()))
+        .unwrap_or_else(|| head.model_name.clone())
+}
+
 /// Why a model the head does not read cannot be screened: its own model is not installed.
 pub fn missing_guard_model(head: &HeadInfo) -> String {
     format!(
         "the safety guard reads with {} and that model is not installed beside this one",
-        head.model_name
+        guard_model_name(head)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_guard_model_is_named_as_a_person_knows_it() {
+        let head = builtin_head().unwrap().info;
+        assert_eq!(guard_model_name(&head), "SmolLM2 135M Instruct");
+        let why = missing_guard_model(&head);
+        assert_eq!(
+            why,
+            "the safety guard reads with SmolLM2 135M Instruct and that model is not installed beside this one"
+        );
+        // Not the GGUF's general.name ("Smollm2 135M 8k Lc100K Mix1 Ep2").
+        assert!(!why.contains(&head.model_name), "{why}");
+    }
 }

@@ -84,7 +84,7 @@ pub fn describe_with(path: &Path, guard: Option<&HeadInfo>, dirs: &[PathBuf]) ->
         .and_then(|info| match guard {
             Some(head) if head.reads(&info.name, info.n_embd) => Ok((info, None)),
             Some(head) => match crate::guard_model::guard_model_path_in(path, dirs) {
-                Some(_) => Ok((info, Some(head.model_name.clone()))),
+                Some(_) => Ok((info, Some(crate::guard_model::guard_model_name(head)))),
                 None => Err(crate::guard_model::missing_guard_model(head)),
             },
             None => Err("the built-in safety guard is damaged".into()),
@@ -151,7 +151,7 @@ mod tests {
         assert!(
             models[2]
                 .detail
-                .contains(&format!("the safety guard reads with {}", guard.model_name)),
+                .ends_with(" · the safety guard reads with SmolLM2 135M Instruct"),
             "{}",
             models[2].detail
         );

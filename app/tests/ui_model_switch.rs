@@ -76,7 +76,10 @@ fn the_picker_switches_models_and_keeps_the_conversation() {
         "the model in use offers no Use"
     );
     let gemma = row("gemma.gguf");
-    assert!(gemma.contains("the safety guard reads with"), "{gemma}");
+    assert!(
+        gemma.contains("the safety guard reads with SmolLM2 135M Instruct"),
+        "{gemma}"
+    );
     assert!(exists(&ui, "Use gemma.gguf"));
 
     // A tall window: the testing backend finds only elements in view, and the Context

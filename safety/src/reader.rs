@@ -236,6 +236,12 @@ impl Reader {
         &self.model
     }
 
+    /// The context the reader's own session is made with: the system prefix, a window of
+    /// message, the template's tokens and room for a reply.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
     /// Bytes of the guard's own KV cache.
     pub fn kv_bytes(&self) -> usize {
         self.session.as_ref().map_or(0, Session::kv_bytes)

@@ -164,8 +164,9 @@ pub struct ModelSummary {
     pub file_bytes: u64,
     /// The engine's planned footprint (`Model::memory_plan_with_kv`: weights read, kv cache,
     /// scratch; what `kostant --memory-budget` checks) for contexts of 256, 512, … tokens up
-    /// to the training context, for each cache type this model's heads allow: the Settings
-    /// screen picks the largest that fits the budget.
+    /// to the training context, for each cache type this model's heads allow, plus what the
+    /// guard holds beside the chat ([`crate::guard_model::guard_bytes`]): the Settings screen
+    /// picks the largest that fits the budget.
     pub memory_plans: Vec<ContextPlan>,
     pub n_ctx_train: usize,
     /// [`crate::feature_adapters::fingerprint_hex`]: which shipped adapters apply to it.
@@ -181,6 +182,9 @@ pub struct ContextPlan {
     pub total: u64,
     /// Of which the kv cache.
     pub kv: u64,
+    /// Of which the safety guard's own session, and its own model's weights when it reads
+    /// with another model than the chat's.
+    pub guard: u64,
 }
 
 /// The model and the guard, resident for the app's life: every message and reply goes
@@ -208,7 +212,7 @@ impl GuardedResponder {
         kostant_kernels::init_threads(threads).map_err(|e| AppError::Threads(e.to_string()))?;
         let model = shared_model(path)?;
         let guard = crate::guard_model::guard_for(&model, path)?;
-        let summary = ModelSummary::of(&model, path);
+        let summary = ModelSummary::of(&model, path, &guard);
         Ok((
             GuardedResponder {
                 adapters: FeatureAdapters::new(model.clone()),
@@ -421,8 +425,10 @@ impl Responder for GuardedResponder {
 }
 
 impl ModelSummary {
-    fn of(model: &Model, path: &Path) -> ModelSummary {
+    /// What Settings shows of `model` (mapped from `path`), chatting under `guard`.
+    fn of(model: &Arc<Model>, path: &Path, guard: &Guard) -> ModelSummary {
         let hp = &model.hparams;
+        let guard = crate::guard_model::guard_bytes(guard, model);
         ModelSummary {
             name: model.name(),
             quantization: model.quantization().to_string(),
@@ -437,8 +443,9 @@ impl ModelSummary {
                         ContextPlan {
                             kv_type,
                             n_ctx: 256 * i,
-                            total: plan.total() as u64,
+                            total: plan.total() as u64 + guard,
                             kv: plan.kv as u64,
+                            guard,
                         }
                     })
                 })
@@ -1174,4 +1181,44 @@ fn time_seed() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kostant_engine::testing::{real_model_path, tiny_model_bytes, TinySpec};
+
+    #[test]
+    fn the_memory_plans_count_what_the_guard_holds_beside_the_chat() {
+        let default = shared_model(&real_model_path()).unwrap();
+        let head = crate::guard_model::builtin_head().unwrap();
+        let guard = Guard::new(default.clone(), head).unwrap();
+        let own = guard.own_session_plan();
+        let mb = |b: usize| b as u64 >> 20;
+        assert!(mb(own.weights) > 20 && mb(own.kv) > 5, "{own:?}");
+
+        // A model the head does not read (as Gemma 3): the guard reads with the default model
+        // on a session of its own, and both count.
+        let dir = std::env::temp_dir().join(format!("kostant-plans-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tiny.gguf");
+        std::fs::write(&path, tiny_model_bytes(&TinySpec::default()).unwrap()).unwrap();
+        let tiny = Model::load(&path).unwrap();
+        let other = ModelSummary::of(&tiny, &path, &guard);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(!other.memory_plans.is_empty());
+        for p in &other.memory_plans {
+            let alone = tiny.memory_plan_with_kv(p.n_ctx, p.kv_type);
+            assert_eq!(p.guard, own.total() as u64, "{p:?}");
+            assert_eq!(p.total, alone.total() as u64 + own.total() as u64, "{p:?}");
+        }
+
+        // The default model: the guard shares its weights, and only its own session adds.
+        let same = ModelSummary::of(&default, &real_model_path(), &guard);
+        for p in &same.memory_plans {
+            let alone = default.memory_plan_with_kv(p.n_ctx, p.kv_type);
+            assert_eq!(p.guard, (own.kv + own.scratch) as u64, "{p:?}");
+            assert_eq!(p.total, alone.total() as u64 + p.guard, "{p:?}");
+        }
+    }
 }

@@ -327,11 +327,18 @@ impl SettingsController {
             .into_iter()
             .map(|kv_type| {
                 let (label, words) = kv_words(kv_type);
+                let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
                 let fits = match self.plan_for_budget(kv_type) {
+                    Some(p) if p.guard > 0 => format!(
+                        "{} tokens fit the budget, using {:.1} MiB for the context and {:.1} MiB for the safety guard",
+                        p.n_ctx,
+                        mib(p.kv),
+                        mib(p.guard)
+                    ),
                     Some(p) => format!(
                         "{} tokens fit the budget, using {:.1} MiB for the context",
                         p.n_ctx,
-                        p.kv as f64 / (1024.0 * 1024.0)
+                        mib(p.kv)
                     ),
                     None if self.model.is_some() => {
                         "not even 256 tokens fit the budget".to_string()
@@ -470,6 +477,7 @@ mod tests {
                             n_ctx: 256 * i,
                             total: 100 * MIB + kv,
                             kv,
+                            guard: 0,
                         }
                     })
                 })
@@ -556,6 +564,31 @@ mod tests {
         s.set_kv_type(KvType::Q4_0);
         assert_eq!(s.generation().kv_type, KvType::F16);
         assert_eq!(s.kv_choices().len(), 1);
+    }
+
+    #[test]
+    fn the_safety_guards_share_comes_out_of_the_budget_and_is_named() {
+        const MIB: u64 = 1024 * 1024;
+        // A chat model the guard does not read: its own model and session take 124 MiB.
+        let mut guarded = summary();
+        for p in &mut guarded.memory_plans {
+            p.guard = 124 * MIB;
+            p.total += p.guard;
+        }
+        let mut s = SettingsController::new(GenerationSettings::default(), Ok("k".into()));
+        s.model_loaded(guarded, super::super::no_notify());
+        s.set_memory_budget_mb(1124 + 124);
+        assert_eq!(s.generation().n_ctx, 1024);
+        let exact = &s.kv_choices()[0].detail;
+        assert!(
+            exact.ends_with(
+                "1024 tokens fit the budget, using 1024.0 MiB for the context and 124.0 MiB for the safety guard"
+            ),
+            "{exact}"
+        );
+        for jargon in ["kv", "session", "weights", "head"] {
+            assert!(!exact.contains(jargon), "{jargon}: {exact}");
+        }
     }
 
     #[test]

@@ -128,6 +128,7 @@ fn factory(scripts: Vec<Script>) -> (ResponderFactory, Arc<Mutex<Vec<ReplyReques
                     n_ctx,
                     total,
                     kv: total,
+                    guard: 0,
                 })
                 .to_vec(),
             n_ctx_train: 4096,
