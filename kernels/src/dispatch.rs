@@ -9,6 +9,8 @@ use std::sync::OnceLock;
 use crate::attention::F16SumOrder;
 use crate::exp;
 use crate::formats::bf16::BF16;
+#[cfg(target_arch = "x86_64")]
+use crate::formats::bf16_pairs;
 use crate::formats::f16::F16;
 use crate::formats::iq4_nl::BlockIq4Nl;
 use crate::formats::iq4_nlx8::{self, BlockIq4Nlx8};
@@ -30,8 +32,8 @@ use crate::formats::q8_0x8::{self, BlockQ8_0x8};
 use crate::formats::q8_1::BlockQ8_1;
 use crate::formats::q8_k::BlockQ8K;
 use crate::formats::{
-    bf16, bf16_pairs, f16, f32, iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k,
-    q6_k, q8_0, q8_1, q8_k,
+    bf16, f16, f32, iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0,
+    q8_1, q8_k,
 };
 use crate::lora;
 
@@ -327,7 +329,7 @@ static AVX512_VNNI: Kernels = Kernels {
 };
 
 /// [`AVX512_VNNI`] with BF16 weights on `vdpbf16ps`: other sums than AVX2's (llama.cpp's
-/// AVX-512 build's, see [`bf16_pairs`]), and half the activation bytes.
+/// AVX-512 build's, see `formats::bf16_pairs`), and half the activation bytes.
 #[cfg(target_arch = "x86_64")]
 static AVX512_BF16: Kernels = Kernels {
     path: KernelPath::Avx512Bf16,
@@ -339,7 +341,7 @@ static AVX512_BF16: Kernels = Kernels {
     ..AVX512_VNNI
 };
 
-/// A BF16 matmul's kernels over packed bfloat16 activations (module [`bf16_pairs`]). Only
+/// A BF16 matmul's kernels over packed bfloat16 activations (`formats::bf16_pairs`). Only
 /// a table handed out after detecting AVX512_BF16 holds one.
 #[derive(Clone, Copy)]
 pub(crate) struct Bf16Pairs {
@@ -347,8 +349,8 @@ pub(crate) struct Bf16Pairs {
     pack: unsafe fn(&[f32], &mut [BF16]),
     /// `out.len()` rows against one token, each in `ggml_vec_dot_bf16`'s order.
     rows: RowsFn<BF16, BF16>,
-    /// [`bf16_pairs::TILE_ROWS`] rows against 1 to [`bf16_pairs::TILE_TOKENS`] tokens, each
-    /// in tinyBLAS's order, token `t`'s results at `out[t·ld..]`.
+    /// `bf16_pairs::TILE_ROWS` rows against 1 to `bf16_pairs::TILE_TOKENS` tokens, each in
+    /// tinyBLAS's order, token `t`'s results at `out[t·ld..]`.
     tile: unsafe fn(&[BF16], &[BF16], &mut [f32], usize),
 }
 
@@ -370,8 +372,8 @@ impl Bf16Pairs {
         unsafe { (self.rows)(w, x, out) }
     }
 
-    /// [`bf16_pairs::TILE_ROWS`] rows of `w` against the 1 to [`bf16_pairs::TILE_TOKENS`]
-    /// tokens of `x`; token `t`'s results go to `out[t·ld..t·ld + TILE_ROWS]`.
+    /// `bf16_pairs::TILE_ROWS` rows of `w` against the 1 to `bf16_pairs::TILE_TOKENS` tokens
+    /// of `x`; token `t`'s results go to `out[t·ld..t·ld + TILE_ROWS]`.
     #[inline]
     pub fn tile(&self, w: &[BF16], x: &[BF16], out: &mut [f32], ld: usize) {
         // The kernel checks the shape (it runs on a hot path only through this wrapper).
