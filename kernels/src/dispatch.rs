@@ -188,6 +188,8 @@ pub(crate) struct Kernels {
     gemm_q8_0x8: GemmFn<BlockQ8_0x8, BlockQ8_1>,
     gemm_q5_0x8: GemmFn<BlockQ5_0x8, BlockQ8_1>,
     gemm_iq4_nlx8: GemmFn<BlockIq4Nlx8, BlockQ8_1>,
+    /// Two groups of IQ4_NL at once (512-bit registers), where the CPU has them.
+    gemm_iq4_nlx8_pairs: Option<GemmFn<BlockIq4Nlx8, BlockQ8_1>>,
     gemv_q4_0x8: GemmFn<BlockQ4_0x8, BlockQ8_1>,
     gemv_q4_1x8: GemmFn<BlockQ4_1x8, BlockQ8_1>,
     gemv_q8_0x8: GemmFn<BlockQ8_0x8, BlockQ8_1>,
@@ -245,6 +247,7 @@ static SCALAR: Kernels = Kernels {
     gemm_q5_0x8: q5_0x8::gemm_scalar,
     gemv_q5_0x8: q5_0x8::gemv_scalar,
     gemm_iq4_nlx8: iq4_nlx8::gemm_scalar,
+    gemm_iq4_nlx8_pairs: None,
     gemv_iq4_nlx8: iq4_nlx8::gemv_scalar,
     quantize_q8_k_4x8: q8_k::quantize_4x8_scalar,
     gemm_q4_kx8: q4_kx8::gemm_scalar,
@@ -298,6 +301,7 @@ static AVX2: Kernels = Kernels {
     gemm_q5_0x8: q5_0x8::avx2::gemm,
     gemv_q5_0x8: q5_0x8::avx2::gemv,
     gemm_iq4_nlx8: iq4_nlx8::avx2::gemm,
+    gemm_iq4_nlx8_pairs: None,
     gemv_iq4_nlx8: iq4_nlx8::avx2::gemv,
     quantize_q8_k_4x8: q8_k::avx2::quantize_4x8,
     gemm_q4_kx8: q4_kx8::avx2::gemm,
@@ -317,6 +321,7 @@ static AVX512_VNNI: Kernels = Kernels {
     gemv_q4_1x8: q4x8::avx512vnni::gemv,
     gemv_q5_0x8: q5_0x8::avx512vnni::gemv,
     gemm_iq4_nlx8: iq4_nlx8::avx512vnni::gemm,
+    gemm_iq4_nlx8_pairs: Some(iq4_nlx8::avx512vnni_pairs::gemm),
     gemv_iq4_nlx8: iq4_nlx8::avx512vnni::gemv,
     rows_q5_1: q5_1::avx512vnni::dot_rows,
     dot_q5_k: q5_k::avx512vnni::dot_multi,
@@ -431,6 +436,7 @@ static NEON: Kernels = Kernels {
     gemm_q5_0x8: q5_0x8::gemm_scalar,
     gemv_q5_0x8: q5_0x8::gemv_scalar,
     gemm_iq4_nlx8: iq4_nlx8::gemm_scalar,
+    gemm_iq4_nlx8_pairs: None,
     gemv_iq4_nlx8: iq4_nlx8::gemv_scalar,
     // Q4_K is not repacked on NEON (ggml's NEON kernels sum in another order); the scalar
     // reference serves a forced repack.
@@ -1022,6 +1028,38 @@ impl Kernels {
         unsafe { (B::entry(self))(w, a, sums, out) }
     }
 
+    /// Whether [`Kernels::gemm_x8_pairs`] runs for `B` here.
+    #[inline]
+    pub fn has_gemm_x8_pairs<B: GemmEntry>(&self) -> bool {
+        B::pairs(self).is_some()
+    }
+
+    /// [`Kernels::gemm_x8`] for two groups at once: `w` holds two consecutive groups (their
+    /// `2·nb` blocks), `out` each token's 16 rows. Only where [`Kernels::has_gemm_x8_pairs`].
+    #[inline]
+    pub fn gemm_x8_pairs<B: GemmEntry>(
+        &self,
+        w: &[B],
+        a: &[BlockQ8_1],
+        sums: &[i32],
+        out: &mut [f32],
+    ) {
+        const R: usize = 2 * q4x8::ROWS;
+        let t = out.len() / R;
+        let nb = w.len() / 2;
+        assert!(
+            out.len().is_multiple_of(R)
+                && w.len().is_multiple_of(2)
+                && t <= B::TOKENS
+                && a.len() == nb * t
+                && sums.len() == a.len() * B::SUMS_PER_BLOCK,
+            "gemm_x8_pairs: shape mismatch"
+        );
+        let f = B::pairs(self).expect("gemm_x8_pairs: no paired kernel (has_gemm_x8_pairs)");
+        // SAFETY: as in `dot_f32`.
+        unsafe { f(w, a, sums, out) }
+    }
+
     /// Decode: every group of 8 interleaved rows in `w` (`out.len() / 8` groups of `a.len()`
     /// blocks, group after group) against one token `a` with its [`GemmEntry::sums`].
     #[inline]
@@ -1099,6 +1137,10 @@ pub(crate) trait GemmEntry: Copy + Sync + 'static {
     /// `out.len() == a.len() * SUMS_PER_BLOCK`.
     fn sums(_a: &[BlockQ8_1], _out: &mut [i32]) {}
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1>;
+    /// Its two-groups entry ([`Kernels::gemm_x8_pairs`]), where the table has one.
+    fn pairs(_k: &Kernels) -> Option<GemmFn<Self, BlockQ8_1>> {
+        None
+    }
     /// Its many-groups, one-token entry ([`Kernels::gemv_x8`]).
     fn gemv(k: &Kernels) -> GemmFn<Self, BlockQ8_1>;
 }
@@ -1151,6 +1193,9 @@ impl GemmEntry for BlockIq4Nlx8 {
     }
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemm_iq4_nlx8
+    }
+    fn pairs(k: &Kernels) -> Option<GemmFn<Self, BlockQ8_1>> {
+        k.gemm_iq4_nlx8_pairs
     }
     fn gemv(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemv_iq4_nlx8

@@ -670,25 +670,41 @@ pub(crate) fn matmul_x8<B: GemmEntry>(
             // activations once per band of groups. Each task writes its rows of every token
             // (token, row in task): on one thread that is `out` itself; with several, a
             // scratch copied into `out` a token at a time, in runs of the task's rows.
+            // Where the table multiplies two groups at once, a band holds pairs of them.
+            let pairs = k.has_gemm_x8_pairs::<B>();
             let band = (L1_WEIGHT_BYTES / (nb * std::mem::size_of::<B>()).max(1)).max(1);
+            let band = if pairs {
+                band.next_multiple_of(2)
+            } else {
+                band
+            };
             let task_rows = per_task * G;
             let body = |(c, s): (usize, &mut [f32])| {
                 let rows_here = s.len() / n_tokens;
                 const { assert!(B::TOKENS <= q4x8::MAX_CALL_TOKENS) };
-                let mut tile = [0f32; G * q4x8::MAX_CALL_TOKENS];
+                let mut tile = [0f32; 2 * G * q4x8::MAX_CALL_TOKENS];
                 for b0 in (0..rows_here / G).step_by(band) {
                     let b1 = (b0 + band).min(rows_here / G);
                     for t0 in (0..n_tokens).step_by(B::TOKENS) {
                         let t1 = (t0 + B::TOKENS).min(n_tokens);
                         let a = &act[t0 * nb..t1 * nb];
                         let su = &sums[t0 * nb * spb..t1 * nb * spb];
-                        let tile = &mut tile[..(t1 - t0) * G];
-                        for i in b0..b1 {
-                            k.gemm_x8(group(c * per_task + i), a, su, tile);
-                            for (dt, r) in tile.chunks_exact(G).enumerate() {
-                                let at = (t0 + dt) * rows_here + i * G;
-                                s[at..at + G].copy_from_slice(r);
+                        let mut i = b0;
+                        while i < b1 {
+                            let g = c * per_task + i;
+                            let two = pairs && i + 1 < b1;
+                            let n = if two { 2 } else { 1 };
+                            let tile = &mut tile[..(t1 - t0) * n * G];
+                            if two {
+                                k.gemm_x8_pairs(&blocks[g * nb..(g + 2) * nb], a, su, tile);
+                            } else {
+                                k.gemm_x8(group(g), a, su, tile);
                             }
+                            for (dt, r) in tile.chunks_exact(n * G).enumerate() {
+                                let at = (t0 + dt) * rows_here + i * G;
+                                s[at..at + n * G].copy_from_slice(r);
+                            }
+                            i += n;
                         }
                     }
                 }
