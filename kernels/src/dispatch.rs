@@ -9,8 +9,6 @@ use std::sync::OnceLock;
 use crate::attention::F16SumOrder;
 use crate::exp;
 use crate::formats::bf16::BF16;
-#[cfg(target_arch = "x86_64")]
-use crate::formats::bf16_pairs;
 use crate::formats::f16::F16;
 use crate::formats::iq4_nl::BlockIq4Nl;
 use crate::formats::iq4_nlx8::{self, BlockIq4Nlx8};
@@ -35,6 +33,8 @@ use crate::formats::{
     bf16, f16, f32, iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0,
     q8_1, q8_k,
 };
+#[cfg(target_arch = "x86_64")]
+use crate::formats::{bf16_pairs, x8_pairs};
 use crate::lora;
 
 /// Which family of kernels the dispatcher runs.
@@ -190,6 +190,8 @@ pub(crate) struct Kernels {
     gemm_iq4_nlx8: GemmFn<BlockIq4Nlx8, BlockQ8_1>,
     /// Two groups of IQ4_NL at once (512-bit registers), where the CPU has them.
     gemm_iq4_nlx8_pairs: Option<GemmFn<BlockIq4Nlx8, BlockQ8_1>>,
+    /// Two groups of Q4_0 at once, likewise.
+    gemm_q4_0x8_pairs: Option<GemmFn<BlockQ4_0x8, BlockQ8_1>>,
     gemv_q4_0x8: GemmFn<BlockQ4_0x8, BlockQ8_1>,
     gemv_q4_1x8: GemmFn<BlockQ4_1x8, BlockQ8_1>,
     gemv_q8_0x8: GemmFn<BlockQ8_0x8, BlockQ8_1>,
@@ -248,6 +250,7 @@ static SCALAR: Kernels = Kernels {
     gemv_q5_0x8: q5_0x8::gemv_scalar,
     gemm_iq4_nlx8: iq4_nlx8::gemm_scalar,
     gemm_iq4_nlx8_pairs: None,
+    gemm_q4_0x8_pairs: None,
     gemv_iq4_nlx8: iq4_nlx8::gemv_scalar,
     quantize_q8_k_4x8: q8_k::quantize_4x8_scalar,
     gemm_q4_kx8: q4_kx8::gemm_scalar,
@@ -302,6 +305,7 @@ static AVX2: Kernels = Kernels {
     gemv_q5_0x8: q5_0x8::avx2::gemv,
     gemm_iq4_nlx8: iq4_nlx8::avx2::gemm,
     gemm_iq4_nlx8_pairs: None,
+    gemm_q4_0x8_pairs: None,
     gemv_iq4_nlx8: iq4_nlx8::avx2::gemv,
     quantize_q8_k_4x8: q8_k::avx2::quantize_4x8,
     gemm_q4_kx8: q4_kx8::avx2::gemm,
@@ -321,7 +325,8 @@ static AVX512_VNNI: Kernels = Kernels {
     gemv_q4_1x8: q4x8::avx512vnni::gemv,
     gemv_q5_0x8: q5_0x8::avx512vnni::gemv,
     gemm_iq4_nlx8: iq4_nlx8::avx512vnni::gemm,
-    gemm_iq4_nlx8_pairs: Some(iq4_nlx8::avx512vnni_pairs::gemm),
+    gemm_iq4_nlx8_pairs: Some(x8_pairs::avx512vnni::gemm),
+    gemm_q4_0x8_pairs: Some(x8_pairs::avx512vnni::gemm),
     gemv_iq4_nlx8: iq4_nlx8::avx512vnni::gemv,
     rows_q5_1: q5_1::avx512vnni::dot_rows,
     dot_q5_k: q5_k::avx512vnni::dot_multi,
@@ -437,6 +442,7 @@ static NEON: Kernels = Kernels {
     gemv_q5_0x8: q5_0x8::gemv_scalar,
     gemm_iq4_nlx8: iq4_nlx8::gemm_scalar,
     gemm_iq4_nlx8_pairs: None,
+    gemm_q4_0x8_pairs: None,
     gemv_iq4_nlx8: iq4_nlx8::gemv_scalar,
     // Q4_K is not repacked on NEON (ggml's NEON kernels sum in another order); the scalar
     // reference serves a forced repack.
@@ -1154,6 +1160,9 @@ impl GemmEntry for BlockQ4_0x8 {
     }
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemm_q4_0x8
+    }
+    fn pairs(k: &Kernels) -> Option<GemmFn<Self, BlockQ8_1>> {
+        k.gemm_q4_0x8_pairs
     }
     fn gemv(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemv_q4_0x8

@@ -77,7 +77,7 @@ pub(crate) fn gemv_scalar(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], sums: &[i32], out
 
 /// The table with `shift` added to each value, as bytes (the VNNI kernels read it unsigned).
 #[cfg(target_arch = "x86_64")]
-const fn shifted_table(shift: i16) -> [u8; 16] {
+pub(crate) const fn shifted_table(shift: i16) -> [u8; 16] {
     let mut t = [0u8; 16];
     let mut i = 0;
     while i < 16 {
@@ -225,120 +225,6 @@ pub(crate) mod avx512vnni {
     x86_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", 8);
 }
 
-/// Two groups of 8 rows at once on 512-bit registers, the first group's rows in the low half
-/// and the second's in the high half: each lane does the 256-bit VNNI kernel's very
-/// operations (table shifted by 128, `vpdpbusd`, then `d·d_a` and one FMA per block), so the
-/// same bits, with half the instructions and one broadcast of each activation quad for 16
-/// rows. A CPU that runs 512-bit `vpdpbusd` at the 256-bit rate (Zen 5) multiplies twice as
-/// much per instruction (BENCHMARKS).
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod avx512vnni_pairs {
-    use std::arch::x86_64::*;
-
-    use super::{BlockIq4Nlx8, BlockQ8_1, ROWS, TOKENS_PER_CALL};
-
-    const SHIFTED: [u8; 16] = super::shifted_table(128);
-    /// Tokens one pass keeps in registers.
-    const PASS: usize = 4;
-
-    /// [`super::gemm_scalar`] for two groups: `w` holds group g's `nb` blocks then group
-    /// g + 1's, `out` each token's 16 rows (g's 8, then g + 1's); up to
-    /// [`TOKENS_PER_CALL`] tokens, [`PASS`] at a time.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub(crate) fn gemm(w: &[BlockIq4Nlx8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
-        let nb = w.len() / 2;
-        let (w0, w1) = w.split_at(nb);
-        let t = (out.len() / (2 * ROWS)).min(TOKENS_PER_CALL);
-        let mut t0 = 0;
-        while t0 < t {
-            let n = (t - t0).min(PASS);
-            let (a, s) = (&a[t0 * nb..], &sums[t0 * nb..]);
-            let o = &mut out[t0 * 2 * ROWS..(t0 + n) * 2 * ROWS];
-            match n {
-                1 => gemm_n::<1>(w0, w1, a, s, o),
-                2 => gemm_n::<2>(w0, w1, a, s, o),
-                3 => gemm_n::<3>(w0, w1, a, s, o),
-                _ => gemm_n::<PASS>(w0, w1, a, s, o),
-            }
-            t0 += n;
-        }
-    }
-
-    /// Code bytes `32k..32k + 32` of two blocks, the first's in the low half.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    fn join(lo: &BlockIq4Nlx8, hi: &BlockIq4Nlx8, k: usize) -> __m512i {
-        assert!(k < 4);
-        // SAFETY: 32k + 32 <= 128, the length of each block's `qs`.
-        unsafe {
-            let l = _mm256_loadu_si256(lo.qs.as_ptr().add(32 * k).cast());
-            let h = _mm256_loadu_si256(hi.qs.as_ptr().add(32 * k).cast());
-            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(l), h)
-        }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    fn gemm_n<const T: usize>(
-        w0: &[BlockIq4Nlx8],
-        w1: &[BlockIq4Nlx8],
-        a: &[BlockQ8_1],
-        sums: &[i32],
-        out: &mut [f32],
-    ) {
-        let nb = w0.len();
-        assert!(w1.len() == nb && a.len() >= T * nb && sums.len() >= T * nb);
-        assert!(out.len() >= T * 2 * ROWS);
-        let low4 = _mm512_set1_epi8(0x0F);
-        // SAFETY: `SHIFTED` is 16 readable bytes, the width of the load.
-        let table = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(SHIFTED.as_ptr().cast()) });
-        let mut acc = [_mm512_setzero_ps(); T];
-        for (b, (wb0, wb1)) in w0.iter().zip(w1).enumerate() {
-            // Each token's block starts at -128·Σa, the table's shift taken off.
-            let mut sumi: [__m512i; T] = std::array::from_fn(|t| {
-                // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= sums.len() (asserted).
-                let s = unsafe { *sums.get_unchecked(t * nb + b) };
-                _mm512_set1_epi32(-128 * s)
-            });
-            for k in 0..4 {
-                let l = join(wb0, wb1, k);
-                let indices = [
-                    (k, _mm512_and_si512(l, low4)),
-                    (k + 4, _mm512_and_si512(_mm512_srli_epi16::<4>(l), low4)),
-                ];
-                for (j, index) in indices {
-                    // Lane r: row r's table values of elements 4j..4j+4 (rows 8..16: g + 1's).
-                    let values = _mm512_shuffle_epi8(table, index);
-                    for (t, sumi) in sumi.iter_mut().enumerate() {
-                        // SAFETY: as above; 4j + 4 <= 32, the activation block's length.
-                        let four = unsafe {
-                            let ab = a.get_unchecked(t * nb + b);
-                            ab.qs.as_ptr().add(4 * j).cast::<i32>().read_unaligned()
-                        };
-                        *sumi = _mm512_dpbusd_epi32(*sumi, values, _mm512_set1_epi32(four));
-                    }
-                }
-            }
-            // SAFETY: 8 halves are 16 readable bytes, the width of each load.
-            let d = unsafe {
-                let d0 = _mm_loadu_si128(wb0.d.as_ptr().cast());
-                let d1 = _mm_loadu_si128(wb1.d.as_ptr().cast());
-                _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(d0), d1))
-            };
-            for (t, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: as above.
-                let da = unsafe { a.get_unchecked(t * nb + b) }.d;
-                let dd = _mm512_mul_ps(d, _mm512_set1_ps(da));
-                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), dd, *acc);
-            }
-        }
-        for (t, acc) in acc.iter().enumerate() {
-            // SAFETY: 16t + 16 <= T·16 <= out.len() (asserted above).
-            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(2 * ROWS * t), *acc) };
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,37 +331,6 @@ mod tests {
                 // SAFETY: detected by `test_needs`.
                 unsafe { avx512vnni::gemv(&p, &a, &sums, &mut got) };
                 assert_eq!(bits(&got), bits(&want), "vnni");
-            }
-        }
-    }
-
-    /// Two groups at once on 512-bit registers equal one 256-bit-kernel call per group (so the
-    /// scalar reference), bit for bit, for every token count a call takes.
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn a_pair_of_groups_equals_a_gemm_per_group_bit_for_bit() {
-        if !crate::required::test_needs("avx512vnni") {
-            return;
-        }
-        for (seed, nb) in [(11, 1), (12, 18), (13, 48)] {
-            let wq = random_rows(seed, 2 * ROWS, nb);
-            let p = pack(cast_blocks::<BlockIq4Nl>(&wq), nb);
-            let a = random_q8_1(&mut rng(seed + 100), TOKENS_PER_CALL * nb);
-            let mut sums = vec![0; a.len()];
-            crate::formats::q4x8::activation_sums(&a, &mut sums);
-            for t in 1..=TOKENS_PER_CALL {
-                let mut want = vec![0.0; 2 * ROWS * t];
-                let (mut g0, mut g1) = (vec![0.0; ROWS * t], vec![0.0; ROWS * t]);
-                gemm_scalar(&p[..nb], &a, &[], &mut g0);
-                gemm_scalar(&p[nb..], &a, &[], &mut g1);
-                for (tok, w) in want.chunks_exact_mut(2 * ROWS).enumerate() {
-                    w[..ROWS].copy_from_slice(&g0[tok * ROWS..(tok + 1) * ROWS]);
-                    w[ROWS..].copy_from_slice(&g1[tok * ROWS..(tok + 1) * ROWS]);
-                }
-                let mut got = vec![0.0; 2 * ROWS * t];
-                // SAFETY: detected by `test_needs`.
-                unsafe { avx512vnni_pairs::gemm(&p, &a, &sums, &mut got) };
-                assert_eq!(bits(&got), bits(&want), "nb {nb}, {t} tokens");
             }
         }
     }

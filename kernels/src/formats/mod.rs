@@ -26,6 +26,7 @@ pub(crate) mod q8_0;
 pub(crate) mod q8_0x8;
 pub(crate) mod q8_1;
 pub(crate) mod q8_k;
+pub(crate) mod x8_pairs;
 
 /// `out[t] = dot(w, token t of a)` where `a` holds `out.len()` tokens of `w.len()` units each:
 /// the multi-token form of a one-token kernel that has no shared-work version.
