@@ -1,7 +1,8 @@
 //! One module per tensor format: weight formats (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0,
 //! iq4_nl, q4_k, q5_k, q6_k, iq4_xs, q2_k, q3_k), their 8-row repacks for the x86 kernels
 //! (q4x8 for q4_0 and q4_1, q5_0x8, iq4_nlx8, q8_0x8, q4_kx8), and the activation formats they are dotted
-//! against (q8_1, q8_k).
+//! against (q8_1, q8_k); bf16_pairs (BF16 on AVX512_BF16) and x8_pairs (two repacked groups
+//! on 512-bit registers) hold AVX-512 kernels of formats above.
 
 pub(crate) mod bf16;
 pub(crate) mod bf16_pairs;
@@ -26,6 +27,7 @@ pub(crate) mod q8_0;
 pub(crate) mod q8_0x8;
 pub(crate) mod q8_1;
 pub(crate) mod q8_k;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod x8_pairs;
 
 /// `out[t] = dot(w, token t of a)` where `a` holds `out.len()` tokens of `w.len()` units each:

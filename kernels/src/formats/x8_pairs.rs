@@ -26,10 +26,7 @@ pub(crate) trait PairedBlock: Copy + Sync + 'static {
 }
 
 impl PairedBlock for BlockIq4Nlx8 {
-    #[cfg(target_arch = "x86_64")]
     const TABLE: Option<[u8; 16]> = Some(super::iq4_nlx8::shifted_table(128));
-    #[cfg(not(target_arch = "x86_64"))]
-    const TABLE: Option<[u8; 16]> = None;
     const OFFSET: i32 = 128;
     const FUSED: bool = true;
     fn d(&self) -> &[[u8; 2]; ROWS] {
@@ -52,7 +49,6 @@ impl PairedBlock for BlockQ4_0x8 {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512vnni {
     use std::arch::x86_64::*;
 
@@ -171,7 +167,7 @@ pub(crate) mod avx512vnni {
     }
 }
 
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::block::cast_blocks_mut;
