@@ -4,9 +4,11 @@
 mod common;
 
 use common::*;
+#[cfg(target_arch = "x86_64")]
+use kostant_kernels::test_needs;
 use kostant_kernels::{
-    cpu_features, cpu_has, matmul, required_cpu_features, set_force_scalar, test_needs, GgmlType,
-    KernelPath, Weights, FEATURE_NAMES,
+    cpu_features, cpu_has, matmul, required_cpu_features, set_force_scalar, GgmlType, KernelPath,
+    Weights, FEATURE_NAMES,
 };
 
 /// Prints the dispatch table this run uses (`.ci/run` shows it) and fails when
