@@ -144,7 +144,7 @@ fn bf16_matmul(
 /// BF16 weights against packed bfloat16 activations on `vdpbf16ps`
 /// ([`crate::formats::bf16_pairs`]): a batch that tinyBLAS takes (two tokens or more, rows a
 /// multiple of its 32-element step long and their number of its 4-row tile) in tiles of 4
-/// rows by up to 6 tokens, bands of row tiles meeting every token while they sit in L1; one
+/// rows by up to 4 tokens, bands of row tiles meeting every token while they sit in L1; one
 /// token, or a batch tinyBLAS refuses, in `ggml_vec_dot_bf16`'s order row by row.
 fn bf16_pairs_matmul(
     p: &Bf16Pairs,

@@ -24,7 +24,8 @@ use super::bf16::{bf16_to_f32, BF16};
 pub(crate) const STEP: usize = 32;
 /// Rows of one batch-kernel call (tinyBLAS's tile height on 32 vector registers).
 pub(crate) const TILE_ROWS: usize = 4;
-/// At most this many tokens per batch-kernel call (tinyBLAS's tile width there).
+/// At most this many tokens per batch-kernel call: a 4×4 tile keeps its 16 accumulators in
+/// registers (tinyBLAS's 4×6, and 4×5, spilled them to the stack here: BENCHMARKS).
 pub(crate) const TILE_TOKENS: usize = 4;
 // The tile kernel loads its rows by hand.
 const _: () = assert!(TILE_ROWS == 4);

@@ -4,8 +4,8 @@
 //! group's rows go in the low half of each register and the second's in the high half, so each
 //! lane does the 256-bit VNNI kernel's very operations (the same integers, then the format's
 //! own float steps), with half the instructions and one broadcast of each activation quad for
-//! 16 rows. A CPU that runs 512-bit `vpdpbusd` at the 256-bit rate (Zen 5) multiplies twice as
-//! much per instruction (BENCHMARKS).
+//! 16 rows. On a CPU that runs 512-bit `vpdpbusd` nearly as often as 256-bit (Zen 5: 1.55
+//! times the multiply-adds a second) that is most of a 2x (BENCHMARKS); measured on Zen 5 only.
 
 use super::iq4_nlx8::BlockIq4Nlx8;
 use super::q4x8::{BlockQ4_0x8, ROWS};
