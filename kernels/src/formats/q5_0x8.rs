@@ -282,6 +282,131 @@ pub(crate) mod avx512vnni {
     x86_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni");
 }
 
+/// Two groups of 8 rows at once on 512-bit registers (the first group's rows in the low half,
+/// the second's in the high half): each lane does [`avx512vnni`]'s operations, so the same
+/// bits, as `super::x8_pairs` does for Q4_0 and IQ4_NL.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512vnni_pairs {
+    use std::arch::x86_64::*;
+
+    use super::{BlockQ5_0x8, BlockQ8_1, OFFSETS_PER_BLOCK, ROWS};
+
+    /// Tokens one pass keeps in registers (eight accumulators each).
+    const PASS: usize = 2;
+
+    /// [`super::gemm_scalar`] for two groups: `w` holds group g's `nb` blocks then group
+    /// g + 1's, `sums` [`super::lane_offsets`] of `a`, `out` each token's 16 rows.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn gemm(w: &[BlockQ5_0x8], a: &[BlockQ8_1], sums: &[i32], out: &mut [f32]) {
+        let nb = w.len() / 2;
+        let (w0, w1) = w.split_at(nb);
+        let per_pass = PASS * nb * OFFSETS_PER_BLOCK;
+        let passes = a.chunks(PASS * nb).zip(sums.chunks(per_pass));
+        for ((a, sums), out) in passes.zip(out.chunks_mut(PASS * 2 * ROWS)) {
+            match out.len() / (2 * ROWS) {
+                1 => gemm_n::<1>(w0, w1, a, sums, out),
+                _ => gemm_n::<PASS>(w0, w1, a, sums, out),
+            }
+        }
+    }
+
+    /// 32 bytes of each block at `field`, the first block's in the low half.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    fn join(lo: &[u8], hi: &[u8]) -> __m512i {
+        assert!(lo.len() >= 32 && hi.len() >= 32);
+        // SAFETY: both slices hold 32 readable bytes (asserted), the width of each load.
+        unsafe {
+            let l = _mm256_loadu_si256(lo.as_ptr().cast());
+            let h = _mm256_loadu_si256(hi.as_ptr().cast());
+            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(l), h)
+        }
+    }
+
+    /// [`avx512vnni`]'s fifth bits, on both halves.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    fn fifth_bits(fifth: __m512i, j: usize) -> __m512i {
+        let at4 = match j {
+            0 => _mm512_slli_epi16::<4>(fifth),
+            1 => _mm512_slli_epi16::<3>(fifth),
+            2 => _mm512_slli_epi16::<2>(fifth),
+            3 => _mm512_slli_epi16::<1>(fifth),
+            4 => fifth,
+            5 => _mm512_srli_epi16::<1>(fifth),
+            6 => _mm512_srli_epi16::<2>(fifth),
+            _ => _mm512_srli_epi16::<3>(fifth),
+        };
+        _mm512_and_si512(at4, _mm512_set1_epi8(0x10))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    fn gemm_n<const T: usize>(
+        w0: &[BlockQ5_0x8],
+        w1: &[BlockQ5_0x8],
+        a: &[BlockQ8_1],
+        sums: &[i32],
+        out: &mut [f32],
+    ) {
+        let nb = w0.len();
+        assert!(
+            w1.len() == nb
+                && a.len() >= T * nb
+                && sums.len() >= T * nb * OFFSETS_PER_BLOCK
+                && out.len() >= T * 2 * ROWS
+        );
+        let low4 = _mm512_set1_epi8(0x0F);
+        let mut acc = [[_mm512_setzero_ps(); 8]; T];
+        for (b, (wb0, wb1)) in w0.iter().zip(w1).enumerate() {
+            // SAFETY: 8 halves are 16 readable bytes, the width of each load.
+            let d = unsafe {
+                let d0 = _mm_loadu_si128(wb0.d.as_ptr().cast());
+                let d1 = _mm_loadu_si128(wb1.d.as_ptr().cast());
+                _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(d0), d1))
+            };
+            let dd: [__m512; T] = std::array::from_fn(|t| {
+                // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= a.len() (asserted).
+                _mm512_mul_ps(d, _mm512_set1_ps(unsafe { a.get_unchecked(t * nb + b) }.d))
+            });
+            let fifth = join(&wb0.qh, &wb1.qh);
+            for k in 0..4 {
+                let l = join(&wb0.qs[32 * k..], &wb1.qs[32 * k..]);
+                let nibbles = [
+                    (k, _mm512_and_si512(l, low4)),
+                    (k + 4, _mm512_and_si512(_mm512_srli_epi16::<4>(l), low4)),
+                ];
+                for (j, nibble) in nibbles {
+                    // The unsigned codes 0..31 of elements 4j..4j+4, lane r for row r.
+                    let codes = _mm512_or_si512(nibble, fifth_bits(fifth, j));
+                    for (t, acc) in acc.iter_mut().enumerate() {
+                        let at = t * nb + b;
+                        // SAFETY: at < T·nb (as above), so 8·at + j < T·nb·8 <= sums.len();
+                        // 4j + 4 <= 32, the activation block's length.
+                        let (four, offset) = unsafe {
+                            let ab = a.get_unchecked(at);
+                            (
+                                ab.qs.as_ptr().add(4 * j).cast::<i32>().read_unaligned(),
+                                *sums.get_unchecked(OFFSETS_PER_BLOCK * at + j),
+                            )
+                        };
+                        let init = _mm512_set1_epi32(offset);
+                        let p = _mm512_dpbusd_epi32(init, codes, _mm512_set1_epi32(four));
+                        acc[j] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(p), acc[j]);
+                    }
+                }
+            }
+        }
+        for (t, l) in acc.iter().enumerate() {
+            // `x86::hsum_lanes`' order, lane by lane.
+            let t4: [__m512; 4] = std::array::from_fn(|j| _mm512_add_ps(l[j], l[j + 4]));
+            let r = _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
+            // SAFETY: 16t + 16 <= T·16 <= out.len() (asserted above).
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(2 * ROWS * t), r) };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -403,6 +528,40 @@ mod tests {
                 // SAFETY: detected by `test_needs`.
                 unsafe { avx512vnni::gemv(&p, &a, &sums, &mut got) };
                 assert_eq!(bits(&got), bits(&want), "vnni");
+            }
+        }
+    }
+
+    /// Two groups on 512-bit registers equal a 256-bit VNNI call per group, bit for bit.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_pair_of_groups_equals_a_call_per_group_bit_for_bit() {
+        if !crate::required::test_needs("avx512vnni") {
+            return;
+        }
+        let t_max = crate::formats::q4x8::MAX_TOKENS;
+        for (seed, nb) in [(21u64, 1usize), (22, 20), (23, 48)] {
+            let wq = random_rows(seed, 2 * ROWS, nb);
+            let p = pack(cast_blocks::<BlockQ5_0>(&wq), nb);
+            let a = random_q8_1(&mut rng(seed + 100), t_max * nb);
+            let mut sums = vec![0; a.len() * OFFSETS_PER_BLOCK];
+            lane_offsets(&a, &mut sums);
+            for t in 1..=t_max {
+                let (a, sums) = (&a[..t * nb], &sums[..t * nb * OFFSETS_PER_BLOCK]);
+                let mut want = vec![0.0; 2 * ROWS * t];
+                for (g, wg) in p.chunks_exact(nb).enumerate() {
+                    let mut o = vec![0.0; ROWS * t];
+                    // SAFETY: detected by `test_needs`.
+                    unsafe { avx512vnni::gemm(wg, a, sums, &mut o) };
+                    for (tok, w) in want.chunks_exact_mut(2 * ROWS).enumerate() {
+                        w[g * ROWS..(g + 1) * ROWS]
+                            .copy_from_slice(&o[tok * ROWS..(tok + 1) * ROWS]);
+                    }
+                }
+                let mut got = vec![0.0; 2 * ROWS * t];
+                // SAFETY: as above.
+                unsafe { avx512vnni_pairs::gemm(&p, a, sums, &mut got) };
+                assert_eq!(bits(&got), bits(&want), "nb {nb}, {t} tokens");
             }
         }
     }
