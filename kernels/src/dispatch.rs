@@ -194,6 +194,8 @@ pub(crate) struct Kernels {
     gemm_q4_0x8_pairs: Option<GemmFn<BlockQ4_0x8, BlockQ8_1>>,
     /// Two groups of Q5_0 at once, likewise.
     gemm_q5_0x8_pairs: Option<GemmFn<BlockQ5_0x8, BlockQ8_1>>,
+    /// Two groups of Q8_0 at once, likewise.
+    gemm_q8_0x8_pairs: Option<GemmFn<BlockQ8_0x8, BlockQ8_1>>,
     gemv_q4_0x8: GemmFn<BlockQ4_0x8, BlockQ8_1>,
     gemv_q4_1x8: GemmFn<BlockQ4_1x8, BlockQ8_1>,
     gemv_q8_0x8: GemmFn<BlockQ8_0x8, BlockQ8_1>,
@@ -254,6 +256,7 @@ static SCALAR: Kernels = Kernels {
     gemm_iq4_nlx8_pairs: None,
     gemm_q4_0x8_pairs: None,
     gemm_q5_0x8_pairs: None,
+    gemm_q8_0x8_pairs: None,
     gemv_iq4_nlx8: iq4_nlx8::gemv_scalar,
     quantize_q8_k_4x8: q8_k::quantize_4x8_scalar,
     gemm_q4_kx8: q4_kx8::gemm_scalar,
@@ -310,6 +313,7 @@ static AVX2: Kernels = Kernels {
     gemm_iq4_nlx8_pairs: None,
     gemm_q4_0x8_pairs: None,
     gemm_q5_0x8_pairs: None,
+    gemm_q8_0x8_pairs: None,
     gemv_iq4_nlx8: iq4_nlx8::avx2::gemv,
     quantize_q8_k_4x8: q8_k::avx2::quantize_4x8,
     gemm_q4_kx8: q4_kx8::avx2::gemm,
@@ -332,6 +336,7 @@ static AVX512_VNNI: Kernels = Kernels {
     gemm_iq4_nlx8_pairs: Some(x8_pairs::avx512vnni::gemm),
     gemm_q4_0x8_pairs: Some(x8_pairs::avx512vnni::gemm),
     gemm_q5_0x8_pairs: Some(q5_0x8::avx512vnni_pairs::gemm),
+    gemm_q8_0x8_pairs: Some(q8_0x8::avx512vnni_pairs::gemm),
     gemv_iq4_nlx8: iq4_nlx8::avx512vnni::gemv,
     rows_q5_1: q5_1::avx512vnni::dot_rows,
     dot_q5_k: q5_k::avx512vnni::dot_multi,
@@ -449,6 +454,7 @@ static NEON: Kernels = Kernels {
     gemm_iq4_nlx8_pairs: None,
     gemm_q4_0x8_pairs: None,
     gemm_q5_0x8_pairs: None,
+    gemm_q8_0x8_pairs: None,
     gemv_iq4_nlx8: iq4_nlx8::gemv_scalar,
     // Q4_K is not repacked on NEON (ggml's NEON kernels sum in another order); the scalar
     // reference serves a forced repack.
@@ -1224,6 +1230,9 @@ impl GemmEntry for BlockQ8_0x8 {
     const SUMS_PER_BLOCK: usize = 0;
     fn entry(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemm_q8_0x8
+    }
+    fn pairs(k: &Kernels) -> Option<GemmFn<Self, BlockQ8_1>> {
+        k.gemm_q8_0x8_pairs
     }
     fn gemv(k: &Kernels) -> GemmFn<Self, BlockQ8_1> {
         k.gemv_q8_0x8

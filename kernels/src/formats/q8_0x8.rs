@@ -137,6 +137,92 @@ pub(crate) mod avx2 {
     }
 }
 
+/// Two groups of 8 rows at once on 512-bit registers (the first group's rows in the low half,
+/// the second's in the high half), as `q5_0x8::avx512vnni_pairs` does for Q5_0. Each lane's
+/// integer is [`avx2`]'s: AVX2 sums `|v|` times `a` with `v`'s sign through `maddubs` and
+/// `madd`, whose i16 pairs never saturate here (at most 2·128·127: the activations are never
+/// -128); `vpdpbusd` sums the same products in i32, the sign applied by a masked negation
+/// (512-bit registers have no `vpsignb`). Then the same FMA per lane and block, and the same
+/// sum of the eight lanes.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512vnni_pairs {
+    use std::arch::x86_64::*;
+
+    use super::{BlockQ8_0x8, BlockQ8_1, ROWS};
+
+    /// Tokens one pass keeps in registers (eight accumulators each).
+    const PASS: usize = 2;
+
+    /// [`super::gemm_scalar`] for two groups: `w` holds group g's `nb` blocks then group
+    /// g + 1's, `out` each token's 16 rows.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn gemm(w: &[BlockQ8_0x8], a: &[BlockQ8_1], _sums: &[i32], out: &mut [f32]) {
+        let nb = w.len() / 2;
+        let (w0, w1) = w.split_at(nb);
+        for (a, out) in a.chunks(PASS * nb).zip(out.chunks_mut(PASS * 2 * ROWS)) {
+            match out.len() / (2 * ROWS) {
+                1 => gemm_n::<1>(w0, w1, a, out),
+                _ => gemm_n::<PASS>(w0, w1, a, out),
+            }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    fn gemm_n<const T: usize>(
+        w0: &[BlockQ8_0x8],
+        w1: &[BlockQ8_0x8],
+        a: &[BlockQ8_1],
+        out: &mut [f32],
+    ) {
+        let nb = w0.len();
+        assert!(w1.len() == nb && a.len() >= T * nb && out.len() >= T * 2 * ROWS);
+        let zero = _mm512_setzero_si512();
+        let mut acc = [[_mm512_setzero_ps(); 8]; T];
+        for (b, (wb0, wb1)) in w0.iter().zip(w1).enumerate() {
+            // SAFETY: 8 halves are 16 readable bytes, the width of each load.
+            let d = unsafe {
+                let d0 = _mm_loadu_si128(wb0.d.as_ptr().cast());
+                let d1 = _mm_loadu_si128(wb1.d.as_ptr().cast());
+                _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(d0), d1))
+            };
+            let dd: [__m512; T] = std::array::from_fn(|t| {
+                // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= a.len() (asserted).
+                _mm512_mul_ps(d, _mm512_set1_ps(unsafe { a.get_unchecked(t * nb + b) }.d))
+            });
+            for k in 0..8 {
+                // SAFETY: 32k + 32 <= 256, the length of each block's `qs`.
+                let v = unsafe {
+                    let l = _mm256_loadu_si256(wb0.qs.as_ptr().add(32 * k).cast());
+                    let h = _mm256_loadu_si256(wb1.qs.as_ptr().add(32 * k).cast());
+                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(l), h)
+                };
+                let magnitude = _mm512_abs_epi8(v);
+                let negative = _mm512_movepi8_mask(v);
+                for (t, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: as above; 4k + 4 <= 32, the activation block's length.
+                    let four = unsafe {
+                        let ab = a.get_unchecked(t * nb + b);
+                        ab.qs.as_ptr().add(4 * k).cast::<i32>().read_unaligned()
+                    };
+                    let x = _mm512_set1_epi32(four);
+                    // The activations with each weight's sign (its zeros multiply |0|).
+                    let signed = _mm512_mask_sub_epi8(x, negative, zero, x);
+                    let p = _mm512_dpbusd_epi32(zero, magnitude, signed);
+                    acc[k] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(p), acc[k]);
+                }
+            }
+        }
+        for (t, l) in acc.iter().enumerate() {
+            // `x86::hsum_lanes`' order, lane by lane.
+            let t4: [__m512; 4] = std::array::from_fn(|j| _mm512_add_ps(l[j], l[j + 4]));
+            let r = _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
+            // SAFETY: 16t + 16 <= T·16 <= out.len() (asserted above).
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(2 * ROWS * t), r) };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,6 +302,46 @@ mod tests {
             }
             for (g, w) in got.iter().zip(&want) {
                 assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{g} vs {w}");
+            }
+        }
+    }
+
+    /// Two groups on 512-bit registers equal an AVX2 call per group, bit for bit, with weights
+    /// of -128 (the magnitude that needs care) and zeros among them.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_pair_of_groups_equals_a_call_per_group_bit_for_bit() {
+        if !crate::required::test_needs("avx512vnni") {
+            return;
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let t_max = crate::formats::q4x8::MAX_TOKENS;
+        for nb in [1usize, 18, 48] {
+            let mut r = rng(90 + nb as u64);
+            let w = random_f32(&mut r, 2 * ROWS * 32 * nb, 0.05);
+            let mut wq = vec![0u8; 2 * ROWS * nb * size_of::<BlockQ8_0>()];
+            q8_0::quantize(&w, cast_blocks_mut(&mut wq));
+            let mut p = pack(cast_blocks::<BlockQ8_0>(&wq), nb);
+            for (i, q) in p[0].qs.iter_mut().enumerate().take(24) {
+                *q = if i % 3 == 0 { -128 } else { 0 };
+            }
+            let a = random_q8_1(&mut r, t_max * nb);
+            for t in 1..=t_max {
+                let a = &a[..t * nb];
+                let mut want = vec![0.0; 2 * ROWS * t];
+                for (g, wg) in p.chunks_exact(nb).enumerate() {
+                    let mut o = vec![0.0; ROWS * t];
+                    // SAFETY: detected by `test_needs`.
+                    unsafe { avx2::gemm(wg, a, &[], &mut o) };
+                    for (tok, w) in want.chunks_exact_mut(2 * ROWS).enumerate() {
+                        w[g * ROWS..(g + 1) * ROWS]
+                            .copy_from_slice(&o[tok * ROWS..(tok + 1) * ROWS]);
+                    }
+                }
+                let mut got = vec![0.0; 2 * ROWS * t];
+                // SAFETY: as above.
+                unsafe { avx512vnni_pairs::gemm(&p, a, &[], &mut got) };
+                assert_eq!(bits(&got), bits(&want), "nb {nb}, {t} tokens");
             }
         }
     }
