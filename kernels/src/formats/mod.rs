@@ -2,8 +2,8 @@
 //! iq4_nl, q4_k, q5_k, q6_k, iq4_xs, q2_k, q3_k), their 8-row repacks for the x86 kernels
 //! (q4x8 for q4_0 and q4_1, q5_0x8, iq4_nlx8, q8_0x8, q4_kx8), and the activation formats they are dotted
 //! against (q8_1, q8_k); bf16_pairs (BF16 on AVX512_BF16) and x8_pairs (two repacked groups
-//! on 512-bit registers, Q4_0 and IQ4_NL; Q5_0's is in q5_0x8) hold AVX-512 kernels of formats
-//! above.
+//! on 512-bit registers, Q4_0 and IQ4_NL; Q5_0's and Q8_0's are in q5_0x8 and q8_0x8) hold
+//! AVX-512 kernels of formats above.
 
 pub(crate) mod bf16;
 pub(crate) mod bf16_pairs;
