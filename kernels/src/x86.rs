@@ -86,6 +86,51 @@ macro_rules! tiled_flavours {
 }
 pub(crate) use tiled_flavours;
 
+/// The paired prompt kernels' shared steps (two groups of 8 interleaved rows on 512-bit
+/// registers, the first group's in the low half: `formats::x8_pairs`, `q5_0x8`, `q8_0x8`).
+pub(crate) mod pairs {
+    use std::arch::x86_64::*;
+
+    /// Bytes, signed or not: what [`join`] loads.
+    pub(crate) trait Byte: Copy {}
+    impl Byte for u8 {}
+    impl Byte for i8 {}
+
+    /// 32 bytes from the start of `lo` and of `hi`, as one register (`lo`'s in the low half).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    pub(crate) fn join<T: Byte>(lo: &[T], hi: &[T]) -> __m512i {
+        assert!(size_of_val(lo) >= 32 && size_of_val(hi) >= 32);
+        // SAFETY: both slices hold 32 readable bytes (asserted), the width of each load.
+        unsafe {
+            let l = _mm256_loadu_si256(lo.as_ptr().cast());
+            let h = _mm256_loadu_si256(hi.as_ptr().cast());
+            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(l), h)
+        }
+    }
+
+    /// Two groups' 8 f16 scales each, widened: `d0`'s in the low half.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    pub(crate) fn scales(d0: &[[u8; 2]; 8], d1: &[[u8; 2]; 8]) -> __m512 {
+        // SAFETY: 8 halves are 16 readable bytes, the width of each load.
+        unsafe {
+            let l = _mm_loadu_si128(d0.as_ptr().cast());
+            let h = _mm_loadu_si128(d1.as_ptr().cast());
+            _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(l), h))
+        }
+    }
+
+    /// [`super::hsum_lanes`] on 512-bit registers: lane r is the sum of lane r of `l[0..8]`
+    /// in ggml's `hsum` order.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    pub(crate) fn hsum_lanes(l: &[__m512; 8]) -> __m512 {
+        let t4: [__m512; 4] = std::array::from_fn(|j| _mm512_add_ps(l[j], l[j + 4]));
+        _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]))
+    }
+}
+
 /// Lane j: the sum of activations 4j..4j+4 of a block (ggml's lanes; each at most 4·128).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -290,6 +290,7 @@ pub(crate) mod avx512vnni_pairs {
     use std::arch::x86_64::*;
 
     use super::{BlockQ5_0x8, BlockQ8_1, OFFSETS_PER_BLOCK, ROWS};
+    use crate::x86::pairs;
 
     /// Tokens one pass keeps in registers (eight accumulators each).
     const PASS: usize = 2;
@@ -307,19 +308,6 @@ pub(crate) mod avx512vnni_pairs {
                 1 => gemm_n::<1>(w0, w1, a, sums, out),
                 _ => gemm_n::<PASS>(w0, w1, a, sums, out),
             }
-        }
-    }
-
-    /// 32 bytes of each block at `field`, the first block's in the low half.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    fn join(lo: &[u8], hi: &[u8]) -> __m512i {
-        assert!(lo.len() >= 32 && hi.len() >= 32);
-        // SAFETY: both slices hold 32 readable bytes (asserted), the width of each load.
-        unsafe {
-            let l = _mm256_loadu_si256(lo.as_ptr().cast());
-            let h = _mm256_loadu_si256(hi.as_ptr().cast());
-            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(l), h)
         }
     }
 
@@ -359,19 +347,14 @@ pub(crate) mod avx512vnni_pairs {
         let low4 = _mm512_set1_epi8(0x0F);
         let mut acc = [[_mm512_setzero_ps(); 8]; T];
         for (b, (wb0, wb1)) in w0.iter().zip(w1).enumerate() {
-            // SAFETY: 8 halves are 16 readable bytes, the width of each load.
-            let d = unsafe {
-                let d0 = _mm_loadu_si128(wb0.d.as_ptr().cast());
-                let d1 = _mm_loadu_si128(wb1.d.as_ptr().cast());
-                _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(d0), d1))
-            };
+            let d = pairs::scales(&wb0.d, &wb1.d);
             let dd: [__m512; T] = std::array::from_fn(|t| {
                 // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= a.len() (asserted).
                 _mm512_mul_ps(d, _mm512_set1_ps(unsafe { a.get_unchecked(t * nb + b) }.d))
             });
-            let fifth = join(&wb0.qh, &wb1.qh);
+            let fifth = pairs::join(&wb0.qh, &wb1.qh);
             for k in 0..4 {
-                let l = join(&wb0.qs[32 * k..], &wb1.qs[32 * k..]);
+                let l = pairs::join(&wb0.qs[32 * k..], &wb1.qs[32 * k..]);
                 let nibbles = [
                     (k, _mm512_and_si512(l, low4)),
                     (k + 4, _mm512_and_si512(_mm512_srli_epi16::<4>(l), low4)),
@@ -398,9 +381,7 @@ pub(crate) mod avx512vnni_pairs {
             }
         }
         for (t, l) in acc.iter().enumerate() {
-            // `x86::hsum_lanes`' order, lane by lane.
-            let t4: [__m512; 4] = std::array::from_fn(|j| _mm512_add_ps(l[j], l[j + 4]));
-            let r = _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
+            let r = pairs::hsum_lanes(l);
             // SAFETY: 16t + 16 <= T·16 <= out.len() (asserted above).
             unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(2 * ROWS * t), r) };
         }

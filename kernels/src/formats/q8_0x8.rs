@@ -149,6 +149,7 @@ pub(crate) mod avx512vnni_pairs {
     use std::arch::x86_64::*;
 
     use super::{BlockQ8_0x8, BlockQ8_1, ROWS};
+    use crate::x86::pairs;
 
     /// Tokens one pass keeps in registers (eight accumulators each).
     const PASS: usize = 2;
@@ -180,23 +181,13 @@ pub(crate) mod avx512vnni_pairs {
         let zero = _mm512_setzero_si512();
         let mut acc = [[_mm512_setzero_ps(); 8]; T];
         for (b, (wb0, wb1)) in w0.iter().zip(w1).enumerate() {
-            // SAFETY: 8 halves are 16 readable bytes, the width of each load.
-            let d = unsafe {
-                let d0 = _mm_loadu_si128(wb0.d.as_ptr().cast());
-                let d1 = _mm_loadu_si128(wb1.d.as_ptr().cast());
-                _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(d0), d1))
-            };
+            let d = pairs::scales(&wb0.d, &wb1.d);
             let dd: [__m512; T] = std::array::from_fn(|t| {
                 // SAFETY: t < T and b < nb, so t·nb + b < T·nb <= a.len() (asserted).
                 _mm512_mul_ps(d, _mm512_set1_ps(unsafe { a.get_unchecked(t * nb + b) }.d))
             });
             for k in 0..8 {
-                // SAFETY: 32k + 32 <= 256, the length of each block's `qs`.
-                let v = unsafe {
-                    let l = _mm256_loadu_si256(wb0.qs.as_ptr().add(32 * k).cast());
-                    let h = _mm256_loadu_si256(wb1.qs.as_ptr().add(32 * k).cast());
-                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(l), h)
-                };
+                let v = pairs::join(&wb0.qs[32 * k..], &wb1.qs[32 * k..]);
                 let magnitude = _mm512_abs_epi8(v);
                 let negative = _mm512_movepi8_mask(v);
                 for (t, acc) in acc.iter_mut().enumerate() {
@@ -214,9 +205,7 @@ pub(crate) mod avx512vnni_pairs {
             }
         }
         for (t, l) in acc.iter().enumerate() {
-            // `x86::hsum_lanes`' order, lane by lane.
-            let t4: [__m512; 4] = std::array::from_fn(|j| _mm512_add_ps(l[j], l[j + 4]));
-            let r = _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
+            let r = pairs::hsum_lanes(l);
             // SAFETY: 16t + 16 <= T·16 <= out.len() (asserted above).
             unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(2 * ROWS * t), r) };
         }

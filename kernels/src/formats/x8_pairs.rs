@@ -4,8 +4,9 @@
 //! group's rows go in the low half of each register and the second's in the high half, so each
 //! lane does the 256-bit VNNI kernel's very operations (the same integers, then the format's
 //! own float steps), with half the instructions and one broadcast of each activation quad for
-//! 16 rows. On a CPU that runs 512-bit `vpdpbusd` nearly as often as 256-bit (Zen 5: 1.55
-//! times the multiply-adds a second) that is most of a 2x (BENCHMARKS); measured on Zen 5 only.
+//! 16 rows. On a CPU that runs 512-bit `vpdpbusd` as often as 256-bit (Zen 5, measured by
+//! `examples/instruction_rates.rs`) that is twice the multiply-adds an instruction (BENCHMARKS);
+//! measured on Zen 5 only.
 
 use super::iq4_nlx8::BlockIq4Nlx8;
 use super::q4x8::{BlockQ4_0x8, ROWS};
@@ -55,6 +56,7 @@ pub(crate) mod avx512vnni {
     use super::{PairedBlock, ROWS};
     use crate::formats::iq4_nlx8::TOKENS_PER_CALL;
     use crate::formats::q8_1::BlockQ8_1;
+    use crate::x86::pairs;
 
     /// Tokens one pass keeps in registers.
     const PASS: usize = 4;
@@ -79,19 +81,6 @@ pub(crate) mod avx512vnni {
                 _ => gemm_n::<B, PASS>(w0, w1, a, s, o),
             }
             t0 += n;
-        }
-    }
-
-    /// Code bytes `32k..32k + 32` of two blocks, the first's in the low half.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    fn join<B: PairedBlock>(lo: &B, hi: &B, k: usize) -> __m512i {
-        assert!(k < 4);
-        // SAFETY: 32k + 32 <= 128, the length of each block's codes.
-        unsafe {
-            let l = _mm256_loadu_si256(lo.qs().as_ptr().add(32 * k).cast());
-            let h = _mm256_loadu_si256(hi.qs().as_ptr().add(32 * k).cast());
-            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(l), h)
         }
     }
 
@@ -121,7 +110,7 @@ pub(crate) mod avx512vnni {
                 _mm512_set1_epi32(-B::OFFSET * s)
             });
             for k in 0..4 {
-                let l = join(wb0, wb1, k);
+                let l = pairs::join(&wb0.qs()[32 * k..], &wb1.qs()[32 * k..]);
                 let indices = [
                     (k, _mm512_and_si512(l, low4)),
                     (k + 4, _mm512_and_si512(_mm512_srli_epi16::<4>(l), low4)),
@@ -142,12 +131,7 @@ pub(crate) mod avx512vnni {
                     }
                 }
             }
-            // SAFETY: 8 halves are 16 readable bytes, the width of each load.
-            let d = unsafe {
-                let d0 = _mm_loadu_si128(wb0.d().as_ptr().cast());
-                let d1 = _mm_loadu_si128(wb1.d().as_ptr().cast());
-                _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(d0), d1))
-            };
+            let d = pairs::scales(wb0.d(), wb1.d());
             for (t, acc) in acc.iter_mut().enumerate() {
                 // SAFETY: as above.
                 let da = unsafe { a.get_unchecked(t * nb + b) }.d;
