@@ -13,6 +13,8 @@ use crate::formats::f16::F16;
 use crate::formats::iq4_nl::BlockIq4Nl;
 use crate::formats::iq4_nlx8::{self, BlockIq4Nlx8};
 use crate::formats::iq4_xs::BlockIq4Xs;
+#[cfg(target_arch = "x86_64")]
+use crate::formats::k_lanes::{self, LaneFormat, Q8KLanes, Unpacked};
 use crate::formats::q2_k::BlockQ2K;
 use crate::formats::q3_k::BlockQ3K;
 use crate::formats::q4_0::BlockQ4_0;
@@ -147,6 +149,10 @@ pub(crate) struct Kernels {
     dot_bf16_batch: MultiFn<BF16, f32>,
     /// BF16 weights against packed bfloat16 activations on `vdpbf16ps`, where the CPU has it.
     bf16_pairs: Option<Bf16Pairs>,
+    /// The Q2_K, Q3_K and IQ4_XS prompt kernels with tokens in the lanes, where the CPU has
+    /// AVX-512 VNNI.
+    #[cfg(target_arch = "x86_64")]
+    k_lanes: Option<KLanes>,
     /// A LoRA pair's B rows against one token: `out[i] += dot(row i, x) * scale`, each dot in
     /// tinyBLAS's order or `dot_f16`'s as the order says.
     lora_rows_f16: unsafe fn(&[F16], &[f32], f32, &mut [f32], F16SumOrder),
@@ -219,6 +225,8 @@ static SCALAR: Kernels = Kernels {
     dot_bf16_token: bf16::vec_dot_scalar,
     dot_bf16_batch: bf16::tiny_blas_multi_scalar,
     bf16_pairs: None,
+    #[cfg(target_arch = "x86_64")]
+    k_lanes: None,
     quantize_q8_1: q8_1::quantize_scalar,
     quantize_q8_k: q8_k::quantize_scalar,
     dot_q4_0: q4_0::dot_multi_scalar,
@@ -276,6 +284,8 @@ static AVX2: Kernels = Kernels {
     dot_bf16_token: bf16::avx2::vec_dot,
     dot_bf16_batch: bf16::avx2::tiny_blas_multi,
     bf16_pairs: None,
+    #[cfg(target_arch = "x86_64")]
+    k_lanes: None,
     quantize_q8_1: q8_1::avx2::quantize,
     quantize_q8_k: q8_k::avx2::quantize,
     dot_q4_0: q4_0::avx2::dot_multi,
@@ -345,6 +355,7 @@ static AVX512_VNNI: Kernels = Kernels {
     dot_q3_k_batch: q3_k::avx2::dot_tiled_multi_vnni,
     dot_q5_k_batch: q5_k::avx2::dot_tiled_multi_vnni,
     dot_q6_k_batch: q6_k::avx2::dot_tiled_multi_vnni,
+    k_lanes: Some(KLanes { _detected: () }),
     ..AVX2
 };
 
@@ -399,6 +410,38 @@ impl Bf16Pairs {
         // The kernel checks the shape (it runs on a hot path only through this wrapper).
         // SAFETY: as in `rows`.
         unsafe { (self.tile)(w, x, out, ld) }
+    }
+}
+
+/// The K-quant prompt kernels with tokens in the lanes (`formats::k_lanes`). Only a table
+/// handed out after detecting AVX-512 VNNI holds one, so its safe methods may run them.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+pub(crate) struct KLanes {
+    _detected: (),
+}
+
+#[cfg(target_arch = "x86_64")]
+impl KLanes {
+    /// One weight super-block unpacked for [`KLanes::rows`].
+    #[inline]
+    pub fn unpack<F: LaneFormat>(&self, block: &F, u: &mut Unpacked) {
+        // SAFETY: AVX2, FMA and F16C were detected before this table was handed out.
+        unsafe { block.unpack(u) }
+    }
+
+    /// `R` rows (`u`, `a.len()` unpacked super-blocks each) against one group of
+    /// [`k_lanes::LANES`] tokens (`a`); `out[r][t]` is row r dot token t.
+    #[inline]
+    pub fn rows<F: LaneFormat, const R: usize>(
+        &self,
+        u: &[Unpacked],
+        a: &[Q8KLanes],
+        out: &mut [[f32; k_lanes::LANES]],
+    ) {
+        // SAFETY: AVX-512 VNNI (with F, VL and BW) was detected before this table was handed
+        // out; the kernel checks the buffers' lengths.
+        unsafe { k_lanes::avx512vnni::rows::<F, R>(u, a, out) }
     }
 }
 
@@ -714,6 +757,13 @@ impl Kernels {
         assert_eq!(w.len(), x.len(), "dot_bf16_token: length mismatch");
         // SAFETY: as in `dot_f32`.
         unsafe { (self.dot_bf16_token)(w, x) }
+    }
+
+    /// The K-quant prompt kernels with tokens in the lanes, where the CPU has them.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    pub fn k_lanes(&self) -> Option<KLanes> {
+        self.k_lanes
     }
 
     /// The BF16 kernels over packed bfloat16 activations, where the CPU has them.

@@ -9,11 +9,15 @@ use std::thread::LocalKey;
 use rayon::prelude::*;
 
 use crate::block::{cast_blocks, f32_view, ByteBlock};
+#[cfg(target_arch = "x86_64")]
+use crate::dispatch::KLanes;
 use crate::dispatch::{kernels, Bf16Pairs, GemmEntry, Kernels};
 use crate::formats::bf16::BF16;
 use crate::formats::f16::F16;
 use crate::formats::iq4_nl::BlockIq4Nl;
 use crate::formats::iq4_xs::BlockIq4Xs;
+#[cfg(target_arch = "x86_64")]
+use crate::formats::k_lanes::{LaneFormat, Q8KLanes, Unpacked};
 use crate::formats::q2_k::BlockQ2K;
 use crate::formats::q3_k::BlockQ3K;
 use crate::formats::q4_0::BlockQ4_0;
@@ -57,6 +61,12 @@ thread_local! {
     static NORMED: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
     // Activations packed to bfloat16 for `vdpbf16ps`.
     static ACT_BF16: Cell<Vec<BF16>> = const { Cell::new(Vec::new()) };
+    // Q8_K activations transposed 16 tokens to a group, and a row tile's unpacked weights,
+    // for the kernels with tokens in the lanes.
+    #[cfg(target_arch = "x86_64")]
+    static ACT_LANES: Cell<Vec<Q8KLanes>> = const { Cell::new(Vec::new()) };
+    #[cfg(target_arch = "x86_64")]
+    static UNPACKED: Cell<Vec<Unpacked>> = const { Cell::new(Vec::new()) };
 }
 
 /// The float formats: f32 activations against each row (normalised first into a thread-local
@@ -371,36 +381,54 @@ pub fn matmul_input(
             by_batch(shape, Kernels::dot_q6_k_batch, Kernels::dot_q6_k),
             None,
         ),
-        GgmlType::IQ4_XS => quantized_matmul::<BlockIq4Xs, _>(
-            k,
-            &Q8_K_ACTS,
-            w,
-            x,
-            shape,
-            out,
-            by_batch(shape, Kernels::dot_iq4_xs_batch, Kernels::dot_iq4_xs),
-            None,
-        ),
-        GgmlType::Q2_K => quantized_matmul::<BlockQ2K, _>(
-            k,
-            &Q8_K_ACTS,
-            w,
-            x,
-            shape,
-            out,
-            by_batch(shape, Kernels::dot_q2_k_batch, Kernels::dot_q2_k),
-            None,
-        ),
-        GgmlType::Q3_K => quantized_matmul::<BlockQ3K, _>(
-            k,
-            &Q8_K_ACTS,
-            w,
-            x,
-            shape,
-            out,
-            by_batch(shape, Kernels::dot_q3_k_batch, Kernels::dot_q3_k),
-            None,
-        ),
+        GgmlType::IQ4_XS => {
+            #[cfg(target_arch = "x86_64")]
+            if lanes_matmul::<BlockIq4Xs>(k, w, x, shape, out) {
+                return Ok(());
+            }
+            quantized_matmul::<BlockIq4Xs, _>(
+                k,
+                &Q8_K_ACTS,
+                w,
+                x,
+                shape,
+                out,
+                by_batch(shape, Kernels::dot_iq4_xs_batch, Kernels::dot_iq4_xs),
+                None,
+            )
+        }
+        GgmlType::Q2_K => {
+            #[cfg(target_arch = "x86_64")]
+            if lanes_matmul::<BlockQ2K>(k, w, x, shape, out) {
+                return Ok(());
+            }
+            quantized_matmul::<BlockQ2K, _>(
+                k,
+                &Q8_K_ACTS,
+                w,
+                x,
+                shape,
+                out,
+                by_batch(shape, Kernels::dot_q2_k_batch, Kernels::dot_q2_k),
+                None,
+            )
+        }
+        GgmlType::Q3_K => {
+            #[cfg(target_arch = "x86_64")]
+            if lanes_matmul::<BlockQ3K>(k, w, x, shape, out) {
+                return Ok(());
+            }
+            quantized_matmul::<BlockQ3K, _>(
+                k,
+                &Q8_K_ACTS,
+                w,
+                x,
+                shape,
+                out,
+                by_batch(shape, Kernels::dot_q3_k_batch, Kernels::dot_q3_k),
+                None,
+            )
+        }
     }
     Ok(())
 }
@@ -447,6 +475,106 @@ fn by_batch<B, A>(shape: Shape, batch: KernelFn<B, A>, row: KernelFn<B, A>) -> K
     } else {
         row
     }
+}
+
+/// A batch of [`TILED_MIN_TOKENS`] or more on the kernels with tokens in the lanes
+/// ([`crate::formats::k_lanes`]), where the table has them: true when it ran. The activations
+/// are quantized as for the row kernels, then transposed 16 tokens to a group; each task takes
+/// a run of rows, [`LANE_ROWS`] at a time, unpacks their super-blocks once and meets every
+/// group of tokens with them.
+#[cfg(target_arch = "x86_64")]
+fn lanes_matmul<F: LaneFormat + ByteBlock>(
+    k: &'static Kernels,
+    w: &Weights,
+    x: Input,
+    shape: Shape,
+    out: &mut [f32],
+) -> bool {
+    let Some(lanes) = k.k_lanes().filter(|_| shape.n_tok >= TILED_MIN_TOKENS) else {
+        return false;
+    };
+    lanes_matmul_on::<F>(lanes, k, cast_blocks::<F>(w.data), w.cols, x, shape, out);
+    true
+}
+
+/// Rows a task multiplies at once on the kernels with tokens in the lanes: each activation
+/// register loaded serves this many.
+#[cfg(target_arch = "x86_64")]
+const LANE_ROWS: usize = 4;
+
+#[cfg(target_arch = "x86_64")]
+fn lanes_matmul_on<F: LaneFormat>(
+    lanes: KLanes,
+    k: &'static Kernels,
+    w: &[F],
+    cols: usize,
+    x: Input,
+    shape: Shape,
+    out: &mut [f32],
+) {
+    use crate::formats::k_lanes::{transpose, LANES};
+    const R: usize = LANE_ROWS;
+    let Shape { rows, n_tok, .. } = shape;
+    let nb = cols / 256;
+    let groups = n_tok.div_ceil(LANES);
+    let parallel = use_pool(shape);
+    with_buffer(&ACT_Q8_K, nb * n_tok, |act| {
+        quantize_tokens(x, cols, act, nb, shape, |x, a| k.quantize_q8_k(x, a));
+        with_buffer(&ACT_LANES, nb * groups, |t| {
+            let body = |(g, o): (usize, &mut [Q8KLanes])| {
+                let end = ((g + 1) * LANES).min(n_tok);
+                transpose(&act[g * LANES * nb..end * nb], o);
+            };
+            if parallel {
+                t.par_chunks_mut(nb).enumerate().for_each(body);
+            } else {
+                t.chunks_mut(nb).enumerate().for_each(body);
+            }
+            let t = &*t;
+            let task_rows = if parallel {
+                rows_per_task(rows).next_multiple_of(R)
+            } else {
+                rows
+            };
+            let body = |(c, s): (usize, &mut [f32])| {
+                let rows_here = s.len() / n_tok;
+                let r0 = c * task_rows;
+                with_buffer(&UNPACKED, R * nb, |u| {
+                    let mut tile = [[0f32; LANES]; R];
+                    for i0 in (0..rows_here).step_by(R) {
+                        let n = (rows_here - i0).min(R);
+                        let blocks = &w[(r0 + i0) * nb..(r0 + i0 + n) * nb];
+                        for (b, u) in blocks.iter().zip(u.iter_mut()) {
+                            lanes.unpack(b, u);
+                        }
+                        for (g, a) in t.chunks_exact(nb).enumerate() {
+                            if n == R {
+                                lanes.rows::<F, R>(u, a, &mut tile);
+                            } else {
+                                for r in 0..n {
+                                    let (u, o) = (&u[r * nb..], &mut tile[r..]);
+                                    lanes.rows::<F, 1>(u, a, o);
+                                }
+                            }
+                            let t0 = g * LANES;
+                            let here = (n_tok - t0).min(LANES);
+                            for (dt, s) in s
+                                .chunks_exact_mut(rows_here)
+                                .skip(t0)
+                                .take(here)
+                                .enumerate()
+                            {
+                                for (v, row) in s[i0..i0 + n].iter_mut().zip(&tile) {
+                                    *v = row[dt];
+                                }
+                            }
+                        }
+                    }
+                });
+            };
+            in_task_rows(out, rows, n_tok, task_rows, parallel, body);
+        });
+    });
 }
 
 /// Quantizes the activations once into the partner format, then runs the integer dots.

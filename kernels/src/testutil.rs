@@ -255,6 +255,9 @@ pub(crate) struct TiledOrder<B: 'static> {
     /// The AVX-512 VNNI flavour, where the format has one.
     #[cfg(target_arch = "x86_64")]
     pub vnni: Option<BatchKernel<B>>,
+    /// The kernel with tokens in the lanes (`formats::k_lanes`), where the format has one.
+    #[cfg(target_arch = "x86_64")]
+    pub lanes: Option<BatchKernel<B>>,
 }
 
 /// A SIMD batch kernel: one row against several tokens.
@@ -266,7 +269,7 @@ pub(crate) type BatchKernel<B> = unsafe fn(&[B], &[BlockQ8K], &mut [f32]);
 /// AVX2 kernel equals the model bit for bit.
 pub(crate) fn check_tiled_order<B: Clone>(c: TiledOrder<B>) {
     let mut r = rng(c.seed);
-    for (nb, t) in [(1, 1), (3, 2), (6, 9), (7, 16)] {
+    for (nb, t) in [(1, 1), (3, 2), (6, 9), (7, 16), (2, 37)] {
         let random = (c.random)(&mut r, nb);
         let mut extreme = random.clone();
         extreme.iter_mut().for_each(c.extreme);
@@ -291,6 +294,14 @@ pub(crate) fn check_tiled_order<B: Clone>(c: TiledOrder<B>) {
                         // SAFETY: AVX-512 VNNI (with F and VL) was just detected.
                         unsafe { vnni(&w, &a, &mut got) };
                         assert_eq!(bits(&got), bits(&want), "vnni, nb {nb}, {t} tokens");
+                    }
+                    if let Some(lanes) = c
+                        .lanes
+                        .filter(|_| crate::required::test_needs("avx512vnni"))
+                    {
+                        // SAFETY: AVX-512 VNNI (with F, VL and BW) was just detected.
+                        unsafe { lanes(&w, &a, &mut got) };
+                        assert_eq!(bits(&got), bits(&want), "lanes, nb {nb}, {t} tokens");
                     }
                 }
             }

@@ -12,6 +12,8 @@ pub(crate) mod f32;
 pub(crate) mod iq4_nl;
 pub(crate) mod iq4_nlx8;
 pub(crate) mod iq4_xs;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod k_lanes;
 pub(crate) mod q2_k;
 pub(crate) mod q3_k;
 pub(crate) mod q4_0;

@@ -213,7 +213,7 @@ pub(crate) mod avx2 {
     /// `qs` rows, the high bit from its `hmask`, both loaded).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn biased_codes(q: [__m256i; 2], hm: __m256i, c: usize) -> __m256i {
+    pub(crate) fn biased_codes(q: [__m256i; 2], hm: __m256i, c: usize) -> __m256i {
         let shifted = match c % 4 {
             0 => q[c / 4],
             1 => _mm256_srli_epi16::<2>(q[c / 4]),
@@ -495,6 +495,8 @@ mod tests {
             avx2: avx2::dot_tiled_multi,
             #[cfg(target_arch = "x86_64")]
             vnni: Some(avx2::dot_tiled_multi_vnni),
+            #[cfg(target_arch = "x86_64")]
+            lanes: Some(crate::formats::k_lanes::avx512vnni::dot_multi::<BlockQ3K>),
         });
     }
 }

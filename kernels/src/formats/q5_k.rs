@@ -585,6 +585,8 @@ mod tests {
             avx2: avx2::dot_tiled_multi,
             #[cfg(target_arch = "x86_64")]
             vnni: Some(avx2::dot_tiled_multi_vnni),
+            #[cfg(target_arch = "x86_64")]
+            lanes: None,
         });
     }
 }
