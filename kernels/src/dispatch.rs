@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use crate::attention::F16SumOrder;
 use crate::exp;
 use crate::formats::bf16::BF16;
+use crate::formats::each_row;
 use crate::formats::f16::F16;
 use crate::formats::iq4_nl::BlockIq4Nl;
 use crate::formats::iq4_nlx8::{self, BlockIq4Nlx8};
@@ -181,6 +182,10 @@ pub(crate) struct Kernels {
     /// As `dot_q6_k_batch`, for Q2_K.
     dot_q2_k_batch: MultiFn<BlockQ2K, BlockQ8K>,
     dot_q3_k: MultiFn<BlockQ3K, BlockQ8K>,
+    /// Q3_K decode where a table has a kernel of its own for many rows against one token
+    /// (else one `dot_q3_k` per row); likewise Q2_K.
+    rows_q3_k: Option<RowsFn<BlockQ3K, BlockQ8K>>,
+    rows_q2_k: Option<RowsFn<BlockQ2K, BlockQ8K>>,
     /// As `dot_q6_k_batch`, for Q3_K.
     dot_q3_k_batch: MultiFn<BlockQ3K, BlockQ8K>,
     rows_q4_0: RowsFn<BlockQ4_0, BlockQ8_1>,
@@ -245,6 +250,8 @@ static SCALAR: Kernels = Kernels {
     dot_q2_k: q2_k::dot_multi_scalar,
     dot_q2_k_batch: q2_k::dot_tiled_multi_scalar,
     dot_q3_k: q3_k::dot_multi_scalar,
+    rows_q3_k: None,
+    rows_q2_k: None,
     dot_q3_k_batch: q3_k::dot_tiled_multi_scalar,
     rows_q4_0: q4_0::dot_rows_scalar,
     rows_q4_1: q4_1::dot_rows_scalar,
@@ -304,6 +311,8 @@ static AVX2: Kernels = Kernels {
     dot_q2_k: q2_k::avx2::dot_multi,
     dot_q2_k_batch: q2_k::avx2::dot_tiled_multi,
     dot_q3_k: q3_k::avx2::dot_multi,
+    rows_q3_k: None,
+    rows_q2_k: None,
     dot_q3_k_batch: q3_k::avx2::dot_tiled_multi,
     rows_q4_0: q4_0::avx2::dot_rows,
     rows_q4_1: q4_1::avx2::dot_rows,
@@ -355,6 +364,8 @@ static AVX512_VNNI: Kernels = Kernels {
     dot_q3_k_batch: q3_k::avx2::dot_tiled_multi_vnni,
     dot_q5_k_batch: q5_k::avx2::dot_tiled_multi_vnni,
     dot_q6_k_batch: q6_k::avx2::dot_tiled_multi_vnni,
+    rows_q3_k: Some(q3_k::avx512vnni::dot_rows),
+    rows_q2_k: Some(q2_k::avx512vnni::dot_rows),
     k_lanes: Some(KLanes { _detected: () }),
     ..AVX2
 };
@@ -477,6 +488,8 @@ static NEON: Kernels = Kernels {
     dot_q2_k: q2_k::neon::dot_multi,
     dot_q2_k_batch: q2_k::neon::dot_multi,
     dot_q3_k: q3_k::neon::dot_multi,
+    rows_q3_k: None,
+    rows_q2_k: None,
     dot_q3_k_batch: q3_k::neon::dot_multi,
     rows_q4_0: q4_0::neon::dot_rows,
     rows_q4_1: q4_1::neon::dot_rows,
@@ -527,6 +540,8 @@ static NEON_DOTPROD: Kernels = Kernels {
     dot_q2_k: q2_k::neon::dotprod::dot_multi,
     dot_q2_k_batch: q2_k::neon::dotprod::dot_multi,
     dot_q3_k: q3_k::neon::dotprod::dot_multi,
+    rows_q3_k: None,
+    rows_q2_k: None,
     dot_q3_k_batch: q3_k::neon::dotprod::dot_multi,
     rows_q4_0: q4_0::neon::dotprod::dot_rows,
     rows_q4_1: q4_1::neon::dotprod::dot_rows,
@@ -992,6 +1007,54 @@ impl Kernels {
         );
         // SAFETY: as in `dot_f32`.
         unsafe { (self.dot_q3_k)(w, a, out) }
+    }
+
+    /// Rows of `w` (each `a.len()` blocks) against the one token `a`, one per `out` entry.
+    #[inline]
+    pub fn rows_q3_k(&self, w: &[BlockQ3K], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            w.len(),
+            a.len() * out.len(),
+            "rows_q3_k: block count mismatch"
+        );
+        match self.rows_q3_k {
+            // SAFETY: as in `dot_f32`.
+            Some(rows) => unsafe { rows(w, a, out) },
+            None => each_row(
+                |w, a| {
+                    let mut o = 0.0;
+                    self.dot_q3_k(w, a, std::slice::from_mut(&mut o));
+                    o
+                },
+                w,
+                a,
+                out,
+            ),
+        }
+    }
+
+    /// As [`Kernels::rows_q3_k`], for Q2_K.
+    #[inline]
+    pub fn rows_q2_k(&self, w: &[BlockQ2K], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            w.len(),
+            a.len() * out.len(),
+            "rows_q2_k: block count mismatch"
+        );
+        match self.rows_q2_k {
+            // SAFETY: as in `dot_f32`.
+            Some(rows) => unsafe { rows(w, a, out) },
+            None => each_row(
+                |w, a| {
+                    let mut o = 0.0;
+                    self.dot_q2_k(w, a, std::slice::from_mut(&mut o));
+                    o
+                },
+                w,
+                a,
+                out,
+            ),
+        }
     }
 
     /// [`Kernels::dot_q3_k`] for a matmul of a batch of at least

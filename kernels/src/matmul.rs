@@ -410,7 +410,7 @@ pub fn matmul_input(
                 shape,
                 out,
                 by_batch(shape, Kernels::dot_q2_k_batch, Kernels::dot_q2_k),
-                None,
+                Some(Kernels::rows_q2_k),
             )
         }
         GgmlType::Q3_K => {
@@ -426,7 +426,7 @@ pub fn matmul_input(
                 shape,
                 out,
                 by_batch(shape, Kernels::dot_q3_k_batch, Kernels::dot_q3_k),
-                None,
+                Some(Kernels::rows_q3_k),
             )
         }
     }

@@ -187,7 +187,7 @@ pub(crate) mod avx2 {
     /// The sixteen minimums as i16.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn block_mins(wb: &BlockQ2K) -> __m256i {
+    pub(crate) fn block_mins(wb: &BlockQ2K) -> __m256i {
         // SAFETY: `scales` is 16 readable bytes, the width of the load.
         let s = unsafe { _mm_loadu_si128(wb.scales.as_ptr().cast()) };
         _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(s), _mm_set1_epi8(0xF)))
@@ -196,7 +196,7 @@ pub(crate) mod avx2 {
     /// The sixteen activation sums.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn bsums(ab: &BlockQ8K) -> __m256i {
+    pub(crate) fn bsums(ab: &BlockQ8K) -> __m256i {
         // SAFETY: `bsums` is 16 i16, 32 readable bytes, the width of the load.
         unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) }
     }
@@ -239,6 +239,80 @@ pub(crate) mod avx2 {
                 sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p, scales));
             }
             acc = _mm256_fmadd_ps(_mm256_set1_ps(ab.d * dw), _mm256_cvtepi32_ps(sumi), acc);
+        }
+        hsum_ps(acc)
+    }
+}
+
+/// Decode on 512-bit registers, as Q3_K's (`q3_k::avx512vnni`): chunks c and c + 4 side by
+/// side against [`crate::formats::q8_k::avx512`]'s activation pairs, the scales applied with
+/// `vpdpwssd`; the halves folded give the AVX2 dot's eight lanes, then its very float steps
+/// (the minimum term first): a row equals [`avx2::dot`] bit for bit.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512vnni {
+    use std::arch::x86_64::*;
+
+    use super::avx2::{block_mins, bsums};
+    use super::{BlockQ2K, BlockQ8K};
+    use crate::formats::q3_k::avx512vnni::scale_lanes;
+    use crate::formats::q8_k::avx512::{with_pairs, ChunkPairs};
+    use crate::x86::{f16_to_f32, hsum_ps};
+
+    /// Many rows against one token (decode), one whole row after another.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn dot_rows(w: &[BlockQ2K], a: &[BlockQ8K], out: &mut [f32]) {
+        let nb = a.len();
+        let done = with_pairs(a, |p| {
+            for (o, row) in out.iter_mut().zip(w.chunks_exact(nb.max(1))) {
+                *o = dot(row, a, p);
+            }
+        });
+        if done.is_none() {
+            // Rows too long for the prepared activations: the AVX2 dot, the same bits.
+            crate::formats::each_row(|w, a| super::avx2::dot(w, a), w, a, out);
+        }
+    }
+
+    /// One row against one token's prepared activations.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    fn dot(w: &[BlockQ2K], a: &[BlockQ8K], p: &[ChunkPairs]) -> f32 {
+        let three = _mm512_set1_epi8(3);
+        let mut acc = _mm256_setzero_ps();
+        for ((wb, ab), pb) in w.iter().zip(a).zip(p) {
+            crate::x86::prefetch_ahead_by::<{ crate::x86::K_QUANT_PREFETCH_BYTES }, _>(wb);
+            let (dw, dmin) = (f16_to_f32(wb.d), f16_to_f32(wb.dmin));
+            let prod = _mm256_madd_epi16(block_mins(wb), bsums(ab));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(-ab.d * dmin), _mm256_cvtepi32_ps(prod), acc);
+            // SAFETY: `qs` and `scales` are 64 and 16 readable bytes, the widths of the loads.
+            let (planes, sc) = unsafe {
+                (
+                    _mm512_loadu_si512(wb.qs.as_ptr().cast()),
+                    _mm_loadu_si128(wb.scales.as_ptr().cast()),
+                )
+            };
+            // The scales (low nibbles) as i32 lanes, high 16 bits zero, for `vpdpwssd`.
+            let sc = _mm512_cvtepu8_epi32(_mm_and_si128(sc, _mm_set1_epi8(0x0F)));
+            let mut sum = _mm512_setzero_si512();
+            for c in 0..4 {
+                let shifted = match c {
+                    0 => planes,
+                    1 => _mm512_srli_epi16::<2>(planes),
+                    2 => _mm512_srli_epi16::<4>(planes),
+                    _ => _mm512_srli_epi16::<6>(planes),
+                };
+                let codes = _mm512_and_si512(shifted, three);
+                // SAFETY: `pairs[c]` is 64 readable bytes, aligned by `ChunkPairs`.
+                let x = unsafe { _mm512_load_si512(pb.pairs[c].as_ptr().cast()) };
+                // Four products of codes in 0..3: within ±1,524, an i16.
+                let prod = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, x);
+                sum = _mm512_dpwssd_epi32(sum, prod, scale_lanes(sc, c as i32));
+            }
+            let lanes = _mm256_add_epi32(
+                _mm512_castsi512_si256(sum),
+                _mm512_extracti64x4_epi64::<1>(sum),
+            );
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(ab.d * dw), _mm256_cvtepi32_ps(lanes), acc);
         }
         hsum_ps(acc)
     }
@@ -440,6 +514,35 @@ mod tests {
             let simd = unsafe { avx2::dot(&w, &a) };
             assert_eq!(simd.to_bits(), avx2_lanes_order(steps()).to_bits(), "{nb}");
             assert_reordered_sum_close(simd, dot_scalar(&w, &a), lanes_terms(steps()), 2 * nb + 8);
+        }
+    }
+
+    /// The 512-bit decode equals the AVX2 dot (llama.cpp's order) bit for bit on every row,
+    /// with random and extreme blocks, and past the prepared path's length.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_rows_equal_the_avx2_dot() {
+        if !crate::required::test_needs("avx512vnni") {
+            return;
+        }
+        let mut r = rng(206);
+        for nb in [1, 2, 6, 64, 65] {
+            let rows = 3;
+            let mut w = random_blocks(&mut r, rows * nb);
+            // The last row at the extremes: every code 3, every scale and minimum 15.
+            for b in &mut w[(rows - 1) * nb..] {
+                (b.qs, b.scales) = ([[0xFF; 32]; 2], [0xFF; 16]);
+            }
+            for a in [random_q8_k(&mut r, nb), extreme_q8_k(&mut r, nb)] {
+                let mut got = vec![0.0; rows];
+                // SAFETY: detected above.
+                unsafe { avx512vnni::dot_rows(&w, &a, &mut got) };
+                for (row, &g) in w.chunks_exact(nb).zip(&got) {
+                    // SAFETY: AVX-512 VNNI implies the AVX2 dot's features here.
+                    let want = unsafe { avx2::dot(row, &a) };
+                    assert_eq!(g.to_bits(), want.to_bits(), "{nb} blocks");
+                }
+            }
         }
     }
 

@@ -256,6 +256,125 @@ pub(crate) mod avx2 {
     }
 }
 
+/// Decode on 512-bit registers: a super-block's 64 bytes of 2-bit planes in one register, so
+/// chunks c and c + 4 come out side by side (against [`crate::formats::q8_k::avx512`]'s
+/// activation pairs), the high bits by a byte mask test, the biased codes' excess taken off by
+/// the prepared `-4·Σa` each product starts from, the sixteen scales unpacked with vector
+/// steps and applied with `vpdpwssd`. Folding the two halves gives the AVX2 dot's eight lanes
+/// (the same exact integers), then its very float steps: a row equals [`avx2::dot`] bit for
+/// bit.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512vnni {
+    use std::arch::x86_64::*;
+
+    use super::{BlockQ3K, BlockQ8K};
+    use crate::formats::q8_k::avx512::{with_pairs, ChunkPairs};
+    use crate::x86::{f16_to_f32, hsum_ps};
+
+    /// Many rows against one token (decode), one whole row after another.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn dot_rows(w: &[BlockQ3K], a: &[BlockQ8K], out: &mut [f32]) {
+        let nb = a.len();
+        let done = with_pairs(a, |p| {
+            for (o, row) in out.iter_mut().zip(w.chunks_exact(nb.max(1))) {
+                *o = dot(row, a, p);
+            }
+        });
+        if done.is_none() {
+            // Rows too long for the prepared activations: the AVX2 dot, the same bits.
+            crate::formats::each_row(|w, a| super::avx2::dot(w, a), w, a, out);
+        }
+    }
+
+    /// The sixteen scales (-32..31) as i32 lanes whose high 16 bits are zero, for `vpdpwssd`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn scales(s: &[u8; 12]) -> __m512i {
+        let low_bytes = u64::from_le_bytes(std::array::from_fn(|i| s[i]));
+        let x = _mm_cvtsi64_si128(low_bytes as i64);
+        let nibble = _mm_set1_epi8(0x0F);
+        // Bytes 0..8: the low nibbles of bytes 0..8, then their high nibbles.
+        let low = _mm_unpacklo_epi64(
+            _mm_and_si128(x, nibble),
+            _mm_and_si128(_mm_srli_epi16::<4>(x), nibble),
+        );
+        // Byte 4g + b: bits 2g.. of byte 8 + b, the top two bits of scale 4g + b.
+        let top = _mm_set1_epi32(i32::from_le_bytes([s[8], s[9], s[10], s[11]]));
+        let top = _mm_srlv_epi32(top, _mm_setr_epi32(0, 2, 4, 6));
+        let top = _mm_and_si128(top, _mm_set1_epi8(3));
+        let sc = _mm_sub_epi8(
+            _mm_or_si128(low, _mm_slli_epi16::<4>(top)),
+            _mm_set1_epi8(32),
+        );
+        _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(sc))
+    }
+
+    /// Lane m of pair register c multiplies elements of scale `2c + m / 4` (m < 8, chunk c)
+    /// or `2c + 8 + (m - 8) / 4` (chunk c + 4).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn scale_lanes(sc: __m512i, c: i32) -> __m512i {
+        let (a, b, x, y) = (2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9);
+        let idx = _mm512_setr_epi32(a, a, a, a, b, b, b, b, x, x, x, x, y, y, y, y);
+        _mm512_permutexvar_epi32(idx, sc)
+    }
+
+    /// One row against one token's prepared activations.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    fn dot(w: &[BlockQ3K], a: &[BlockQ8K], p: &[ChunkPairs]) -> f32 {
+        let three = _mm512_set1_epi8(3);
+        let four = _mm512_set1_epi8(4);
+        let mut acc = _mm256_setzero_ps();
+        for ((wb, ab), pb) in w.iter().zip(a).zip(p) {
+            crate::x86::prefetch_ahead_by::<{ crate::x86::K_QUANT_PREFETCH_BYTES }, _>(wb);
+            // SAFETY: `qs` is 64 readable bytes, `hmask` 32, `pairs` and `neg4` 64 each: the
+            // widths of the loads.
+            let (planes, high) = unsafe {
+                (
+                    _mm512_loadu_si512(wb.qs.as_ptr().cast()),
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256(wb.hmask.as_ptr().cast())),
+                )
+            };
+            let sc = scales(&wb.scales);
+            let mut sum = _mm512_setzero_si512();
+            for c in 0..4 {
+                let shifted = match c {
+                    0 => planes,
+                    1 => _mm512_srli_epi16::<2>(planes),
+                    2 => _mm512_srli_epi16::<4>(planes),
+                    _ => _mm512_srli_epi16::<6>(planes),
+                };
+                let low = _mm512_and_si512(shifted, three);
+                // Chunk c's high bit is bit c of `hmask`, chunk c + 4's bit c + 4.
+                let bits = _mm512_inserti64x4::<1>(
+                    _mm512_set1_epi8(1 << c),
+                    _mm256_set1_epi8((1u8 << (c + 4)) as i8),
+                );
+                let set = _mm512_test_epi8_mask(high, bits);
+                let codes = _mm512_mask_add_epi8(low, set, low, four);
+                // SAFETY: as above.
+                let (x, start) = unsafe {
+                    (
+                        _mm512_load_si512(pb.pairs[c].as_ptr().cast()),
+                        _mm512_load_si512(pb.neg4[c].as_ptr().cast()),
+                    )
+                };
+                // Four products of codes in -4..3: within ±2,032, an i16.
+                let prod = _mm512_dpbusd_epi32(start, codes, x);
+                sum = _mm512_dpwssd_epi32(sum, prod, scale_lanes(sc, c as i32));
+            }
+            let lanes = _mm256_add_epi32(
+                _mm512_castsi512_si256(sum),
+                _mm512_extracti64x4_epi64::<1>(sum),
+            );
+            let d = ab.d * f16_to_f32(wb.d);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+        }
+        hsum_ps(acc)
+    }
+}
+
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon {
     /// The NEON kernels, written once for both flavours of the exact integer dot:
@@ -476,6 +595,35 @@ mod tests {
             let simd = unsafe { avx2::dot(&w, &a) };
             assert_eq!(simd.to_bits(), avx2_lanes_order(blocks()).to_bits(), "{nb}");
             assert_reordered_sum_close(simd, dot_scalar(&w, &a), lanes_terms(blocks()), nb + 8);
+        }
+    }
+
+    /// The 512-bit decode equals the AVX2 dot (llama.cpp's order) bit for bit on every row,
+    /// with random and extreme blocks, and past the prepared path's length.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_rows_equal_the_avx2_dot() {
+        if !crate::required::test_needs("avx512vnni") {
+            return;
+        }
+        let mut r = rng(106);
+        for nb in [1, 2, 6, 64, 65] {
+            let rows = 3;
+            let mut w = random_blocks(&mut r, rows * nb);
+            // The last row at the extremes: every code -4 and every scale -32.
+            for b in &mut w[(rows - 1) * nb..] {
+                (b.hmask, b.qs, b.scales) = ([0; 32], [[0; 32]; 2], [0; 12]);
+            }
+            for a in [random_q8_k(&mut r, nb), extreme_q8_k(&mut r, nb)] {
+                let mut got = vec![0.0; rows];
+                // SAFETY: detected above.
+                unsafe { avx512vnni::dot_rows(&w, &a, &mut got) };
+                for (row, &g) in w.chunks_exact(nb).zip(&got) {
+                    // SAFETY: AVX-512 VNNI implies the AVX2 dot's features here.
+                    let want = unsafe { avx2::dot(row, &a) };
+                    assert_eq!(g.to_bits(), want.to_bits(), "{nb} blocks");
+                }
+            }
         }
     }
 

@@ -177,6 +177,66 @@ pub(crate) mod avx2 {
     }
 }
 
+/// Q8_K activations laid out for the 512-bit row dots of Q2_K and Q3_K (decode), once per
+/// matmul: those formats keep 32-element chunks c and c + 4 in one 64-byte run of bit planes,
+/// so one register of weights meets both chunks' activations side by side.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512 {
+    use std::arch::x86_64::*;
+    use std::mem::MaybeUninit;
+
+    use super::BlockQ8K;
+
+    /// Super-blocks a row may have for the prepared path (rows of up to 16,384 elements):
+    /// the prepared activations live on the stack, 32 KiB at most.
+    pub(crate) const MAX_BLOCKS: usize = 64;
+
+    /// One super-block: `pairs[c]` holds chunks c and c + 4 (c < 4); `neg4[c]` minus four
+    /// times each four-element sum of `pairs[c]`, lane by lane (what a code biased by +4
+    /// adds).
+    #[repr(C, align(64))]
+    pub(crate) struct ChunkPairs {
+        pub pairs: [[i8; 64]; 4],
+        pub neg4: [[i32; 16]; 4],
+    }
+
+    /// Runs `f` on `a` prepared ([`ChunkPairs`], one per block), or returns `None` when `a`
+    /// has more than [`MAX_BLOCKS`] blocks.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn with_pairs<R>(a: &[BlockQ8K], f: impl FnOnce(&[ChunkPairs]) -> R) -> Option<R> {
+        if a.len() > MAX_BLOCKS {
+            return None;
+        }
+        let mut buf: [MaybeUninit<ChunkPairs>; MAX_BLOCKS] =
+            [const { MaybeUninit::uninit() }; MAX_BLOCKS];
+        let four = _mm512_set1_epi8(4);
+        for (ab, slot) in a.iter().zip(buf.iter_mut()) {
+            let mut p = ChunkPairs {
+                pairs: [[0; 64]; 4],
+                neg4: [[0; 16]; 4],
+            };
+            for c in 0..4 {
+                let (lo, hi) = (&ab.qs[c], &ab.qs[c + 4]);
+                p.pairs[c][..32].copy_from_slice(lo);
+                p.pairs[c][32..].copy_from_slice(hi);
+                // SAFETY: 64 readable bytes each, the width of the loads and the store.
+                unsafe {
+                    let x = _mm512_loadu_si512(p.pairs[c].as_ptr().cast());
+                    let sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), four, x);
+                    let neg = _mm512_sub_epi32(_mm512_setzero_si512(), sums);
+                    _mm512_storeu_si512(p.neg4[c].as_mut_ptr().cast(), neg);
+                }
+            }
+            slot.write(p);
+        }
+        // SAFETY: the first `a.len()` slots were written just above.
+        let ready = unsafe {
+            &*(&buf[..a.len()] as *const [MaybeUninit<ChunkPairs>] as *const [ChunkPairs])
+        };
+        Some(f(ready))
+    }
+}
+
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon {
     use super::{block_max, BlockQ8K, Ties, QK};
