@@ -186,6 +186,7 @@ pub(crate) struct Kernels {
     /// (else one `dot_q3_k` per row); likewise Q2_K.
     rows_q3_k: Option<RowsFn<BlockQ3K, BlockQ8K>>,
     rows_q2_k: Option<RowsFn<BlockQ2K, BlockQ8K>>,
+    rows_iq4_xs: Option<RowsFn<BlockIq4Xs, BlockQ8K>>,
     /// As `dot_q6_k_batch`, for Q3_K.
     dot_q3_k_batch: MultiFn<BlockQ3K, BlockQ8K>,
     rows_q4_0: RowsFn<BlockQ4_0, BlockQ8_1>,
@@ -252,6 +253,7 @@ static SCALAR: Kernels = Kernels {
     dot_q3_k: q3_k::dot_multi_scalar,
     rows_q3_k: None,
     rows_q2_k: None,
+    rows_iq4_xs: None,
     dot_q3_k_batch: q3_k::dot_tiled_multi_scalar,
     rows_q4_0: q4_0::dot_rows_scalar,
     rows_q4_1: q4_1::dot_rows_scalar,
@@ -313,6 +315,7 @@ static AVX2: Kernels = Kernels {
     dot_q3_k: q3_k::avx2::dot_multi,
     rows_q3_k: None,
     rows_q2_k: None,
+    rows_iq4_xs: None,
     dot_q3_k_batch: q3_k::avx2::dot_tiled_multi,
     rows_q4_0: q4_0::avx2::dot_rows,
     rows_q4_1: q4_1::avx2::dot_rows,
@@ -366,6 +369,7 @@ static AVX512_VNNI: Kernels = Kernels {
     dot_q6_k_batch: q6_k::avx2::dot_tiled_multi_vnni,
     rows_q3_k: Some(q3_k::avx512vnni::dot_rows),
     rows_q2_k: Some(q2_k::avx512vnni::dot_rows),
+    rows_iq4_xs: Some(iq4_xs::avx512vnni::dot_rows),
     k_lanes: Some(KLanes { _detected: () }),
     ..AVX2
 };
@@ -490,6 +494,7 @@ static NEON: Kernels = Kernels {
     dot_q3_k: q3_k::neon::dot_multi,
     rows_q3_k: None,
     rows_q2_k: None,
+    rows_iq4_xs: None,
     dot_q3_k_batch: q3_k::neon::dot_multi,
     rows_q4_0: q4_0::neon::dot_rows,
     rows_q4_1: q4_1::neon::dot_rows,
@@ -542,6 +547,7 @@ static NEON_DOTPROD: Kernels = Kernels {
     dot_q3_k: q3_k::neon::dotprod::dot_multi,
     rows_q3_k: None,
     rows_q2_k: None,
+    rows_iq4_xs: None,
     dot_q3_k_batch: q3_k::neon::dotprod::dot_multi,
     rows_q4_0: q4_0::neon::dotprod::dot_rows,
     rows_q4_1: q4_1::neon::dotprod::dot_rows,
@@ -1024,6 +1030,30 @@ impl Kernels {
                 |w, a| {
                     let mut o = 0.0;
                     self.dot_q3_k(w, a, std::slice::from_mut(&mut o));
+                    o
+                },
+                w,
+                a,
+                out,
+            ),
+        }
+    }
+
+    /// As [`Kernels::rows_q3_k`], for IQ4_XS.
+    #[inline]
+    pub fn rows_iq4_xs(&self, w: &[BlockIq4Xs], a: &[BlockQ8K], out: &mut [f32]) {
+        assert_eq!(
+            w.len(),
+            a.len() * out.len(),
+            "rows_iq4_xs: block count mismatch"
+        );
+        match self.rows_iq4_xs {
+            // SAFETY: as in `dot_f32`.
+            Some(rows) => unsafe { rows(w, a, out) },
+            None => each_row(
+                |w, a| {
+                    let mut o = 0.0;
+                    self.dot_iq4_xs(w, a, std::slice::from_mut(&mut o));
                     o
                 },
                 w,

@@ -394,7 +394,7 @@ pub fn matmul_input(
                 shape,
                 out,
                 by_batch(shape, Kernels::dot_iq4_xs_batch, Kernels::dot_iq4_xs),
-                None,
+                Some(Kernels::rows_iq4_xs),
             )
         }
         GgmlType::Q2_K => {

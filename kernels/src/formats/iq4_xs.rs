@@ -259,6 +259,128 @@ pub(crate) mod avx2 {
     }
 }
 
+/// Decode on 512-bit registers: two sub-blocks' 32 bytes of nibbles spread over one register
+/// (each 16-byte run twice, the second copy's high nibbles), looked up in the table plus 128
+/// (`vpdpbusd` reads the weights unsigned) against the activations as they are, each product
+/// starting from the prepared `-128·Σa` ([`crate::formats::q8_k::avx512::Neg128`]); the
+/// scales unpacked with vector steps. Folding the two halves gives the AVX2 dot's eight lanes
+/// (the same exact integers), then its very float steps: a row equals [`avx2::dot`] bit for
+/// bit.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512vnni {
+    use std::arch::x86_64::*;
+
+    use super::{BlockIq4Xs, BlockQ8K};
+    use crate::formats::q8_k::avx512::{with_prepared, Neg128};
+    use crate::x86::{f16_to_f32, hsum_ps};
+
+    /// Many rows against one token (decode), one whole row after another.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn dot_rows(w: &[BlockIq4Xs], a: &[BlockQ8K], out: &mut [f32]) {
+        let nb = a.len();
+        let done = with_prepared(a, |p: &[Neg128]| {
+            for (o, row) in out.iter_mut().zip(w.chunks_exact(nb.max(1))) {
+                *o = dot(row, a, p);
+            }
+        });
+        if done.is_none() {
+            // Rows too long for the prepared activations: the AVX2 dot, the same bits.
+            crate::formats::each_row(|w, a| super::avx2::dot(w, a), w, a, out);
+        }
+    }
+
+    /// The eight scales (-32..31) in i32 lanes 0..8.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    fn scales(b: &BlockIq4Xs) -> __m512i {
+        let l = _mm_cvtsi32_si128(i32::from_le_bytes(b.scales_l));
+        let nibble = _mm_set1_epi8(0x0F);
+        // Byte j: the low four bits of scale j (byte j / 2's low nibble for even j).
+        let low = _mm_unpacklo_epi8(
+            _mm_and_si128(l, nibble),
+            _mm_and_si128(_mm_srli_epi16::<4>(l), nibble),
+        );
+        let low = _mm_cvtepu8_epi16(low);
+        let h = _mm_set1_epi16(i16::from_le_bytes(b.scales_h));
+        let high = _mm_srlv_epi16(h, _mm_setr_epi16(0, 2, 4, 6, 8, 10, 12, 14));
+        let high = _mm_slli_epi16::<4>(_mm_and_si128(high, _mm_set1_epi16(3)));
+        let sc = _mm_sub_epi16(_mm_or_si128(low, high), _mm_set1_epi16(32));
+        _mm512_zextsi256_si512(_mm256_cvtepi16_epi32(sc))
+    }
+
+    /// One row against one token's prepared activations.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    fn dot(w: &[BlockIq4Xs], a: &[BlockQ8K], p: &[Neg128]) -> f32 {
+        const VALUES: [u8; 16] = crate::formats::iq4_nlx8::shifted_table(128);
+        // SAFETY: the table is 16 readable bytes, the width of the load.
+        let table = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(VALUES.as_ptr().cast()) });
+        let nibble = _mm512_set1_epi8(0x0F);
+        // 128-bit lanes 1 and 3 take the high nibbles.
+        let shifts = _mm512_setr_epi64(
+            0,
+            0,
+            0x0004_0004_0004_0004,
+            0x0004_0004_0004_0004,
+            0,
+            0,
+            0x0004_0004_0004_0004,
+            0x0004_0004_0004_0004,
+        );
+        let mut acc = _mm256_setzero_ps();
+        for ((wb, ab), pb) in w.iter().zip(a).zip(p) {
+            crate::x86::prefetch_ahead_by::<{ crate::x86::K_QUANT_PREFETCH_BYTES }, _>(wb);
+            let sc = scales(wb);
+            let mut sum = _mm512_setzero_si512();
+            for k in 0..4 {
+                // SAFETY: sub-blocks 2k and 2k + 1 are 32 readable bytes of `qs`, their
+                // activations 64 of `qs`, `neg128[k]` 64: the widths of the loads.
+                let (q, x, start) = unsafe {
+                    (
+                        _mm256_loadu_si256(wb.qs[2 * k].as_ptr().cast()),
+                        _mm512_loadu_si512(ab.qs[2 * k].as_ptr().cast()),
+                        _mm512_load_si512(pb.neg128[k].as_ptr().cast()),
+                    )
+                };
+                // 128-bit lanes: sub-block 2k's bytes twice, then 2k + 1's twice.
+                let q = _mm512_castsi256_si512(q);
+                let q = _mm512_shuffle_i64x2::<0b01_01_00_00>(q, q);
+                let index = _mm512_and_si512(_mm512_srlv_epi16(q, shifts), nibble);
+                let values = _mm512_shuffle_epi8(table, index);
+                let prod = _mm512_dpbusd_epi32(start, values, x);
+                let idx = _mm512_setr_epi32(
+                    2 * k as i32,
+                    2 * k as i32,
+                    2 * k as i32,
+                    2 * k as i32,
+                    2 * k as i32,
+                    2 * k as i32,
+                    2 * k as i32,
+                    2 * k as i32,
+                    2 * k as i32 + 1,
+                    2 * k as i32 + 1,
+                    2 * k as i32 + 1,
+                    2 * k as i32 + 1,
+                    2 * k as i32 + 1,
+                    2 * k as i32 + 1,
+                    2 * k as i32 + 1,
+                    2 * k as i32 + 1,
+                );
+                let scale = _mm512_permutexvar_epi32(idx, sc);
+                // Lane sums within 4·127·127, times |scale| <= 32: far inside i32.
+                sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(prod, scale));
+            }
+            let lanes = _mm256_add_epi32(
+                _mm512_castsi512_si256(sum),
+                _mm512_extracti64x4_epi64::<1>(sum),
+            );
+            let d = f16_to_f32(wb.d) * ab.d;
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+        }
+        hsum_ps(acc)
+    }
+}
+
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon {
     /// The NEON kernels, written once for both flavours of the exact integer dot:
@@ -410,6 +532,35 @@ mod tests {
                 qs: std::array::from_fn(|_| random_bytes(r)),
             })
             .collect()
+    }
+
+    /// The 512-bit decode equals the AVX2 dot (llama.cpp's order) bit for bit on every row,
+    /// with random and extreme blocks, and past the prepared path's length.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_rows_equal_the_avx2_dot() {
+        if !crate::required::test_needs("avx512vnni") {
+            return;
+        }
+        let mut r = rng(96);
+        for nb in [1, 2, 6, 64, 65] {
+            let rows = 3;
+            let mut w = random_blocks(&mut r, rows * nb);
+            // The last row at the extremes: every value -127 and every scale -32.
+            for b in &mut w[(rows - 1) * nb..] {
+                (b.scales_h, b.scales_l, b.qs) = ([0; 2], [0; 4], [[0; 16]; 8]);
+            }
+            for a in [random_q8_k(&mut r, nb), extreme_q8_k(&mut r, nb)] {
+                let mut got = vec![0.0; rows];
+                // SAFETY: detected above.
+                unsafe { avx512vnni::dot_rows(&w, &a, &mut got) };
+                for (row, &g) in w.chunks_exact(nb).zip(&got) {
+                    // SAFETY: AVX-512 VNNI implies the AVX2 dot's features here.
+                    let want = unsafe { avx2::dot(row, &a) };
+                    assert_eq!(g.to_bits(), want.to_bits(), "{nb} blocks");
+                }
+            }
+        }
     }
 
     #[cfg(target_arch = "aarch64")]

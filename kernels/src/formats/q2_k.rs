@@ -255,14 +255,14 @@ pub(crate) mod avx512vnni {
     use super::avx2::{block_mins, bsums};
     use super::{BlockQ2K, BlockQ8K};
     use crate::formats::q3_k::avx512vnni::scale_lanes;
-    use crate::formats::q8_k::avx512::{with_pairs, ChunkPairs};
+    use crate::formats::q8_k::avx512::{with_prepared, ChunkPairs};
     use crate::x86::{f16_to_f32, hsum_ps};
 
     /// Many rows against one token (decode), one whole row after another.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
     pub(crate) fn dot_rows(w: &[BlockQ2K], a: &[BlockQ8K], out: &mut [f32]) {
         let nb = a.len();
-        let done = with_pairs(a, |p| {
+        let done = with_prepared(a, |p: &[ChunkPairs]| {
             for (o, row) in out.iter_mut().zip(w.chunks_exact(nb.max(1))) {
                 *o = dot(row, a, p);
             }

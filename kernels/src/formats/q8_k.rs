@@ -177,9 +177,8 @@ pub(crate) mod avx2 {
     }
 }
 
-/// Q8_K activations laid out for the 512-bit row dots of Q2_K and Q3_K (decode), once per
-/// matmul: those formats keep 32-element chunks c and c + 4 in one 64-byte run of bit planes,
-/// so one register of weights meets both chunks' activations side by side.
+/// Q8_K activations laid out for the 512-bit row dots of Q2_K, Q3_K and IQ4_XS (decode), once
+/// per matmul, on the stack.
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512 {
     use std::arch::x86_64::*;
@@ -191,48 +190,90 @@ pub(crate) mod avx512 {
     /// the prepared activations live on the stack, 32 KiB at most.
     pub(crate) const MAX_BLOCKS: usize = 64;
 
-    /// One super-block: `pairs[c]` holds chunks c and c + 4 (c < 4); `neg4[c]` minus four
-    /// times each four-element sum of `pairs[c]`, lane by lane (what a code biased by +4
-    /// adds).
+    /// A layout of one super-block's activations.
+    pub(crate) trait Prepared: Sized {
+        /// # Safety
+        /// The CPU must have AVX-512 F, VL, BW and VNNI.
+        unsafe fn prepare(ab: &BlockQ8K) -> Self;
+    }
+
+    /// For Q2_K and Q3_K, which keep 32-element chunks c and c + 4 in one 64-byte run of bit
+    /// planes: `pairs[c]` holds chunks c and c + 4 (c < 4) side by side; `neg4[c]` minus four
+    /// times each four-element sum of `pairs[c]`, lane by lane (what a code biased by +4 adds).
     #[repr(C, align(64))]
     pub(crate) struct ChunkPairs {
         pub pairs: [[i8; 64]; 4],
         pub neg4: [[i32; 16]; 4],
     }
 
-    /// Runs `f` on `a` prepared ([`ChunkPairs`], one per block), or returns `None` when `a`
-    /// has more than [`MAX_BLOCKS`] blocks.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub(crate) fn with_pairs<R>(a: &[BlockQ8K], f: impl FnOnce(&[ChunkPairs]) -> R) -> Option<R> {
-        if a.len() > MAX_BLOCKS {
-            return None;
-        }
-        let mut buf: [MaybeUninit<ChunkPairs>; MAX_BLOCKS] =
-            [const { MaybeUninit::uninit() }; MAX_BLOCKS];
-        let four = _mm512_set1_epi8(4);
-        for (ab, slot) in a.iter().zip(buf.iter_mut()) {
+    impl Prepared for ChunkPairs {
+        unsafe fn prepare(ab: &BlockQ8K) -> Self {
             let mut p = ChunkPairs {
                 pairs: [[0; 64]; 4],
                 neg4: [[0; 16]; 4],
             };
             for c in 0..4 {
-                let (lo, hi) = (&ab.qs[c], &ab.qs[c + 4]);
-                p.pairs[c][..32].copy_from_slice(lo);
-                p.pairs[c][32..].copy_from_slice(hi);
-                // SAFETY: 64 readable bytes each, the width of the loads and the store.
-                unsafe {
-                    let x = _mm512_loadu_si512(p.pairs[c].as_ptr().cast());
-                    let sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), four, x);
-                    let neg = _mm512_sub_epi32(_mm512_setzero_si512(), sums);
-                    _mm512_storeu_si512(p.neg4[c].as_mut_ptr().cast(), neg);
-                }
+                p.pairs[c][..32].copy_from_slice(&ab.qs[c]);
+                p.pairs[c][32..].copy_from_slice(&ab.qs[c + 4]);
+                // SAFETY: the caller guarantees the features.
+                p.neg4[c] = unsafe { neg_quad_sums::<4>(&p.pairs[c]) };
             }
-            slot.write(p);
+            p
         }
-        // SAFETY: the first `a.len()` slots were written just above.
-        let ready = unsafe {
-            &*(&buf[..a.len()] as *const [MaybeUninit<ChunkPairs>] as *const [ChunkPairs])
-        };
+    }
+
+    /// For IQ4_XS, whose values are stored plus 128: `neg128[k]` minus 128 times each
+    /// four-element sum of the 64 activations from `64k` on, lane by lane.
+    #[repr(C, align(64))]
+    pub(crate) struct Neg128 {
+        pub neg128: [[i32; 16]; 4],
+    }
+
+    impl Prepared for Neg128 {
+        unsafe fn prepare(ab: &BlockQ8K) -> Self {
+            let mut p = Neg128 {
+                neg128: [[0; 16]; 4],
+            };
+            for (k, n) in p.neg128.iter_mut().enumerate() {
+                let bytes: [i8; 64] = std::array::from_fn(|i| ab.qs[2 * k + i / 32][i % 32]);
+                // SAFETY: the caller guarantees the features.
+                *n = unsafe { neg_quad_sums::<128>(&bytes) };
+            }
+            p
+        }
+    }
+
+    /// Minus `SCALE` times each four-byte sum of `x`.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    fn neg_quad_sums<const SCALE: i32>(x: &[i8; 64]) -> [i32; 16] {
+        // SAFETY: 64 readable bytes, the width of the load.
+        let x = unsafe { _mm512_loadu_si512(x.as_ptr().cast()) };
+        let sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), x);
+        let neg = _mm512_mullo_epi32(sums, _mm512_set1_epi32(-SCALE));
+        let mut out = [0; 16];
+        // SAFETY: 16 writable i32, the width of the store.
+        unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), neg) };
+        out
+    }
+
+    /// Runs `f` on `a` prepared (one `T` per block), or returns `None` when `a` has more than
+    /// [`MAX_BLOCKS`] blocks.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn with_prepared<T: Prepared, R>(
+        a: &[BlockQ8K],
+        f: impl FnOnce(&[T]) -> R,
+    ) -> Option<R> {
+        if a.len() > MAX_BLOCKS {
+            return None;
+        }
+        let mut buf: [MaybeUninit<T>; MAX_BLOCKS] = [const { MaybeUninit::uninit() }; MAX_BLOCKS];
+        for (ab, slot) in a.iter().zip(buf.iter_mut()) {
+            // SAFETY: this function's features are `prepare`'s.
+            slot.write(unsafe { T::prepare(ab) });
+        }
+        // SAFETY: the first `a.len()` slots were written just above, and `MaybeUninit<T>` has
+        // `T`'s layout.
+        let ready = unsafe { &*(&raw const buf[..a.len()] as *const [T]) };
         Some(f(ready))
     }
 }
