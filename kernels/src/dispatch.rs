@@ -360,6 +360,7 @@ static AVX512_VNNI: Kernels = Kernels {
     gemm_q5_0x8_pairs: Some(q5_0x8::avx512vnni_pairs::gemm),
     gemm_q8_0x8_pairs: Some(q8_0x8::avx512vnni_pairs::gemm),
     gemv_iq4_nlx8: iq4_nlx8::avx512vnni::gemv,
+    gemv_q8_0x8: q8_0x8::avx512vnni::gemv,
     rows_q5_1: q5_1::avx512vnni::dot_rows,
     dot_q5_k: q5_k::avx512vnni::dot_multi,
     dot_iq4_xs_batch: iq4_xs::avx2::dot_tiled_multi_vnni,

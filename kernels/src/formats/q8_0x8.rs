@@ -137,6 +137,77 @@ pub(crate) mod avx2 {
     }
 }
 
+/// Decode on 512-bit registers, one group of 8 rows after another (one sequential stream:
+/// pairing groups made decode slower, BENCHMARKS): each register holds quads k and k + 1 of
+/// the 8 rows, against activation quad k broadcast to the low half and k + 1 to the high half.
+/// Each lane's integer is [`avx2`]'s (the sign moved onto the activations by a masked
+/// negation, as in [`avx512vnni_pairs`]), then the same FMA per lane and block into the same
+/// eight accumulators (two to a register), and the same sum of them: equal to
+/// [`avx2::gemv`] bit for bit.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512vnni {
+    use std::arch::x86_64::*;
+
+    use super::{BlockQ8_0x8, BlockQ8_1, ROWS};
+
+    /// [`super::gemv_scalar`]'s order: every group of 8 rows in `w` against the one token `a`.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn gemv(w: &[BlockQ8_0x8], a: &[BlockQ8_1], _sums: &[i32], out: &mut [f32]) {
+        for (wg, o) in w.chunks_exact(a.len()).zip(out.chunks_exact_mut(ROWS)) {
+            group(wg, a, o);
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    fn group(w: &[BlockQ8_0x8], a: &[BlockQ8_1], out: &mut [f32]) {
+        assert!(a.len() == w.len() && out.len() >= ROWS);
+        let zero = _mm512_setzero_si512();
+        // Lanes 0..8 take an activation quad, lanes 8..16 the next one.
+        let spread: [__m512i; 4] = std::array::from_fn(|m| {
+            let (k0, k1) = (2 * m as i32, 2 * m as i32 + 1);
+            _mm512_setr_epi32(
+                k0, k0, k0, k0, k0, k0, k0, k0, k1, k1, k1, k1, k1, k1, k1, k1,
+            )
+        });
+        let mut acc = [_mm512_setzero_ps(); 4];
+        for (wb, ab) in w.iter().zip(a) {
+            crate::x86::prefetch_ahead(wb);
+            // SAFETY: 8 halves are 16 readable bytes, the activation block 32: the widths of
+            // the loads.
+            let (d, x) = unsafe {
+                (
+                    _mm256_cvtph_ps(_mm_loadu_si128(wb.d.as_ptr().cast())),
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256(ab.qs.as_ptr().cast())),
+                )
+            };
+            let dd = _mm256_mul_ps(d, _mm256_set1_ps(ab.d));
+            let dd = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(dd)));
+            for (m, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: 64m + 64 <= 256, the length of `qs`.
+                let v = unsafe { _mm512_loadu_si512(wb.qs.as_ptr().add(64 * m).cast()) };
+                let four = _mm512_permutexvar_epi32(spread[m], x);
+                // The activations with each weight's sign (its zeros multiply |0|).
+                let signed = _mm512_mask_sub_epi8(four, _mm512_movepi8_mask(v), zero, four);
+                let p = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(v), signed);
+                *acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(p), *acc);
+            }
+        }
+        // The eight accumulators of [`avx2`]: quad 2m's in the low half of `acc[m]`.
+        let l: [__m256; 8] = std::array::from_fn(|k| {
+            let z = acc[k / 2];
+            if k % 2 == 0 {
+                _mm512_castps512_ps256(z)
+            } else {
+                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(z)))
+            }
+        });
+        let r = crate::x86::hsum_lanes(&l);
+        // SAFETY: 8 writable floats (asserted above), the width of the store.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), r) };
+    }
+}
+
 /// Two groups of 8 rows at once on 512-bit registers (the first group's rows in the low half,
 /// the second's in the high half), as `q5_0x8::avx512vnni_pairs` does for Q5_0. Each lane's
 /// integer is [`avx2`]'s: AVX2 sums `|v|` times `a` with `v`'s sign through `maddubs` and
@@ -246,6 +317,11 @@ mod tests {
                 // SAFETY: as above.
                 unsafe { avx2::gemv(&p, &a, &[], &mut got) };
                 assert_eq!(bits(&got), bits(&want), "avx2, nb {nb}");
+                if crate::required::test_needs("avx512vnni") {
+                    // SAFETY: just detected.
+                    unsafe { avx512vnni::gemv(&p, &a, &[], &mut got) };
+                    assert_eq!(bits(&got), bits(&want), "avx512vnni, nb {nb}");
+                }
             }
         }
     }
