@@ -361,26 +361,38 @@ pub fn matmul_input(
             Kernels::dot_q4_k,
             None,
         ),
-        GgmlType::Q5_K => quantized_matmul::<BlockQ5K, _>(
-            k,
-            &Q8_K_ACTS,
-            w,
-            x,
-            shape,
-            out,
-            by_batch(shape, Kernels::dot_q5_k_batch, Kernels::dot_q5_k),
-            None,
-        ),
-        GgmlType::Q6_K => quantized_matmul::<BlockQ6K, _>(
-            k,
-            &Q8_K_ACTS,
-            w,
-            x,
-            shape,
-            out,
-            by_batch(shape, Kernels::dot_q6_k_batch, Kernels::dot_q6_k),
-            None,
-        ),
+        GgmlType::Q5_K => {
+            #[cfg(target_arch = "x86_64")]
+            if lanes_matmul::<BlockQ5K>(k, w, x, shape, out) {
+                return Ok(());
+            }
+            quantized_matmul::<BlockQ5K, _>(
+                k,
+                &Q8_K_ACTS,
+                w,
+                x,
+                shape,
+                out,
+                by_batch(shape, Kernels::dot_q5_k_batch, Kernels::dot_q5_k),
+                None,
+            )
+        }
+        GgmlType::Q6_K => {
+            #[cfg(target_arch = "x86_64")]
+            if lanes_matmul::<BlockQ6K>(k, w, x, shape, out) {
+                return Ok(());
+            }
+            quantized_matmul::<BlockQ6K, _>(
+                k,
+                &Q8_K_ACTS,
+                w,
+                x,
+                shape,
+                out,
+                by_batch(shape, Kernels::dot_q6_k_batch, Kernels::dot_q6_k),
+                None,
+            )
+        }
         GgmlType::IQ4_XS => {
             #[cfg(target_arch = "x86_64")]
             if lanes_matmul::<BlockIq4Xs>(k, w, x, shape, out) {

@@ -1,7 +1,8 @@
-//! The K-quant prompt kernels with tokens in the lanes (x86 with AVX-512 VNNI): Q2_K, Q3_K and
-//! IQ4_XS weights against 16 tokens at once, each of a 512-bit register's 16 lanes one token.
+//! The K-quant prompt kernels with tokens in the lanes (x86 with AVX-512 VNNI): Q2_K, Q3_K,
+//! Q5_K, Q6_K and IQ4_XS weights against 16 tokens at once, each of a 512-bit register's 16
+//! lanes one token.
 //!
-//! Why: the tiled kernels of `q2_k`, `q3_k` and `iq4_xs` keep rows in lanes and add each
+//! Why: the tiled kernels of those formats keep rows in lanes and add each
 //! (row, token, super-block) across lanes, a dozen instructions per `vpdpbusd`'s worth of work.
 //! Here the activations of 16 tokens are transposed once per matmul ([`Q8KLanes`]: element quad
 //! `k` of every token in one register), and a row's codes are unpacked once per matmul
@@ -23,6 +24,8 @@
 use super::iq4_xs::BlockIq4Xs;
 use super::q2_k::BlockQ2K;
 use super::q3_k::BlockQ3K;
+use super::q5_k::BlockQ5K;
+use super::q6_k::BlockQ6K;
 use super::q8_k::BlockQ8K;
 
 /// Tokens per group: the lanes of a 512-bit register of i32.
@@ -133,7 +136,7 @@ pub(crate) trait LaneFormat: Copy + Sync + 'static {
 mod unpack {
     use std::arch::x86_64::*;
 
-    use super::{BlockIq4Xs, BlockQ2K, BlockQ3K, Unpacked};
+    use super::{BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ5K, BlockQ6K, Unpacked};
     use crate::x86::{f16_to_f32, load_u8x32, unpack_nibbles_32};
 
     /// Stores 32 bytes at `out[32c..]`.
@@ -169,6 +172,39 @@ mod unpack {
         for (i, &s) in b.scales.iter().enumerate() {
             u.scales[i] = i32::from(s & 0xF);
             u.mins[i] = i32::from(s >> 4);
+        }
+        u.d = f16_to_f32(b.d);
+        u.dmin = f16_to_f32(b.dmin);
+    }
+
+    /// Q6_K: codes 0..63 (the value plus 32), the sixteen signed scales.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn q6_k(b: &BlockQ6K, u: &mut Unpacked) {
+        let (codes, _) = crate::formats::q6_k::avx2::unpack(b);
+        let bytes = u.bytes_mut();
+        for (c, &v) in codes.iter().enumerate() {
+            store(bytes, c, v);
+        }
+        for (s, &v) in u.scales.iter_mut().zip(&b.scales) {
+            *s = i32::from(v);
+        }
+        u.d = f16_to_f32(b.d);
+    }
+
+    /// Q5_K: codes 0..31, the eight scales and minimums.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn q5_k(b: &BlockQ5K, u: &mut Unpacked) {
+        let qh = load_u8x32(&b.qh);
+        let bytes = u.bytes_mut();
+        for c in 0..4 {
+            let (lo, hi) = crate::formats::q5_k::avx2::code_pair(b, qh, c);
+            store(bytes, 2 * c, lo);
+            store(bytes, 2 * c + 1, hi);
+        }
+        let (sc, mn) = crate::formats::q4_k::unpack_scales(&b.scales);
+        for j in 0..8 {
+            u.scales[j] = i32::from(sc[j]);
+            u.mins[j] = i32::from(mn[j]);
         }
         u.d = f16_to_f32(b.d);
         u.dmin = f16_to_f32(b.dmin);
@@ -215,6 +251,28 @@ impl LaneFormat for BlockQ2K {
     unsafe fn unpack(&self, u: &mut Unpacked) {
         // SAFETY: the caller guarantees the features.
         unsafe { unpack::q2_k(self, u) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl LaneFormat for BlockQ6K {
+    const SUB: usize = 16;
+    const BIAS_SHIFT: Option<u32> = Some(5);
+    const MIN: bool = false;
+    unsafe fn unpack(&self, u: &mut Unpacked) {
+        // SAFETY: the caller guarantees the features.
+        unsafe { unpack::q6_k(self, u) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl LaneFormat for BlockQ5K {
+    const SUB: usize = 32;
+    const BIAS_SHIFT: Option<u32> = None;
+    const MIN: bool = true;
+    unsafe fn unpack(&self, u: &mut Unpacked) {
+        // SAFETY: the caller guarantees the features.
+        unsafe { unpack::q5_k(self, u) }
     }
 }
 
@@ -385,7 +443,9 @@ mod tests {
         if !crate::required::test_needs("avx512vnni") {
             return;
         }
-        use crate::formats::{iq4_xs, q2_k, q3_k};
+        use crate::formats::{iq4_xs, q2_k, q3_k, q5_k, q6_k};
+        matmul_equals_tiled_scalar(GgmlType::Q6_K, q6_k::dot_tiled_scalar, 4);
+        matmul_equals_tiled_scalar(GgmlType::Q5_K, q5_k::dot_tiled_scalar, 5);
         matmul_equals_tiled_scalar(GgmlType::Q3_K, q3_k::dot_tiled_scalar, 1);
         matmul_equals_tiled_scalar(GgmlType::Q2_K, q2_k::dot_tiled_scalar, 2);
         matmul_equals_tiled_scalar(GgmlType::IQ4_XS, iq4_xs::dot_tiled_scalar, 3);

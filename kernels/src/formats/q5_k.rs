@@ -205,7 +205,7 @@ pub(crate) mod avx2 {
     /// `qs[c]`, each with its fifth bit from `qh` (the block's `qh`, loaded).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn code_pair(wb: &BlockQ5K, qh: __m256i, c: usize) -> (__m256i, __m256i) {
+    pub(crate) fn code_pair(wb: &BlockQ5K, qh: __m256i, c: usize) -> (__m256i, __m256i) {
         let low4 = _mm256_set1_epi8(0x0F);
         let fifth = _mm256_set1_epi8(0x10);
         // Sub-block j's fifth bits: bit j of every qh byte, as 0x10 or 0.
@@ -586,7 +586,7 @@ mod tests {
             #[cfg(target_arch = "x86_64")]
             vnni: Some(avx2::dot_tiled_multi_vnni),
             #[cfg(target_arch = "x86_64")]
-            lanes: None,
+            lanes: Some(crate::formats::k_lanes::avx512vnni::dot_multi::<BlockQ5K>),
         });
     }
 }

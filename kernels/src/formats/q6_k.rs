@@ -233,7 +233,7 @@ pub(crate) mod avx2 {
     /// vector, its two sub-blocks' scales as i16 (the low 128-bit lane's, then the high one's).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn unpack(wb: &BlockQ6K) -> ([__m256i; 8], [__m256i; 8]) {
+    pub(crate) fn unpack(wb: &BlockQ6K) -> ([__m256i; 8], [__m256i; 8]) {
         let low4 = _mm256_set1_epi8(0x0F);
         let high2 = _mm256_set1_epi8(0x30);
         let mut codes = [_mm256_setzero_si256(); 8];
@@ -548,7 +548,7 @@ mod tests {
     #[test]
     fn tiled_order_avx2_equals_scalar_and_is_close_to_the_dot() {
         let mut r = rng(57);
-        for (nb, t) in [(1, 1), (3, 2), (8, 9), (5, 16)] {
+        for (nb, t) in [(1, 1), (3, 2), (8, 9), (5, 16), (2, 37)] {
             let w = random_blocks(&mut r, nb);
             let a = random_q8_k(&mut r, nb * t);
             let mut want = vec![0.0; t];
@@ -568,6 +568,9 @@ mod tests {
                     // SAFETY: AVX-512 VNNI (with F and VL) was just detected.
                     unsafe { avx2::dot_tiled_multi_vnni(&w, &a, &mut got) };
                     assert_eq!(bits(&got), bits(&want), "vnni, nb {nb}, {t} tokens");
+                    // SAFETY: as above (with BW).
+                    unsafe { crate::formats::k_lanes::avx512vnni::dot_multi(&w, &a, &mut got) };
+                    assert_eq!(bits(&got), bits(&want), "lanes, nb {nb}, {t} tokens");
                 }
             }
         }
