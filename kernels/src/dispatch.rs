@@ -26,6 +26,8 @@ use crate::formats::q4x8::{self, BlockQ4_0x8, BlockQ4_1x8};
 use crate::formats::q5_0::BlockQ5_0;
 use crate::formats::q5_0x8::{self, BlockQ5_0x8};
 use crate::formats::q5_1::BlockQ5_1;
+#[cfg(target_arch = "x86_64")]
+use crate::formats::q5_1_lanes;
 use crate::formats::q5_k::BlockQ5K;
 use crate::formats::q6_k::BlockQ6K;
 use crate::formats::q8_0::BlockQ8_0;
@@ -444,6 +446,27 @@ impl KLanes {
     pub fn unpack<F: LaneFormat>(&self, block: &F, u: &mut Unpacked) {
         // SAFETY: AVX2, FMA and F16C were detected before this table was handed out.
         unsafe { block.unpack(u) }
+    }
+
+    /// One Q5_1 block unpacked for [`KLanes::row_q5_1`].
+    #[inline]
+    pub fn unpack_q5_1(&self, block: &BlockQ5_1, u: &mut q5_1_lanes::Unpacked) {
+        // SAFETY: AVX-512 VNNI (with F, VL and BW) was detected before this table was handed
+        // out.
+        unsafe { q5_1_lanes::avx512vnni::unpack(block, u) }
+    }
+
+    /// One Q5_1 row (`u`, `a.len()` unpacked blocks) against one group of
+    /// [`q5_1_lanes::LANES`] tokens.
+    #[inline]
+    pub fn row_q5_1(
+        &self,
+        u: &[q5_1_lanes::Unpacked],
+        a: &[q5_1_lanes::Q8_1Lanes],
+        out: &mut [f32; q5_1_lanes::LANES],
+    ) {
+        // SAFETY: as in `unpack_q5_1`; the kernel checks the buffers' lengths.
+        unsafe { q5_1_lanes::avx512vnni::row(u, a, out) }
     }
 
     /// `R` rows (`u`, `a.len()` unpacked super-blocks each) against one group of

@@ -67,6 +67,10 @@ thread_local! {
     static ACT_LANES: Cell<Vec<Q8KLanes>> = const { Cell::new(Vec::new()) };
     #[cfg(target_arch = "x86_64")]
     static UNPACKED: Cell<Vec<Unpacked>> = const { Cell::new(Vec::new()) };
+    #[cfg(target_arch = "x86_64")]
+    static ACT_LANES_Q8_1: Cell<Vec<crate::formats::q5_1_lanes::Q8_1Lanes>> = const { Cell::new(Vec::new()) };
+    #[cfg(target_arch = "x86_64")]
+    static UNPACKED_Q5_1: Cell<Vec<crate::formats::q5_1_lanes::Unpacked>> = const { Cell::new(Vec::new()) };
 }
 
 /// The float formats: f32 activations against each row (normalised first into a thread-local
@@ -321,16 +325,22 @@ pub fn matmul_input(
             Kernels::dot_q5_0,
             Some(Kernels::rows_q5_0),
         ),
-        GgmlType::Q5_1 => quantized_matmul::<BlockQ5_1, _>(
-            k,
-            &Q8_1_ACTS,
-            w,
-            x,
-            shape,
-            out,
-            Kernels::dot_q5_1,
-            Some(Kernels::rows_q5_1),
-        ),
+        GgmlType::Q5_1 => {
+            #[cfg(target_arch = "x86_64")]
+            if q5_1_lanes_matmul(k, w, x, shape, out) {
+                return Ok(());
+            }
+            quantized_matmul::<BlockQ5_1, _>(
+                k,
+                &Q8_1_ACTS,
+                w,
+                x,
+                shape,
+                out,
+                Kernels::dot_q5_1,
+                Some(Kernels::rows_q5_1),
+            )
+        }
         GgmlType::IQ4_NL => quantized_matmul::<BlockIq4Nl, _>(
             k,
             &Q8_1_ACTS,
@@ -490,10 +500,7 @@ fn by_batch<B, A>(shape: Shape, batch: KernelFn<B, A>, row: KernelFn<B, A>) -> K
 }
 
 /// A batch of [`TILED_MIN_TOKENS`] or more on the kernels with tokens in the lanes
-/// ([`crate::formats::k_lanes`]), where the table has them: true when it ran. The activations
-/// are quantized as for the row kernels, then transposed 16 tokens to a group; each task takes
-/// a run of rows, [`LANE_ROWS`] at a time, unpacks their super-blocks once and meets every
-/// group of tokens with them.
+/// ([`crate::formats::k_lanes`]), where the table has them: true when it ran.
 #[cfg(target_arch = "x86_64")]
 fn lanes_matmul<F: LaneFormat + ByteBlock>(
     k: &'static Kernels,
@@ -505,37 +512,148 @@ fn lanes_matmul<F: LaneFormat + ByteBlock>(
     let Some(lanes) = k.k_lanes().filter(|_| shape.n_tok >= TILED_MIN_TOKENS) else {
         return false;
     };
-    lanes_matmul_on::<F>(lanes, k, cast_blocks::<F>(w.data), w.cols, x, shape, out);
+    let plan = KQuantLanes::<F>(lanes, std::marker::PhantomData);
+    on_lanes(&plan, k, cast_blocks::<F>(w.data), w.cols, x, shape, out);
     true
 }
 
-/// Rows a task multiplies at once on the kernels with tokens in the lanes: each activation
-/// register loaded serves this many.
+/// As [`lanes_matmul`], for Q5_1 ([`crate::formats::q5_1_lanes`]).
 #[cfg(target_arch = "x86_64")]
-const LANE_ROWS: usize = 4;
+fn q5_1_lanes_matmul(
+    k: &'static Kernels,
+    w: &Weights,
+    x: Input,
+    shape: Shape,
+    out: &mut [f32],
+) -> bool {
+    let Some(lanes) = k.k_lanes().filter(|_| shape.n_tok >= TILED_MIN_TOKENS) else {
+        return false;
+    };
+    on_lanes(
+        &Q5_1Lanes(lanes),
+        k,
+        cast_blocks(w.data),
+        w.cols,
+        x,
+        shape,
+        out,
+    );
+    true
+}
+
+/// Tokens per group of the kernels with tokens in the lanes.
+#[cfg(target_arch = "x86_64")]
+const LANES: usize = 16;
+
+/// A weight format's kernels with tokens in the lanes, for [`on_lanes`].
+#[cfg(target_arch = "x86_64")]
+trait LanePlan: Sync {
+    type W: Sync;
+    /// A quantized activation block, a group's transposed block, an unpacked weight block.
+    type A: Copy + Default + Send + Sync + 'static;
+    type G: Copy + Default + Send + Sync + 'static;
+    type U: Copy + Default + 'static;
+    /// Rows a call multiplies at once (each activation load serves that many).
+    const ROWS: usize;
+    fn acts(&self) -> &Activations<Self::A>;
+    fn group_buffer(&self) -> &'static LocalKey<Cell<Vec<Self::G>>>;
+    fn unpacked_buffer(&self) -> &'static LocalKey<Cell<Vec<Self::U>>>;
+    fn transpose(&self, a: &[Self::A], out: &mut [Self::G]);
+    fn unpack(&self, w: &Self::W, u: &mut Self::U);
+    /// `n <= ROWS` rows (`u`, `g.len()` unpacked blocks each) against one group.
+    fn rows(&self, n: usize, u: &[Self::U], g: &[Self::G], out: &mut [[f32; LANES]]);
+}
 
 #[cfg(target_arch = "x86_64")]
-fn lanes_matmul_on<F: LaneFormat>(
-    lanes: KLanes,
+struct KQuantLanes<F>(KLanes, std::marker::PhantomData<F>);
+
+#[cfg(target_arch = "x86_64")]
+impl<F: LaneFormat> LanePlan for KQuantLanes<F> {
+    type W = F;
+    type A = BlockQ8K;
+    type G = Q8KLanes;
+    type U = Unpacked;
+    const ROWS: usize = 4;
+    fn acts(&self) -> &Activations<BlockQ8K> {
+        &Q8_K_ACTS
+    }
+    fn group_buffer(&self) -> &'static LocalKey<Cell<Vec<Q8KLanes>>> {
+        &ACT_LANES
+    }
+    fn unpacked_buffer(&self) -> &'static LocalKey<Cell<Vec<Unpacked>>> {
+        &UNPACKED
+    }
+    fn transpose(&self, a: &[BlockQ8K], out: &mut [Q8KLanes]) {
+        crate::formats::k_lanes::transpose(a, out);
+    }
+    fn unpack(&self, w: &F, u: &mut Unpacked) {
+        self.0.unpack(w, u);
+    }
+    fn rows(&self, n: usize, u: &[Unpacked], g: &[Q8KLanes], out: &mut [[f32; LANES]]) {
+        if n == Self::ROWS {
+            self.0.rows::<F, 4>(u, g, out);
+        } else {
+            for r in 0..n {
+                self.0.rows::<F, 1>(&u[r * g.len()..], g, &mut out[r..]);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+struct Q5_1Lanes(KLanes);
+
+#[cfg(target_arch = "x86_64")]
+impl LanePlan for Q5_1Lanes {
+    type W = BlockQ5_1;
+    type A = BlockQ8_1;
+    type G = crate::formats::q5_1_lanes::Q8_1Lanes;
+    type U = crate::formats::q5_1_lanes::Unpacked;
+    const ROWS: usize = 1;
+    fn acts(&self) -> &Activations<BlockQ8_1> {
+        &Q8_1_ACTS
+    }
+    fn group_buffer(&self) -> &'static LocalKey<Cell<Vec<Self::G>>> {
+        &ACT_LANES_Q8_1
+    }
+    fn unpacked_buffer(&self) -> &'static LocalKey<Cell<Vec<Self::U>>> {
+        &UNPACKED_Q5_1
+    }
+    fn transpose(&self, a: &[BlockQ8_1], out: &mut [Self::G]) {
+        crate::formats::q5_1_lanes::transpose(a, out);
+    }
+    fn unpack(&self, w: &BlockQ5_1, u: &mut Self::U) {
+        self.0.unpack_q5_1(w, u);
+    }
+    fn rows(&self, _n: usize, u: &[Self::U], g: &[Self::G], out: &mut [[f32; LANES]]) {
+        self.0.row_q5_1(u, g, &mut out[0]);
+    }
+}
+
+/// The driver of the kernels with tokens in the lanes: the activations quantized as for the
+/// row kernels, then transposed 16 tokens to a group; each task takes a run of rows,
+/// `P::ROWS` at a time, unpacks their blocks once and meets every group of tokens with them.
+#[cfg(target_arch = "x86_64")]
+fn on_lanes<P: LanePlan>(
+    plan: &P,
     k: &'static Kernels,
-    w: &[F],
+    w: &[P::W],
     cols: usize,
     x: Input,
     shape: Shape,
     out: &mut [f32],
 ) {
-    use crate::formats::k_lanes::{transpose, LANES};
-    const R: usize = LANE_ROWS;
+    let acts = plan.acts();
     let Shape { rows, n_tok, .. } = shape;
-    let nb = cols / 256;
+    let nb = cols / acts.block_len;
     let groups = n_tok.div_ceil(LANES);
     let parallel = use_pool(shape);
-    with_buffer(&ACT_Q8_K, nb * n_tok, |act| {
-        quantize_tokens(x, cols, act, nb, shape, |x, a| k.quantize_q8_k(x, a));
-        with_buffer(&ACT_LANES, nb * groups, |t| {
-            let body = |(g, o): (usize, &mut [Q8KLanes])| {
+    with_buffer(acts.buffer, nb * n_tok, |act| {
+        quantize_tokens(x, cols, act, nb, shape, |x, a| (acts.quantize)(k, x, a));
+        with_buffer(plan.group_buffer(), nb * groups, |t| {
+            let body = |(g, o): (usize, &mut [P::G])| {
                 let end = ((g + 1) * LANES).min(n_tok);
-                transpose(&act[g * LANES * nb..end * nb], o);
+                plan.transpose(&act[g * LANES * nb..end * nb], o);
             };
             if parallel {
                 t.par_chunks_mut(nb).enumerate().for_each(body);
@@ -544,30 +662,23 @@ fn lanes_matmul_on<F: LaneFormat>(
             }
             let t = &*t;
             let task_rows = if parallel {
-                rows_per_task(rows).next_multiple_of(R)
+                rows_per_task(rows).next_multiple_of(P::ROWS)
             } else {
                 rows
             };
             let body = |(c, s): (usize, &mut [f32])| {
                 let rows_here = s.len() / n_tok;
                 let r0 = c * task_rows;
-                with_buffer(&UNPACKED, R * nb, |u| {
-                    let mut tile = [[0f32; LANES]; R];
-                    for i0 in (0..rows_here).step_by(R) {
-                        let n = (rows_here - i0).min(R);
+                with_buffer(plan.unpacked_buffer(), P::ROWS * nb, |u| {
+                    let mut tile = [[0f32; LANES]; 4];
+                    for i0 in (0..rows_here).step_by(P::ROWS) {
+                        let n = (rows_here - i0).min(P::ROWS);
                         let blocks = &w[(r0 + i0) * nb..(r0 + i0 + n) * nb];
                         for (b, u) in blocks.iter().zip(u.iter_mut()) {
-                            lanes.unpack(b, u);
+                            plan.unpack(b, u);
                         }
                         for (g, a) in t.chunks_exact(nb).enumerate() {
-                            if n == R {
-                                lanes.rows::<F, R>(u, a, &mut tile);
-                            } else {
-                                for r in 0..n {
-                                    let (u, o) = (&u[r * nb..], &mut tile[r..]);
-                                    lanes.rows::<F, 1>(u, a, o);
-                                }
-                            }
+                            plan.rows(n, u, a, &mut tile);
                             let t0 = g * LANES;
                             let here = (n_tok - t0).min(LANES);
                             for (dt, s) in s

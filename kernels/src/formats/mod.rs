@@ -24,6 +24,8 @@ pub(crate) mod q4x8;
 pub(crate) mod q5_0;
 pub(crate) mod q5_0x8;
 pub(crate) mod q5_1;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod q5_1_lanes;
 pub(crate) mod q5_k;
 pub(crate) mod q6_k;
 pub(crate) mod q8_0;

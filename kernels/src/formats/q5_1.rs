@@ -127,7 +127,7 @@ pub(crate) mod avx2 {
     /// is set.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn codes(wb: &BlockQ5_1) -> __m256i {
+    pub(crate) fn codes(wb: &BlockQ5_1) -> __m256i {
         let high = _mm256_and_si256(bits_to_bytes_32(&wb.qh), _mm256_set1_epi8(0x10));
         _mm256_or_si256(unpack_nibbles_32(&wb.qs), high)
     }
