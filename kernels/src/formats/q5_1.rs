@@ -215,7 +215,8 @@ pub(crate) mod avx512vnni {
         hsum_ps(acc) + off
     }
 
-    /// Many rows against one token (decode), one whole row after another.
+    /// Many rows against one token (decode), one whole row after another (two rows side by
+    /// side decoded slower: BENCHMARKS, stop 48).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
     pub(crate) fn dot_rows(w: &[BlockQ5_1], a: &[BlockQ8_1], out: &mut [f32]) {
         crate::formats::each_row(|w, a| dot(w, a), w, a, out)
@@ -426,7 +427,6 @@ mod tests {
             a[0].qs = [-127; 32];
             let mut want = vec![0.0f32; 3];
             let mut got = vec![0.0f32; 3];
-            let rows: Vec<_> = (0..3).flat_map(|_| w.iter().copied()).collect();
             for t in 0..3 {
                 let a = &a[t * nb..(t + 1) * nb];
                 // SAFETY: AVX2 and AVX-512 VNNI (with F, VL and BW) were detected above.
@@ -437,14 +437,18 @@ mod tests {
             }
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "{nb} blocks");
-            let mut rows_out = vec![0.0f32; 3];
-            // SAFETY: as above.
-            unsafe { avx512vnni::dot_rows(&rows, &a[..nb], &mut rows_out) };
-            assert_eq!(
-                rows_out[2].to_bits(),
-                want[0].to_bits(),
-                "{nb} blocks, rows"
-            );
+            // Distinct rows, an odd and an even count (rows go two at a time).
+            for n_rows in [4, 5] {
+                let rows = random_blocks(&mut r, n_rows * nb);
+                let mut rows_out = vec![0.0f32; n_rows];
+                // SAFETY: as above.
+                unsafe { avx512vnni::dot_rows(&rows, &a[..nb], &mut rows_out) };
+                for (row, &g) in rows.chunks_exact(nb).zip(&rows_out) {
+                    // SAFETY: as above.
+                    let want = unsafe { avx2::dot(row, &a[..nb]) };
+                    assert_eq!(g.to_bits(), want.to_bits(), "{nb} blocks, {n_rows} rows");
+                }
+            }
         }
     }
 
