@@ -152,7 +152,7 @@ pub(crate) struct Kernels {
     dot_bf16_batch: MultiFn<BF16, f32>,
     /// BF16 weights against packed bfloat16 activations on `vdpbf16ps`, where the CPU has it.
     bf16_pairs: Option<Bf16Pairs>,
-    /// The Q2_K, Q3_K and IQ4_XS prompt kernels with tokens in the lanes, where the CPU has
+    /// The prompt kernels with tokens in the lanes (K-quants and Q5_1), where the CPU has
     /// AVX-512 VNNI.
     #[cfg(target_arch = "x86_64")]
     k_lanes: Option<KLanes>,
@@ -431,8 +431,9 @@ impl Bf16Pairs {
     }
 }
 
-/// The K-quant prompt kernels with tokens in the lanes (`formats::k_lanes`). Only a table
-/// handed out after detecting AVX-512 VNNI holds one, so its safe methods may run them.
+/// The prompt kernels with tokens in the lanes (`formats::k_lanes`, `formats::q5_1_lanes`).
+/// Only a table handed out after detecting AVX-512 VNNI holds one, so its safe methods may run
+/// them.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 pub(crate) struct KLanes {
@@ -481,6 +482,34 @@ impl KLanes {
         // SAFETY: AVX-512 VNNI (with F, VL and BW) was detected before this table was handed
         // out; the kernel checks the buffers' lengths.
         unsafe { k_lanes::avx512vnni::rows::<F, R>(u, a, out) }
+    }
+}
+
+/// Rows of `w` (each `a.len()` blocks) against the one token `a`: the table's decode kernel
+/// where it has one, else one `dot` (a one-token multi-token call) per row.
+fn rows_or_dots<W, A>(
+    what: &str,
+    rows: Option<RowsFn<W, A>>,
+    dot: impl Fn(&[W], &[A], &mut [f32]),
+    w: &[W],
+    a: &[A],
+    out: &mut [f32],
+) {
+    assert_eq!(w.len(), a.len() * out.len(), "{what}: block count mismatch");
+    match rows {
+        // SAFETY: a table holds a kernel only if `kernels` handed it out after detecting the
+        // kernel's features, as in `dot_f32`.
+        Some(rows) => unsafe { rows(w, a, out) },
+        None => each_row(
+            |w, a| {
+                let mut o = 0.0;
+                dot(w, a, std::slice::from_mut(&mut o));
+                o
+            },
+            w,
+            a,
+            out,
+        ),
     }
 }
 
@@ -1042,73 +1071,22 @@ impl Kernels {
     /// Rows of `w` (each `a.len()` blocks) against the one token `a`, one per `out` entry.
     #[inline]
     pub fn rows_q3_k(&self, w: &[BlockQ3K], a: &[BlockQ8K], out: &mut [f32]) {
-        assert_eq!(
-            w.len(),
-            a.len() * out.len(),
-            "rows_q3_k: block count mismatch"
-        );
-        match self.rows_q3_k {
-            // SAFETY: as in `dot_f32`.
-            Some(rows) => unsafe { rows(w, a, out) },
-            None => each_row(
-                |w, a| {
-                    let mut o = 0.0;
-                    self.dot_q3_k(w, a, std::slice::from_mut(&mut o));
-                    o
-                },
-                w,
-                a,
-                out,
-            ),
-        }
+        let dot = |w: &[BlockQ3K], a: &[BlockQ8K], o: &mut [f32]| self.dot_q3_k(w, a, o);
+        rows_or_dots("rows_q3_k", self.rows_q3_k, dot, w, a, out);
     }
 
     /// As [`Kernels::rows_q3_k`], for IQ4_XS.
     #[inline]
     pub fn rows_iq4_xs(&self, w: &[BlockIq4Xs], a: &[BlockQ8K], out: &mut [f32]) {
-        assert_eq!(
-            w.len(),
-            a.len() * out.len(),
-            "rows_iq4_xs: block count mismatch"
-        );
-        match self.rows_iq4_xs {
-            // SAFETY: as in `dot_f32`.
-            Some(rows) => unsafe { rows(w, a, out) },
-            None => each_row(
-                |w, a| {
-                    let mut o = 0.0;
-                    self.dot_iq4_xs(w, a, std::slice::from_mut(&mut o));
-                    o
-                },
-                w,
-                a,
-                out,
-            ),
-        }
+        let dot = |w: &[BlockIq4Xs], a: &[BlockQ8K], o: &mut [f32]| self.dot_iq4_xs(w, a, o);
+        rows_or_dots("rows_iq4_xs", self.rows_iq4_xs, dot, w, a, out);
     }
 
     /// As [`Kernels::rows_q3_k`], for Q2_K.
     #[inline]
     pub fn rows_q2_k(&self, w: &[BlockQ2K], a: &[BlockQ8K], out: &mut [f32]) {
-        assert_eq!(
-            w.len(),
-            a.len() * out.len(),
-            "rows_q2_k: block count mismatch"
-        );
-        match self.rows_q2_k {
-            // SAFETY: as in `dot_f32`.
-            Some(rows) => unsafe { rows(w, a, out) },
-            None => each_row(
-                |w, a| {
-                    let mut o = 0.0;
-                    self.dot_q2_k(w, a, std::slice::from_mut(&mut o));
-                    o
-                },
-                w,
-                a,
-                out,
-            ),
-        }
+        let dot = |w: &[BlockQ2K], a: &[BlockQ8K], o: &mut [f32]| self.dot_q2_k(w, a, o);
+        rows_or_dots("rows_q2_k", self.rows_q2_k, dot, w, a, out);
     }
 
     /// [`Kernels::dot_q3_k`] for a matmul of a batch of at least

@@ -17,7 +17,7 @@ use crate::formats::f16::F16;
 use crate::formats::iq4_nl::BlockIq4Nl;
 use crate::formats::iq4_xs::BlockIq4Xs;
 #[cfg(target_arch = "x86_64")]
-use crate::formats::k_lanes::{LaneFormat, Q8KLanes, Unpacked};
+use crate::formats::k_lanes::{LaneFormat, Q8KLanes, Unpacked, LANES};
 use crate::formats::q2_k::BlockQ2K;
 use crate::formats::q3_k::BlockQ3K;
 use crate::formats::q4_0::BlockQ4_0;
@@ -26,6 +26,8 @@ use crate::formats::q4_k::BlockQ4K;
 use crate::formats::q4x8;
 use crate::formats::q5_0::BlockQ5_0;
 use crate::formats::q5_1::BlockQ5_1;
+#[cfg(target_arch = "x86_64")]
+use crate::formats::q5_1_lanes::{Q8_1Lanes, Unpacked as UnpackedQ5_1};
 use crate::formats::q5_k::BlockQ5K;
 use crate::formats::q6_k::BlockQ6K;
 use crate::formats::q8_0::BlockQ8_0;
@@ -68,9 +70,9 @@ thread_local! {
     #[cfg(target_arch = "x86_64")]
     static UNPACKED: Cell<Vec<Unpacked>> = const { Cell::new(Vec::new()) };
     #[cfg(target_arch = "x86_64")]
-    static ACT_LANES_Q8_1: Cell<Vec<crate::formats::q5_1_lanes::Q8_1Lanes>> = const { Cell::new(Vec::new()) };
+    static ACT_LANES_Q8_1: Cell<Vec<Q8_1Lanes>> = const { Cell::new(Vec::new()) };
     #[cfg(target_arch = "x86_64")]
-    static UNPACKED_Q5_1: Cell<Vec<crate::formats::q5_1_lanes::Unpacked>> = const { Cell::new(Vec::new()) };
+    static UNPACKED_Q5_1: Cell<Vec<UnpackedQ5_1>> = const { Cell::new(Vec::new()) };
 }
 
 /// The float formats: f32 activations against each row (normalised first into a thread-local
@@ -371,86 +373,51 @@ pub fn matmul_input(
             Kernels::dot_q4_k,
             None,
         ),
-        GgmlType::Q5_K => {
-            #[cfg(target_arch = "x86_64")]
-            if lanes_matmul::<BlockQ5K>(k, w, x, shape, out) {
-                return Ok(());
-            }
-            quantized_matmul::<BlockQ5K, _>(
-                k,
-                &Q8_K_ACTS,
-                w,
-                x,
-                shape,
-                out,
-                by_batch(shape, Kernels::dot_q5_k_batch, Kernels::dot_q5_k),
-                None,
-            )
-        }
-        GgmlType::Q6_K => {
-            #[cfg(target_arch = "x86_64")]
-            if lanes_matmul::<BlockQ6K>(k, w, x, shape, out) {
-                return Ok(());
-            }
-            quantized_matmul::<BlockQ6K, _>(
-                k,
-                &Q8_K_ACTS,
-                w,
-                x,
-                shape,
-                out,
-                by_batch(shape, Kernels::dot_q6_k_batch, Kernels::dot_q6_k),
-                None,
-            )
-        }
-        GgmlType::IQ4_XS => {
-            #[cfg(target_arch = "x86_64")]
-            if lanes_matmul::<BlockIq4Xs>(k, w, x, shape, out) {
-                return Ok(());
-            }
-            quantized_matmul::<BlockIq4Xs, _>(
-                k,
-                &Q8_K_ACTS,
-                w,
-                x,
-                shape,
-                out,
-                by_batch(shape, Kernels::dot_iq4_xs_batch, Kernels::dot_iq4_xs),
-                Some(Kernels::rows_iq4_xs),
-            )
-        }
-        GgmlType::Q2_K => {
-            #[cfg(target_arch = "x86_64")]
-            if lanes_matmul::<BlockQ2K>(k, w, x, shape, out) {
-                return Ok(());
-            }
-            quantized_matmul::<BlockQ2K, _>(
-                k,
-                &Q8_K_ACTS,
-                w,
-                x,
-                shape,
-                out,
-                by_batch(shape, Kernels::dot_q2_k_batch, Kernels::dot_q2_k),
-                Some(Kernels::rows_q2_k),
-            )
-        }
-        GgmlType::Q3_K => {
-            #[cfg(target_arch = "x86_64")]
-            if lanes_matmul::<BlockQ3K>(k, w, x, shape, out) {
-                return Ok(());
-            }
-            quantized_matmul::<BlockQ3K, _>(
-                k,
-                &Q8_K_ACTS,
-                w,
-                x,
-                shape,
-                out,
-                by_batch(shape, Kernels::dot_q3_k_batch, Kernels::dot_q3_k),
-                Some(Kernels::rows_q3_k),
-            )
-        }
+        GgmlType::Q5_K => k_quant_matmul::<BlockQ5K>(
+            k,
+            w,
+            x,
+            shape,
+            out,
+            [Kernels::dot_q5_k_batch, Kernels::dot_q5_k],
+            None,
+        ),
+        GgmlType::Q6_K => k_quant_matmul::<BlockQ6K>(
+            k,
+            w,
+            x,
+            shape,
+            out,
+            [Kernels::dot_q6_k_batch, Kernels::dot_q6_k],
+            None,
+        ),
+        GgmlType::IQ4_XS => k_quant_matmul::<BlockIq4Xs>(
+            k,
+            w,
+            x,
+            shape,
+            out,
+            [Kernels::dot_iq4_xs_batch, Kernels::dot_iq4_xs],
+            Some(Kernels::rows_iq4_xs),
+        ),
+        GgmlType::Q2_K => k_quant_matmul::<BlockQ2K>(
+            k,
+            w,
+            x,
+            shape,
+            out,
+            [Kernels::dot_q2_k_batch, Kernels::dot_q2_k],
+            Some(Kernels::rows_q2_k),
+        ),
+        GgmlType::Q3_K => k_quant_matmul::<BlockQ3K>(
+            k,
+            w,
+            x,
+            shape,
+            out,
+            [Kernels::dot_q3_k_batch, Kernels::dot_q3_k],
+            Some(Kernels::rows_q3_k),
+        ),
     }
     Ok(())
 }
@@ -541,10 +508,6 @@ fn q5_1_lanes_matmul(
     true
 }
 
-/// Tokens per group of the kernels with tokens in the lanes.
-#[cfg(target_arch = "x86_64")]
-const LANES: usize = 16;
-
 /// A weight format's kernels with tokens in the lanes, for [`on_lanes`].
 #[cfg(target_arch = "x86_64")]
 trait LanePlan: Sync {
@@ -607,8 +570,8 @@ struct Q5_1Lanes(KLanes);
 impl LanePlan for Q5_1Lanes {
     type W = BlockQ5_1;
     type A = BlockQ8_1;
-    type G = crate::formats::q5_1_lanes::Q8_1Lanes;
-    type U = crate::formats::q5_1_lanes::Unpacked;
+    type G = Q8_1Lanes;
+    type U = UnpackedQ5_1;
     const ROWS: usize = 1;
     fn acts(&self) -> &Activations<BlockQ8_1> {
         &Q8_1_ACTS
@@ -699,6 +662,38 @@ fn on_lanes<P: LanePlan>(
         });
     });
 }
+
+/// A matmul of a format dotted against Q8_K whose batches the kernels with tokens in the lanes
+/// take (the K-quants but Q4_K, and IQ4_XS): a batch of [`TILED_MIN_TOKENS`] or more goes to
+/// them where the table has them, else the integer dots run (`[batch, row]`: the tiled order's
+/// kernel from that many tokens on, the row dot below; `rows` decode's own, where the table
+/// has one).
+fn k_quant_matmul<B: LaneBlock>(
+    k: &'static Kernels,
+    w: &Weights,
+    x: Input,
+    shape: Shape,
+    out: &mut [f32],
+    [batch, row]: [KernelFn<B, BlockQ8K>; 2],
+    rows: Option<KernelFn<B, BlockQ8K>>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if lanes_matmul::<B>(k, w, x, shape, out) {
+        return;
+    }
+    let dot = by_batch(shape, batch, row);
+    quantized_matmul::<B, _>(k, &Q8_K_ACTS, w, x, shape, out, dot, rows);
+}
+
+/// A block [`k_quant_matmul`] takes: one the lanes kernels know, where they exist.
+#[cfg(target_arch = "x86_64")]
+trait LaneBlock: LaneFormat + ByteBlock {}
+#[cfg(target_arch = "x86_64")]
+impl<B: LaneFormat + ByteBlock> LaneBlock for B {}
+#[cfg(not(target_arch = "x86_64"))]
+trait LaneBlock: ByteBlock {}
+#[cfg(not(target_arch = "x86_64"))]
+impl<B: ByteBlock> LaneBlock for B {}
 
 /// Quantizes the activations once into the partner format, then runs the integer dots.
 #[allow(clippy::too_many_arguments)]

@@ -260,6 +260,40 @@ pub(crate) struct TiledOrder<B: 'static> {
     pub lanes: Option<BatchKernel<B>>,
 }
 
+/// A 512-bit decode kernel (`rows`) against the AVX2 row dot (`dot`, llama.cpp's order), bit
+/// for bit on every row: three rows of random blocks (from `random`), the last rewritten by
+/// `extreme` to the largest integers the format makes, against random and extreme
+/// activations, at lengths up to and past the 64 super-blocks the prepared path takes.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn check_rows_equal_the_avx2_dot<B>(
+    seed: u64,
+    random: fn(&mut Rng, usize) -> Vec<B>,
+    extreme: fn(&mut B),
+    rows: unsafe fn(&[B], &[BlockQ8K], &mut [f32]),
+    dot: unsafe fn(&[B], &[BlockQ8K]) -> f32,
+) {
+    if !crate::required::test_needs("avx512vnni") {
+        return;
+    }
+    let mut r = rng(seed);
+    for nb in [1, 2, 6, 64, 65] {
+        let n_rows = 3;
+        let mut w = random(&mut r, n_rows * nb);
+        w[(n_rows - 1) * nb..].iter_mut().for_each(extreme);
+        for a in [random_q8_k(&mut r, nb), extreme_q8_k(&mut r, nb)] {
+            let mut got = vec![0.0; n_rows];
+            // SAFETY: AVX-512 VNNI (with F, VL and BW, so AVX2, FMA and F16C too) was just
+            // detected.
+            unsafe { rows(&w, &a, &mut got) };
+            for (row, &g) in w.chunks_exact(nb).zip(&got) {
+                // SAFETY: as above.
+                let want = unsafe { dot(row, &a) };
+                assert_eq!(g.to_bits(), want.to_bits(), "{nb} blocks");
+            }
+        }
+    }
+}
+
 /// A SIMD batch kernel: one row against several tokens.
 #[cfg(target_arch = "x86_64")]
 pub(crate) type BatchKernel<B> = unsafe fn(&[B], &[BlockQ8K], &mut [f32]);

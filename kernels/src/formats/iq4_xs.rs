@@ -271,22 +271,15 @@ pub(crate) mod avx512vnni {
     use std::arch::x86_64::*;
 
     use super::{BlockIq4Xs, BlockQ8K};
-    use crate::formats::q8_k::avx512::{with_prepared, Neg128};
+    use crate::formats::q8_k::avx512::{prepared_rows, Neg128};
     use crate::x86::{f16_to_f32, hsum_ps};
 
     /// Many rows against one token (decode), one whole row after another.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
     pub(crate) fn dot_rows(w: &[BlockIq4Xs], a: &[BlockQ8K], out: &mut [f32]) {
-        let nb = a.len();
-        let done = with_prepared(a, |p: &[Neg128]| {
-            for (o, row) in out.iter_mut().zip(w.chunks_exact(nb.max(1))) {
-                *o = dot(row, a, p);
-            }
-        });
-        if done.is_none() {
-            // Rows too long for the prepared activations: the AVX2 dot, the same bits.
-            crate::formats::each_row(|w, a| super::avx2::dot(w, a), w, a, out);
-        }
+        // Rows too long for the prepared activations take the AVX2 dot: the same bits.
+        let prepared = |w: &[_], a: &[BlockQ8K], p: &[Neg128]| dot(w, a, p);
+        prepared_rows(w, a, out, prepared, |w, a| super::avx2::dot(w, a));
     }
 
     /// The eight scales (-32..31) in i32 lanes 0..8.
@@ -539,28 +532,14 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx512_rows_equal_the_avx2_dot() {
-        if !crate::required::test_needs("avx512vnni") {
-            return;
-        }
-        let mut r = rng(96);
-        for nb in [1, 2, 6, 64, 65] {
-            let rows = 3;
-            let mut w = random_blocks(&mut r, rows * nb);
-            // The last row at the extremes: every value -127 and every scale -32.
-            for b in &mut w[(rows - 1) * nb..] {
-                (b.scales_h, b.scales_l, b.qs) = ([0; 2], [0; 4], [[0; 16]; 8]);
-            }
-            for a in [random_q8_k(&mut r, nb), extreme_q8_k(&mut r, nb)] {
-                let mut got = vec![0.0; rows];
-                // SAFETY: detected above.
-                unsafe { avx512vnni::dot_rows(&w, &a, &mut got) };
-                for (row, &g) in w.chunks_exact(nb).zip(&got) {
-                    // SAFETY: AVX-512 VNNI implies the AVX2 dot's features here.
-                    let want = unsafe { avx2::dot(row, &a) };
-                    assert_eq!(g.to_bits(), want.to_bits(), "{nb} blocks");
-                }
-            }
-        }
+        check_rows_equal_the_avx2_dot(
+            96,
+            random_blocks,
+            // Every value -127 and every scale -32.
+            |b| (b.scales_h, b.scales_l, b.qs) = ([0; 2], [0; 4], [[0; 16]; 8]),
+            avx512vnni::dot_rows,
+            avx2::dot,
+        );
     }
 
     #[cfg(target_arch = "aarch64")]

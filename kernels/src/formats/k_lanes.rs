@@ -57,30 +57,47 @@ impl Default for Q8KLanes {
 /// Transposes up to [`LANES`] tokens of Q8_K activations (`a`: token after token, `out.len()`
 /// blocks each) into `out`, one [`Q8KLanes`] per super-block.
 pub(crate) fn transpose(a: &[BlockQ8K], out: &mut [Q8KLanes]) {
+    transpose_with(a, out, |ab, t, o| {
+        for (k, q) in o.quads.iter_mut().enumerate() {
+            let at = 4 * (k % 8);
+            q[t] = quad(&ab.qs[k / 8][at..at + 4]);
+        }
+        for (s, &sum) in o.neg_sums.iter_mut().zip(&ab.bsums) {
+            s[t] = -i32::from(sum);
+        }
+        o.d[t] = ab.d;
+    });
+}
+
+/// The skeleton of a transposition into token lanes: `a` holds up to [`LANES`] tokens of
+/// `out.len()` blocks each, token after token; each block of `out` starts from zeros when the
+/// group has fewer tokens than lanes, then `put(block, t, out block)` writes token t's lane.
+pub(crate) fn transpose_with<A, G: Default>(
+    a: &[A],
+    out: &mut [G],
+    put: impl Fn(&A, usize, &mut G),
+) {
     let nb = out.len();
     assert!(
         nb > 0 && a.len().is_multiple_of(nb),
-        "k_lanes transpose: partial token"
+        "lanes transpose: partial token"
     );
     let n = a.len() / nb;
-    assert!(n <= LANES, "k_lanes transpose: more than {LANES} tokens");
+    assert!(n <= LANES, "lanes transpose: more than {LANES} tokens");
     for (b, o) in out.iter_mut().enumerate() {
         if n < LANES {
-            *o = Q8KLanes::default();
+            *o = G::default();
         }
         for t in 0..n {
-            let ab = &a[t * nb + b];
-            for (k, q) in o.quads.iter_mut().enumerate() {
-                let at = 4 * (k % 8);
-                let four = &ab.qs[k / 8][at..at + 4];
-                q[t] = i32::from_le_bytes(std::array::from_fn(|i| four[i] as u8));
-            }
-            for (s, &sum) in o.neg_sums.iter_mut().zip(&ab.bsums) {
-                s[t] = -i32::from(sum);
-            }
-            o.d[t] = ab.d;
+            put(&a[t * nb + b], t, o);
         }
     }
+}
+
+/// Four activation bytes as one i32 lane (`vpdpbusd` reads a lane as four bytes).
+#[inline]
+pub(crate) fn quad(four: &[i8]) -> i32 {
+    i32::from_le_bytes(std::array::from_fn(|i| four[i] as u8))
 }
 
 /// One weight super-block unpacked for the kernel: the 256 codes as unsigned bytes in element

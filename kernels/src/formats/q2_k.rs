@@ -255,22 +255,15 @@ pub(crate) mod avx512vnni {
     use super::avx2::{block_mins, bsums};
     use super::{BlockQ2K, BlockQ8K};
     use crate::formats::q3_k::avx512vnni::scale_lanes;
-    use crate::formats::q8_k::avx512::{with_prepared, ChunkPairs};
+    use crate::formats::q8_k::avx512::{prepared_rows, ChunkPairs};
     use crate::x86::{f16_to_f32, hsum_ps};
 
     /// Many rows against one token (decode), one whole row after another.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
     pub(crate) fn dot_rows(w: &[BlockQ2K], a: &[BlockQ8K], out: &mut [f32]) {
-        let nb = a.len();
-        let done = with_prepared(a, |p: &[ChunkPairs]| {
-            for (o, row) in out.iter_mut().zip(w.chunks_exact(nb.max(1))) {
-                *o = dot(row, a, p);
-            }
-        });
-        if done.is_none() {
-            // Rows too long for the prepared activations: the AVX2 dot, the same bits.
-            crate::formats::each_row(|w, a| super::avx2::dot(w, a), w, a, out);
-        }
+        // Rows too long for the prepared activations take the AVX2 dot: the same bits.
+        let prepared = |w: &[_], a: &[BlockQ8K], p: &[ChunkPairs]| dot(w, a, p);
+        prepared_rows(w, a, out, prepared, |w, a| super::avx2::dot(w, a));
     }
 
     /// One row against one token's prepared activations.
@@ -522,28 +515,14 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx512_rows_equal_the_avx2_dot() {
-        if !crate::required::test_needs("avx512vnni") {
-            return;
-        }
-        let mut r = rng(206);
-        for nb in [1, 2, 6, 64, 65] {
-            let rows = 3;
-            let mut w = random_blocks(&mut r, rows * nb);
-            // The last row at the extremes: every code 3, every scale and minimum 15.
-            for b in &mut w[(rows - 1) * nb..] {
-                (b.qs, b.scales) = ([[0xFF; 32]; 2], [0xFF; 16]);
-            }
-            for a in [random_q8_k(&mut r, nb), extreme_q8_k(&mut r, nb)] {
-                let mut got = vec![0.0; rows];
-                // SAFETY: detected above.
-                unsafe { avx512vnni::dot_rows(&w, &a, &mut got) };
-                for (row, &g) in w.chunks_exact(nb).zip(&got) {
-                    // SAFETY: AVX-512 VNNI implies the AVX2 dot's features here.
-                    let want = unsafe { avx2::dot(row, &a) };
-                    assert_eq!(g.to_bits(), want.to_bits(), "{nb} blocks");
-                }
-            }
-        }
+        check_rows_equal_the_avx2_dot(
+            206,
+            random_blocks,
+            // Every code 3, every scale and minimum 15.
+            |b| (b.qs, b.scales) = ([[0xFF; 32]; 2], [0xFF; 16]),
+            avx512vnni::dot_rows,
+            avx2::dot,
+        );
     }
 
     /// The tiled matmul's order: [`check_tiled_order`] with random and extreme weights.

@@ -9,11 +9,10 @@
 //! a register of 16 tokens, so each token sees the same operations, and the eight are added in
 //! `hsum_ps`'s pairs. Every result equals [`super::q5_1::avx2::dot`] bit for bit (tested).
 
+pub(crate) use super::k_lanes::LANES;
+use super::k_lanes::{quad, transpose_with};
 use super::q5_1::BlockQ5_1;
 use super::q8_1::BlockQ8_1;
-
-/// Tokens per group: the lanes of a 512-bit register of f32.
-pub(crate) const LANES: usize = 16;
 
 /// One block of 16 tokens' Q8_1 activations, transposed: `quads[k][t]` holds token t's
 /// elements `4k..4k+4` (four i8 in one i32), `d[t]` and `s[t]` its scale and `d·Σq`. Lanes past
@@ -39,27 +38,13 @@ impl Default for Q8_1Lanes {
 /// Transposes up to [`LANES`] tokens of activations (`a`: token after token, `out.len()` blocks
 /// each) into `out`.
 pub(crate) fn transpose(a: &[BlockQ8_1], out: &mut [Q8_1Lanes]) {
-    let nb = out.len();
-    assert!(
-        nb > 0 && a.len().is_multiple_of(nb),
-        "q5_1 lanes: partial token"
-    );
-    let n = a.len() / nb;
-    assert!(n <= LANES, "q5_1 lanes: more than {LANES} tokens");
-    for (b, o) in out.iter_mut().enumerate() {
-        if n < LANES {
-            *o = Q8_1Lanes::default();
+    transpose_with(a, out, |ab, t, o| {
+        for (k, q) in o.quads.iter_mut().enumerate() {
+            q[t] = quad(&ab.qs[4 * k..4 * k + 4]);
         }
-        for t in 0..n {
-            let ab = &a[t * nb + b];
-            for (k, q) in o.quads.iter_mut().enumerate() {
-                let four = &ab.qs[4 * k..4 * k + 4];
-                q[t] = i32::from_le_bytes(std::array::from_fn(|i| four[i] as u8));
-            }
-            o.d[t] = ab.d;
-            o.s[t] = ab.s;
-        }
-    }
+        o.d[t] = ab.d;
+        o.s[t] = ab.s;
+    });
 }
 
 /// One weight block unpacked: the 32 codes (0..31) as bytes, four to an i32, and `d`, `m`.

@@ -256,15 +256,21 @@ pub(crate) mod avx512 {
         out
     }
 
-    /// Runs `f` on `a` prepared (one `T` per block), or returns `None` when `a` has more than
-    /// [`MAX_BLOCKS`] blocks.
+    /// Rows of `w` (each `a.len()` blocks) against the one token `a`, one per `out` entry:
+    /// `dot(row, a, prepared)` on `a` prepared once (one `T` per block), or, for rows longer
+    /// than [`MAX_BLOCKS`], `fallback(row, a)`, which must give the same bits.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub(crate) fn with_prepared<T: Prepared, R>(
+    pub(crate) fn prepared_rows<W, T: Prepared>(
+        w: &[W],
         a: &[BlockQ8K],
-        f: impl FnOnce(&[T]) -> R,
-    ) -> Option<R> {
-        if a.len() > MAX_BLOCKS {
-            return None;
+        out: &mut [f32],
+        dot: impl Fn(&[W], &[BlockQ8K], &[T]) -> f32,
+        fallback: impl Fn(&[W], &[BlockQ8K]) -> f32,
+    ) {
+        let nb = a.len();
+        if nb > MAX_BLOCKS {
+            crate::formats::each_row(fallback, w, a, out);
+            return;
         }
         let mut buf: [MaybeUninit<T>; MAX_BLOCKS] = [const { MaybeUninit::uninit() }; MAX_BLOCKS];
         for (ab, slot) in a.iter().zip(buf.iter_mut()) {
@@ -273,8 +279,10 @@ pub(crate) mod avx512 {
         }
         // SAFETY: the first `a.len()` slots were written just above, and `MaybeUninit<T>` has
         // `T`'s layout.
-        let ready = unsafe { &*(&raw const buf[..a.len()] as *const [T]) };
-        Some(f(ready))
+        let ready = unsafe { &*(&raw const buf[..nb] as *const [T]) };
+        for (o, row) in out.iter_mut().zip(w.chunks_exact(nb.max(1))) {
+            *o = dot(row, a, ready);
+        }
     }
 }
 
