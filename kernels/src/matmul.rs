@@ -329,7 +329,7 @@ pub fn matmul_input(
         ),
         GgmlType::Q5_1 => {
             #[cfg(target_arch = "x86_64")]
-            if q5_1_lanes_matmul(k, w, x, shape, out) {
+            if lanes_matmul(k, Q5_1Lanes, w, x, shape, out) {
                 return Ok(());
             }
             quantized_matmul::<BlockQ5_1, _>(
@@ -467,44 +467,25 @@ fn by_batch<B, A>(shape: Shape, batch: KernelFn<B, A>, row: KernelFn<B, A>) -> K
 }
 
 /// A batch of [`TILED_MIN_TOKENS`] or more on the kernels with tokens in the lanes
-/// ([`crate::formats::k_lanes`]), where the table has them: true when it ran.
+/// ([`crate::formats::k_lanes`], [`crate::formats::q5_1_lanes`]), where the table has them, by
+/// the plan `plan` makes: true when it ran.
 #[cfg(target_arch = "x86_64")]
-fn lanes_matmul<F: LaneFormat + ByteBlock>(
+fn lanes_matmul<P: LanePlan>(
     k: &'static Kernels,
+    plan: impl FnOnce(KLanes) -> P,
     w: &Weights,
     x: Input,
     shape: Shape,
     out: &mut [f32],
-) -> bool {
+) -> bool
+where
+    P::W: ByteBlock,
+{
     let Some(lanes) = k.k_lanes().filter(|_| shape.n_tok >= TILED_MIN_TOKENS) else {
         return false;
     };
-    let plan = KQuantLanes::<F>(lanes, std::marker::PhantomData);
-    on_lanes(&plan, k, cast_blocks::<F>(w.data), w.cols, x, shape, out);
-    true
-}
-
-/// As [`lanes_matmul`], for Q5_1 ([`crate::formats::q5_1_lanes`]).
-#[cfg(target_arch = "x86_64")]
-fn q5_1_lanes_matmul(
-    k: &'static Kernels,
-    w: &Weights,
-    x: Input,
-    shape: Shape,
-    out: &mut [f32],
-) -> bool {
-    let Some(lanes) = k.k_lanes().filter(|_| shape.n_tok >= TILED_MIN_TOKENS) else {
-        return false;
-    };
-    on_lanes(
-        &Q5_1Lanes(lanes),
-        k,
-        cast_blocks(w.data),
-        w.cols,
-        x,
-        shape,
-        out,
-    );
+    let blocks = cast_blocks::<P::W>(w.data);
+    on_lanes(&plan(lanes), k, blocks, w.cols, x, shape, out);
     true
 }
 
@@ -678,7 +659,8 @@ fn k_quant_matmul<B: LaneBlock>(
     rows: Option<KernelFn<B, BlockQ8K>>,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if lanes_matmul::<B>(k, w, x, shape, out) {
+    let plan = |lanes| KQuantLanes::<B>(lanes, std::marker::PhantomData);
+    if lanes_matmul(k, plan, w, x, shape, out) {
         return;
     }
     let dot = by_batch(shape, batch, row);
