@@ -659,9 +659,11 @@ fn k_quant_matmul<B: LaneBlock>(
     rows: Option<KernelFn<B, BlockQ8K>>,
 ) {
     #[cfg(target_arch = "x86_64")]
-    let plan = |lanes| KQuantLanes::<B>(lanes, std::marker::PhantomData);
-    if lanes_matmul(k, plan, w, x, shape, out) {
-        return;
+    {
+        let plan = |lanes| KQuantLanes::<B>(lanes, std::marker::PhantomData);
+        if lanes_matmul(k, plan, w, x, shape, out) {
+            return;
+        }
     }
     let dot = by_batch(shape, batch, row);
     quantized_matmul::<B, _>(k, &Q8_K_ACTS, w, x, shape, out, dot, rows);
