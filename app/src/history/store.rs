@@ -857,7 +857,7 @@ fn next_id(tx: &Connection, table: &str) -> Result<i64, rusqlite::Error> {
 fn insert_conversation(tx: &Connection, cipher: &Cipher, title: &str) -> Result<i64, StepError> {
     let id = next_id(tx, "conversations")?;
     let sealed = cipher.seal(Slot::Title { conversation: id }, title)?;
-    let now = now_ms();
+    let now = next_update_stamp(tx)?;
     tx.execute(
         "INSERT INTO conversations (id, created_at, updated_at, title) VALUES (?1, ?2, ?2, ?3)",
         params![id, now, sealed],
@@ -868,12 +868,22 @@ fn insert_conversation(tx: &Connection, cipher: &Cipher, title: &str) -> Result<
 fn touch_conversation(tx: &Connection, conversation: i64) -> Result<(), StepError> {
     let n = tx.execute(
         "UPDATE conversations SET updated_at = ?2 WHERE id = ?1",
-        params![conversation, now_ms()],
+        params![conversation, next_update_stamp(tx)?],
     )?;
     if n == 0 {
         return Err(HistoryError::NoConversation(conversation).into());
     }
     Ok(())
+}
+
+/// The clock for `updated_at`, kept strictly increasing across conversations: the list's
+/// order is "last written first", which a millisecond clock cannot promise on its own (two
+/// saves in the same millisecond tie, and a clock set back would sink the newest).
+fn next_update_stamp(tx: &Connection) -> Result<i64, StepError> {
+    let last: Option<i64> = tx.query_row("SELECT max(updated_at) FROM conversations", [], |r| {
+        r.get(0)
+    })?;
+    Ok(last.map_or(now_ms(), |l| now_ms().max(l.saturating_add(1))))
 }
 
 fn insert_message(

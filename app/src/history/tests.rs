@@ -260,6 +260,38 @@ fn a_tampered_byte_fails_only_its_message() {
 }
 
 #[test]
+fn the_conversation_written_last_lists_first_even_within_a_millisecond_or_after_a_clock_step_back()
+{
+    let dirs = Dirs::new("order");
+    let mut store = dirs.open();
+    // Back-to-back saves, many inside the same millisecond: each continued one goes to the top.
+    let ids: Vec<i64> = (0..6)
+        .map(|i| store.append_exchange(None, &format!("q{i}"), "a").unwrap())
+        .collect();
+    for &id in ids.iter().chain(ids.iter().rev()) {
+        store.append_exchange(Some(id), "more", "yes").unwrap();
+        assert_eq!(store.list().unwrap()[0].id, id);
+    }
+    store.replace_last_exchange(ids[2], "again", "ok").unwrap();
+    assert_eq!(store.list().unwrap()[0].id, ids[2]);
+    drop(store);
+
+    // A clock set back an hour after ids[5] was written: continuing ids[1] still ranks it first.
+    let raw = dirs.raw();
+    raw.execute(
+        "UPDATE conversations SET updated_at = updated_at + 3600000 WHERE id = ?1",
+        [ids[5]],
+    )
+    .unwrap();
+    drop(raw);
+    let mut store = dirs.open();
+    assert_eq!(store.list().unwrap()[0].id, ids[5]);
+    store.append_exchange(Some(ids[1]), "later", "ok").unwrap();
+    let order: Vec<i64> = store.list().unwrap().iter().map(|c| c.id).collect();
+    assert_eq!(order[..2], [ids[1], ids[5]]);
+}
+
+#[test]
 fn a_row_moved_to_another_conversation_or_role_does_not_open() {
     let dirs = Dirs::new("moved");
     let mut store = dirs.open();
