@@ -883,7 +883,8 @@ fn next_update_stamp(tx: &Connection) -> Result<i64, StepError> {
     let last: Option<i64> = tx.query_row("SELECT max(updated_at) FROM conversations", [], |r| {
         r.get(0)
     })?;
-    Ok(last.map_or(now_ms(), |l| now_ms().max(l.saturating_add(1))))
+    let now = now_ms();
+    Ok(last.map_or(now, |l| now.max(l.saturating_add(1))))
 }
 
 fn insert_message(
