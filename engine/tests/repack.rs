@@ -1,13 +1,14 @@
 //! Q4_0, Q4_1, Q8_0 and Q4_K matrices are repacked at load where the AVX2 kernels run, Q4_0 where
 //! the NEON ones do (8 rows interleaved per block); the model must answer as it does from the GGUF
-//! layout. Own test binary: it switches the process-wide kernel path.
+//! layout. Own test binary: it switches the process-wide kernel path, and its tests hold
+//! `kernel_table_lock` so that one's switch never lands inside another.
 
 use std::sync::Arc;
 
 use kostant_engine::gguf::Gguf;
 use kostant_engine::testing::{tiny_model_bytes, TinySpec};
 use kostant_engine::{Model, Session};
-use kostant_kernels::{cpu_features, set_force_scalar, GgmlType};
+use kostant_kernels::{cpu_features, kernel_table_lock, set_force_scalar, GgmlType};
 
 fn load(spec: &TinySpec) -> Arc<Model> {
     Model::from_gguf(Gguf::from_bytes(tiny_model_bytes(spec).unwrap()).unwrap()).unwrap()
@@ -20,6 +21,7 @@ fn logits(model: &Arc<Model>, tokens: &[u32]) -> Vec<f32> {
 
 #[test]
 fn repacked_4_bit_models_answer_as_the_gguf_layout_does() {
+    let _table = kernel_table_lock();
     for matrix_type in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
         check_repacked(TinySpec {
             matrix_type,
@@ -70,6 +72,7 @@ fn check_repacked(spec: TinySpec) {
 /// kernels do; against the forced-scalar GGUF layout it differs by summation order only.
 #[test]
 fn repacked_q4_k_answers_as_the_gguf_layout_does() {
+    let _table = kernel_table_lock();
     check_repacked(TinySpec {
         matrix_type: GgmlType::Q4_K,
         embd_type: GgmlType::F16,
@@ -81,6 +84,7 @@ fn repacked_q4_k_answers_as_the_gguf_layout_does() {
 
 #[test]
 fn other_formats_are_read_in_place() {
+    let _table = kernel_table_lock();
     for matrix_type in [GgmlType::Q6_K, GgmlType::F16] {
         let spec = TinySpec {
             matrix_type,

@@ -694,9 +694,19 @@ fn force_flag() -> &'static AtomicBool {
 }
 
 /// Makes every later kernel call use (or stop using) the scalar reference kernels. Calls
-/// already running finish on the table they started with.
+/// already running finish on the table they started with. The switch is process-wide, so
+/// tests that flip it, or that must not see another test's flip, hold [`kernel_table_lock`].
 pub fn set_force_scalar(on: bool) {
     force_flag().store(on, Ordering::Relaxed);
+}
+
+/// Serialises the users of [`set_force_scalar`] within a process: a test binary's tests run on
+/// parallel threads, and one test's switch to the scalar table would otherwise land in the
+/// middle of another's (a repack count of 14 where 0 was due, seen in CI). A panicking holder
+/// does not poison it for the rest.
+pub fn kernel_table_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The kernel table to use now.

@@ -58,7 +58,7 @@ mod x86;
 #[cfg(test)]
 mod testutil;
 
-pub use dispatch::{cpu_features, set_force_scalar, CpuFeatures, KernelPath};
+pub use dispatch::{cpu_features, kernel_table_lock, set_force_scalar, CpuFeatures, KernelPath};
 pub use error::KernelError;
 pub use lora::{lora_add, lora_add_fused, LoraPair};
 pub use matmul::{matmul, matmul_input};

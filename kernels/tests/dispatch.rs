@@ -1,5 +1,5 @@
 //! Forcing the scalar kernels: its own test binary, since the switch is process-wide and would
-//! race with other tests. SIMD matmul must equal the scalar one within the reordering tolerance.
+//! race with other tests; its own two hold `kernel_table_lock`, for the same reason. SIMD matmul must equal the scalar one within the reordering tolerance.
 
 mod common;
 
@@ -7,14 +7,15 @@ use common::*;
 #[cfg(target_arch = "x86_64")]
 use kostant_kernels::test_needs;
 use kostant_kernels::{
-    cpu_features, cpu_has, matmul, required_cpu_features, set_force_scalar, GgmlType, KernelPath,
-    Weights, FEATURE_NAMES,
+    cpu_features, cpu_has, kernel_table_lock, matmul, required_cpu_features, set_force_scalar,
+    GgmlType, KernelPath, Weights, FEATURE_NAMES,
 };
 
 /// Prints the dispatch table this run uses (`.ci/run` shows it) and fails when
 /// `KOSTANT_REQUIRE_FEATURES` names a feature this CPU lacks, or a name it does not know.
 #[test]
 fn the_required_cpu_features_are_present() {
+    let _table = kernel_table_lock();
     let features = cpu_features();
     let present: Vec<&str> = FEATURE_NAMES
         .into_iter()
@@ -36,6 +37,7 @@ fn the_required_cpu_features_are_present() {
 
 #[test]
 fn simd_matmul_matches_scalar_matmul() {
+    let _table = kernel_table_lock();
     set_force_scalar(false);
     let features = cpu_features();
     assert_eq!(features.to_string(), features.path.name());

@@ -1,13 +1,17 @@
 //! Q4_0, Q4_1, Q5_0, IQ4_NL and Q8_0 weights repacked 8 rows to a block (`PackedWeights`): the same products
-//! as the GGUF layout, at every shape, token count and thread count the engine uses.
+//! as the GGUF layout, at every shape, token count and thread count the engine uses. One test
+//! switches the process-wide kernel table, so each holds `kernel_table_lock`.
 
 mod common;
 
 use common::*;
-use kostant_kernels::{matmul, set_force_scalar, test_needs, GgmlType, PackedWeights, Weights};
+use kostant_kernels::{
+    kernel_table_lock, matmul, set_force_scalar, test_needs, GgmlType, PackedWeights, Weights,
+};
 
 #[test]
 fn packed_matches_the_f64_reference() {
+    let _table = kernel_table_lock();
     let mut r = rng(300);
     for (ty, cols) in [
         GgmlType::Q4_0,
@@ -41,6 +45,7 @@ fn packed_matches_the_f64_reference() {
 /// (IQ4_NL follows llama.cpp's repacked kernels instead: `packed_iq4_nl_is_its_own_order`.)
 #[test]
 fn packed_equals_the_gguf_matmul_bit_for_bit() {
+    let _table = kernel_table_lock();
     let mut r = rng(301);
     let pools: Vec<_> = [1, 3]
         .iter()
@@ -100,6 +105,7 @@ fn packed_equals_the_gguf_matmul_bit_for_bit() {
 /// rows equal a decoded token's; and the GGUF layout's value to rounding.
 #[test]
 fn packed_iq4_nl_is_its_own_order() {
+    let _table = kernel_table_lock();
     let mut r = rng(304);
     let (rows, cols) = (1024, 640);
     let m = random_matrix(&mut r, GgmlType::IQ4_NL, rows, cols);
@@ -131,6 +137,7 @@ fn packed_iq4_nl_is_its_own_order() {
 
 #[test]
 fn only_packable_formats_with_whole_row_groups_are_packed() {
+    let _table = kernel_table_lock();
     let mut r = rng(302);
     for (ty, rows) in [
         (GgmlType::Q8_0, 12),
@@ -154,6 +161,7 @@ fn only_packable_formats_with_whole_row_groups_are_packed() {
 
 #[test]
 fn packed_shapes_are_checked() {
+    let _table = kernel_table_lock();
     let mut r = rng(303);
     let m = random_matrix(&mut r, GgmlType::Q4_0, 16, 64);
     let w = Weights::new(GgmlType::Q4_0, &m.data, 16, 64).unwrap();
