@@ -702,11 +702,15 @@ pub fn set_force_scalar(on: bool) {
 
 /// Serialises the users of [`set_force_scalar`] within a process: a test binary's tests run on
 /// parallel threads, and one test's switch to the scalar table would otherwise land in the
-/// middle of another's (a repack count of 14 where 0 was due, seen in CI). A panicking holder
-/// does not poison it for the rest.
+/// middle of another's (a repack count of 14 where 0 was due, seen in CI). A holder that
+/// panicked does not poison it for the rest; it may have left the scalar table on, so the next
+/// holder gets the SIMD table back.
 pub fn kernel_table_lock() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    LOCK.lock().unwrap_or_else(|poisoned| {
+        set_force_scalar(false);
+        poisoned.into_inner()
+    })
 }
 
 /// The kernel table to use now.
