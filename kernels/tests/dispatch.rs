@@ -1,5 +1,6 @@
 //! Forcing the scalar kernels: its own test binary, since the switch is process-wide and would
-//! race with other tests; its own two hold `kernel_table_lock`, for the same reason. SIMD matmul must equal the scalar one within the reordering tolerance.
+//! race with other tests; its own two hold `kernel_table_lock`, for the same reason. SIMD matmul
+//! must equal the scalar one within the reordering tolerance.
 
 mod common;
 
