@@ -60,10 +60,10 @@ mod testutil;
 
 pub use dispatch::{cpu_features, kernel_table_lock, set_force_scalar, CpuFeatures, KernelPath};
 pub use error::KernelError;
-pub use lora::{lora_add, lora_add_fused, LoraPair};
+pub use lora::{lora_add, lora_add_fused, lora_one_token_then, LoraPair, LoraSide};
 pub use matmul::{matmul, matmul_input};
 pub use norm::Input;
-pub use packed::{matvec_fused, PackedWeights};
+pub use packed::{matvec_fused, matvec_fused_then, PackedWeights, RowsThen};
 pub use required::{cpu_has, required_cpu_features, test_needs, FEATURE_NAMES};
 pub use threads::{in_pool, init_threads};
 pub use types::{GgmlType, Weights};

@@ -35,6 +35,7 @@ use crate::formats::q8_1::BlockQ8_1;
 use crate::formats::q8_k::BlockQ8K;
 use crate::formats::{each_row, each_token};
 use crate::norm::Input;
+use crate::packed::RowsThen;
 use crate::{GgmlType, KernelError, PackedWeights, Weights};
 
 /// Below this much work (weight bytes times tokens) a matmul runs on the calling thread: waking
@@ -982,6 +983,7 @@ pub(crate) fn matvec_x8_fused<B: GemmEntry>(
     cols: usize,
     x: Input,
     outs: &mut [&mut [f32]],
+    then: Option<&RowsThen<'_>>,
 ) -> Result<(), KernelError> {
     const G: usize = q4x8::ROWS;
     x.check(1, cols)?;
@@ -1012,8 +1014,11 @@ pub(crate) fn matvec_x8_fused<B: GemmEntry>(
             B::sums(act, sums);
             let (act, sums) = (&*act, &*sums);
             if !use_pool(shape) {
-                for (w, o) in blocks.iter().zip(outs.iter_mut()) {
+                for (i, (w, o)) in blocks.iter().zip(outs.iter_mut()).enumerate() {
                     k.gemv_x8(w, act, sums, o);
+                    if let Some(then) = then {
+                        then(i, 0, o);
+                    }
                 }
                 return;
             }
@@ -1023,10 +1028,17 @@ pub(crate) fn matvec_x8_fused<B: GemmEntry>(
             blocks
                 .par_iter()
                 .zip(outs.par_iter_mut())
-                .for_each(|(w, o)| {
+                .enumerate()
+                .for_each(|(i, (w, o))| {
                     w.par_chunks(per_task / G * nb)
                         .zip(o.par_chunks_mut(per_task))
-                        .for_each(|(w, o)| k.gemv_x8(w, act, sums, o));
+                        .enumerate()
+                        .for_each(|(c, (w, o))| {
+                            k.gemv_x8(w, act, sums, o);
+                            if let Some(then) = then {
+                                then(i, c * per_task, o);
+                            }
+                        });
                 });
         });
     });

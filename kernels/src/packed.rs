@@ -6,6 +6,8 @@
 //! there and sums it in its repacked kernels' order, which ours then follow.
 //! Everything else, and every other CPU, keeps reading the GGUF bytes in place.
 
+use rayon::prelude::*;
+
 use crate::block::cast_blocks;
 use crate::dispatch::kernels;
 use crate::formats::iq4_nl::BlockIq4Nl;
@@ -141,6 +143,28 @@ pub fn matvec_fused(
     x: Input,
     outs: &mut [&mut [f32]],
 ) -> Result<(), KernelError> {
+    matvec_fused_then(ws, x, outs, None)
+}
+
+/// What [`matvec_fused_then`] runs on rows it has just written: `then(i, first, rows)`, where
+/// `rows` are matrix `i`'s outputs `first..first + rows.len()`, a whole number of 8-row groups
+/// but perhaps the last.
+pub type RowsThen<'a> = dyn Fn(usize, usize, &mut [f32]) + Sync + 'a;
+
+/// Below this many output rows, [`matvec_fused_then`]'s `then` runs on the calling thread
+/// when the matrices went one by one.
+const THEN_PAR_MIN_ROWS: usize = 1024;
+
+/// [`matvec_fused`], and `then` on every run of rows as soon as they are written, by the task
+/// that wrote them: an adapter's B stage rides in the matmul's own tasks (one fork-join of the
+/// pool for the set, not two; BENCHMARKS.md, issue 21), each row added to after its base value
+/// is final, as a separate call would.
+pub fn matvec_fused_then(
+    ws: &[&PackedWeights],
+    x: Input,
+    outs: &mut [&mut [f32]],
+    then: Option<&RowsThen<'_>>,
+) -> Result<(), KernelError> {
     if ws.len() != outs.len() {
         return Err(KernelError::Length {
             what: "fused outputs",
@@ -163,7 +187,7 @@ pub fn matvec_fused(
                 }
             }
             if same_cols && n == ws.len() {
-                return crate::matmul::matvec_x8_fused(&blocks[..n], ws[0].cols, x, outs);
+                return crate::matmul::matvec_x8_fused(&blocks[..n], ws[0].cols, x, outs, then);
             }
         }};
     }
@@ -179,6 +203,18 @@ pub fn matvec_fused(
     }
     for (w, out) in ws.iter().zip(outs.iter_mut()) {
         w.matmul_input(x, 1, out)?;
+    }
+    let Some(then) = then else { return Ok(()) };
+    let threads = rayon::current_num_threads();
+    for (i, out) in outs.iter_mut().enumerate() {
+        if threads < 2 || out.len() < THEN_PAR_MIN_ROWS {
+            then(i, 0, out);
+            continue;
+        }
+        let chunk = out.len().div_ceil(2 * threads).next_multiple_of(8);
+        out.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(c, o)| then(i, c * chunk, o));
     }
     Ok(())
 }

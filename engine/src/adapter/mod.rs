@@ -26,7 +26,7 @@ use crate::model::weights::{linear_slot, slot_name, TensorRef};
 use crate::model::Model;
 use crate::{EngineError, Result};
 
-pub(crate) use side_path::add_side_paths;
+pub(crate) use side_path::{add_side_paths, with_side_paths_one_token};
 
 /// Largest rank an adapter may have: far above any real one (8 to 64), low enough that a lying
 /// header cannot make the side path's buffers huge.

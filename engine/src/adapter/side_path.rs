@@ -10,7 +10,7 @@
 //! drift from llama.cpp's `--lora` within a few tokens.
 
 use kostant_kernels::attention::F16SumOrder;
-use kostant_kernels::{lora_add_fused, Input, LoraPair};
+use kostant_kernels::{lora_add_fused, lora_one_token_then, Input, LoraPair, LoraSide, RowsThen};
 
 use super::ActiveAdapter;
 use crate::Result;
@@ -40,4 +40,31 @@ pub(crate) fn add_side_paths<const N: usize>(
     }
     lora_add_fused(pairs, x, n, order)?;
     Ok(())
+}
+
+/// For one token: runs the A stages of `active`'s side paths on the matrices in `slots` (of
+/// `rows` outputs each), then `then` with the adder of their B stages, which the base
+/// matmul's tasks call on the rows they have just written ([`lora_one_token_then`]). The
+/// same sums as [`add_side_paths`] for one token, in one fork-join of the pool fewer.
+pub(crate) fn with_side_paths_one_token<const N: usize, R>(
+    active: &ActiveAdapter,
+    slots: [Option<usize>; N],
+    x: Input,
+    (rows, order): ([usize; N], F16SumOrder),
+    then: impl FnOnce(&RowsThen<'_>) -> R,
+) -> Result<R> {
+    let adapter = &active.adapter;
+    let file = adapter.file();
+    let mut sides: [Option<LoraSide>; N] = [None; N];
+    for ((side, slot), out_len) in sides.iter_mut().zip(slots).zip(rows) {
+        if let Some(pair) = slot.and_then(|s| adapter.pair(s)) {
+            *side = Some(LoraSide {
+                a: pair.a.weights(file),
+                b: pair.b.weights(file),
+                scale: adapter.pair_scale(pair, active.scale),
+                out_len,
+            });
+        }
+    }
+    Ok(lora_one_token_then(sides, x, order, then)?)
 }

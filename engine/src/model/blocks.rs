@@ -19,13 +19,15 @@ use kostant_kernels::attention_q8::{
     dot_q8_0_rows, quantize_q8_0_kv, weighted_sum_q8_0_rows, KvBlockQ8_0, Q8_0_BLOCK,
 };
 use kostant_kernels::norm::{rms_norm_row, rms_scale};
-use kostant_kernels::{dequantize_row, exp_f32, matmul_input, matvec_fused, Input, PackedWeights};
+use kostant_kernels::{
+    dequantize_row, exp_f32, matmul_input, matvec_fused, matvec_fused_then, Input, PackedWeights,
+};
 
 use super::hparams::{HParams, RopeLayout};
 use super::kv_rotation;
 use super::weights::{LayerWeights, TensorRef};
 use super::Model;
-use crate::adapter::{add_side_paths, ActiveAdapter};
+use crate::adapter::{add_side_paths, with_side_paths_one_token, ActiveAdapter};
 use crate::kv_cache::{HeadView, KvCache, KvType};
 use crate::{EngineError, Result};
 
@@ -82,9 +84,19 @@ pub(super) fn linear_into<'a, 'x>(
 ) -> Result<&'a mut [f32]> {
     let x = x.into();
     sized(out, n * w.rows);
-    base_matmul(model, w, x, n, out)?;
-    if let Some(adapter) = model.adapter {
-        add_side_paths(adapter, [w.slot], x, (n, model.order), [&mut out[..]])?;
+    match (model.adapter, w.packed) {
+        (Some(adapter), Some(i)) if n == 1 => {
+            let packed = [&model.weights.packed[i]];
+            with_side_paths_one_token(adapter, [w.slot], x, ([w.rows], model.order), |add| {
+                matvec_fused_then(&packed, x, &mut [&mut out[..]], Some(add))
+            })??;
+        }
+        _ => {
+            base_matmul(model, w, x, n, out)?;
+            if let Some(adapter) = model.adapter {
+                add_side_paths(adapter, [w.slot], x, (n, model.order), [&mut out[..]])?;
+            }
+        }
     }
     Ok(out)
 }
@@ -100,9 +112,10 @@ fn base_matmul(model: &Pass, w: &TensorRef, x: Input, n: usize, out: &mut [f32])
 
 /// Several [`linear_into`]s of the same input. For one token with every matrix repacked they
 /// run as one kernel call ([`matvec_fused`]): one quantization of `x` and one fork-join of the
-/// pool for the set instead of one each. (An A/B at 2 threads could not tell it from the
-/// unfused calls through this machine's noise; see BENCHMARKS.md run 5.) An adapter's side
-/// paths on them run as one call too, `x` normalised once for all of them.
+/// pool for the set instead of one each (an A/B at 2 threads could not tell it from the
+/// unfused calls through this machine's noise; see BENCHMARKS.md run 5), and an adapter's B
+/// stages ride in that call's tasks. Otherwise an adapter's side paths on them run as one
+/// call after the matmuls, `x` normalised once for all of them.
 pub(super) fn linear_fused<'a, const N: usize>(
     model: &Pass,
     ws: [&TensorRef; N],
@@ -118,13 +131,22 @@ pub(super) fn linear_fused<'a, const N: usize>(
         for (o, w) in outs.iter_mut().zip(ws) {
             sized(o, w.rows);
         }
-        matvec_fused(&packed, x, &mut outs.each_mut().map(|o| &mut o[..]))?;
-    } else {
-        // Each matmul normalises `x` again as it quantizes it (an `Input::RmsNormed`): a pass
-        // over n x n_embd values per matrix, small beside the matmul, and no stored copy.
-        for (o, w) in outs.iter_mut().zip(ws) {
-            base_matmul(model, w, x, n, sized(o, n * w.rows))?;
+        let mut targets = outs.each_mut().map(|o| &mut o[..]);
+        match model.adapter {
+            None => matvec_fused(&packed, x, &mut targets)?,
+            Some(adapter) => {
+                let (slots, rows) = (ws.map(|w| w.slot), ws.map(|w| w.rows));
+                with_side_paths_one_token(adapter, slots, x, (rows, model.order), |add| {
+                    matvec_fused_then(&packed, x, &mut targets, Some(add))
+                })??;
+            }
         }
+        return Ok(outs.map(|o| &mut o[..]));
+    }
+    // Each matmul normalises `x` again as it quantizes it (an `Input::RmsNormed`): a pass over
+    // n x n_embd values per matrix, small beside the matmul, and no stored copy.
+    for (o, w) in outs.iter_mut().zip(ws) {
+        base_matmul(model, w, x, n, sized(o, n * w.rows))?;
     }
     let mut outs = outs.map(|o| &mut o[..]);
     if let Some(adapter) = model.adapter {

@@ -12,6 +12,7 @@ use super::Rows;
 use crate::attention::F16SumOrder;
 use crate::dispatch::{kernels, Kernels};
 use crate::norm::{rms_norm_row, rms_scale, Input};
+use crate::packed::RowsThen;
 use crate::{KernelError, Weights};
 
 /// One pair of a call: A (r, cols), B (rows, r), its scale, and the (n, rows) outputs it adds to.
@@ -152,31 +153,141 @@ pub fn lora_add_fused<const N: usize>(
 
 /// Checks one pair against `x` and its `out`.
 fn check(p: &LoraPair, x: Input, n: usize) -> Result<(), KernelError> {
-    p.a.check()?;
-    p.b.check()?;
-    x.check(n, p.a.cols)?;
-    if p.b.cols != p.a.rows {
+    check_shapes((&p.a, &p.b), x, n, p.out.len())
+}
+
+/// Checks A and B against each other, `x` (n tokens) and an output of `out_len` values.
+fn check_shapes(
+    (a, b): (&Weights, &Weights),
+    x: Input,
+    n: usize,
+    out_len: usize,
+) -> Result<(), KernelError> {
+    a.check()?;
+    b.check()?;
+    x.check(n, a.cols)?;
+    if b.cols != a.rows {
         return Err(KernelError::Length {
             what: "lora_b's columns (the rank of lora_a)",
             unit: "columns",
-            expected: p.a.rows,
-            got: p.b.cols,
+            expected: a.rows,
+            got: b.cols,
         });
     }
-    let expected = n.checked_mul(p.b.rows).ok_or(KernelError::Overflow {
+    let expected = n.checked_mul(b.rows).ok_or(KernelError::Overflow {
         what: "out",
         rows: n,
-        cols: p.b.rows,
+        cols: b.rows,
     })?;
-    if p.out.len() != expected {
+    if out_len != expected {
         return Err(KernelError::Length {
             what: "out",
             unit: "values",
             expected,
-            got: p.out.len(),
+            got: out_len,
         });
     }
     Ok(())
+}
+
+/// One pair of [`lora_one_token_then`]: A (r, cols), B (rows, r), its scale, and the length
+/// of the output (one token's `rows` values) its B stage will add to.
+#[derive(Clone, Copy)]
+pub struct LoraSide<'w> {
+    pub a: Weights<'w>,
+    pub b: Weights<'w>,
+    pub scale: f32,
+    pub out_len: usize,
+}
+
+/// The side paths of one token (decode) with their B stages left to the base matmul's tasks:
+/// runs every pair's A stage now (over the pool when large, as [`lora_add_fused`] does), then
+/// `then` with an adder `add(i, first, rows)` that adds pair `i`'s B stage to that pair's
+/// output rows `first..first + rows.len()`; `then` passes it to
+/// [`crate::matvec_fused_then`], so the rows are added by the task that has just written
+/// them and the pool is forked once for base and B instead of twice. The sums are those of
+/// [`lora_add_fused`] for one token, bit for bit, however the rows are split. Every pair is
+/// checked before anything runs; an adder call outside a pair's rows adds nothing.
+pub fn lora_one_token_then<const N: usize, R>(
+    pairs: [Option<LoraSide>; N],
+    x: Input,
+    order: F16SumOrder,
+    then: impl FnOnce(&RowsThen<'_>) -> R,
+) -> Result<R, KernelError> {
+    for p in pairs.iter().flatten() {
+        check_shapes((&p.a, &p.b), x, 1, p.out_len)?;
+    }
+    let mut copies: [(Vec<f32>, Vec<f32>); N] = std::array::from_fn(|_| Default::default());
+    let mut stages: [Option<Stage>; N] = [None; N];
+    for ((p, (ca, cb)), s) in pairs.iter().zip(copies.iter_mut()).zip(stages.iter_mut()) {
+        if let Some(p) = p {
+            *s = Some(Stage {
+                a: Rows::of(&p.a, "lora_a", (1, order), ca)?,
+                b: Rows::of(&p.b, "lora_b", (1, order), cb)?,
+                rank: p.a.rows,
+                rows: p.b.rows,
+                a_bytes: p.a.data.len(),
+                b_bytes: p.b.data.len(),
+                scale: p.scale,
+            });
+        }
+    }
+    let Some(first) = stages.iter().flatten().next().copied() else {
+        return Ok(then(&|_, _, _| {}));
+    };
+    let k = kernels();
+    let (mut xr, mut xa) = SCRATCH.take();
+    let ranks = stages.map(|s| s.map_or(0, |s| s.rank));
+    xa.resize(ranks.iter().sum(), 0.0);
+    let mut parts: [&mut [f32]; N] = std::array::from_fn(|_| Default::default());
+    let mut rest = &mut xa[..];
+    for (part, rank) in parts.iter_mut().zip(ranks) {
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(rank);
+        *part = head;
+        rest = tail;
+    }
+    let cols = x.rows().len();
+    if stages.iter().flatten().all(|s| s.a.rounds_as(first.a)) {
+        let plan = Plan {
+            stages: &stages,
+            cols,
+            x,
+            k,
+        };
+        plan.input_row(0, &mut xr);
+        plan.a_stages(&xr, &mut parts, rayon::current_num_threads());
+    } else {
+        // A matrices of different types each take the input rounded their own way.
+        for (part, s) in parts.iter_mut().zip(&stages) {
+            let one = [*s];
+            let plan = Plan {
+                stages: &one,
+                cols,
+                x,
+                k,
+            };
+            plan.input_row(0, &mut xr);
+            plan.a_stages(&xr, std::slice::from_mut(part), 1);
+        }
+    }
+    for (part, s) in parts.iter_mut().zip(&stages) {
+        if let Some(s) = s {
+            s.b.round(part);
+        }
+    }
+    let parts = parts.map(|p| &*p);
+    let add = |i: usize, first: usize, out: &mut [f32]| {
+        let (Some(Some(s)), Some(xa)) = (stages.get(i), parts.get(i)) else {
+            return;
+        };
+        if first.saturating_add(out.len()) <= s.rows {
+            s.b.sub(first, out.len(), s.rank)
+                .add_dots(k, xa, s.scale, out);
+        }
+    };
+    let result = then(&add);
+    SCRATCH.set((xr, xa));
+    Ok(result)
 }
 
 /// One pair's matrices in their types, and what the schedule needs to know of them.
@@ -250,6 +361,32 @@ impl<const N: usize> Plan<'_, '_, '_, N> {
         SCRATCH.set((xr, xa));
     }
 
+    /// Every pair's `x A^T` for one token's row `xr` into its part, over the pool when the A
+    /// matrices are large ([`PAR_MIN_BYTES`]), else on the calling thread.
+    fn a_stages(&self, xr: &[f32], parts: &mut [&mut [f32]], threads: usize) {
+        let (k, cols) = (self.k, self.cols);
+        let a_bytes: usize = self.stages.iter().flatten().map(|s| s.a_bytes).sum();
+        if threads > 1 && a_bytes >= PAR_MIN_BYTES {
+            let most = self.stages.iter().flatten().map(|s| s.rank).max();
+            let chunk = most.unwrap_or(1).div_ceil(threads).max(1);
+            parts
+                .par_iter_mut()
+                .zip(self.stages.par_iter())
+                .for_each(|(part, s)| {
+                    let Some(s) = s else { return };
+                    part.par_chunks_mut(chunk).enumerate().for_each(|(c, o)| {
+                        s.a.sub(c * chunk, o.len(), cols).dots(k, xr, o);
+                    })
+                });
+        } else {
+            for (part, s) in parts.iter_mut().zip(self.stages) {
+                if let Some(s) = s {
+                    s.a.dots(k, xr, part);
+                }
+            }
+        }
+    }
+
     /// One token (decode): the row made once; the A stages, then the B stages, each over the
     /// pool when their matrices are large ([`PAR_MIN_BYTES`]), else on the calling thread.
     fn one_token(&self, mut outs: [&mut [f32]; N], threads: usize) {
@@ -264,27 +401,8 @@ impl<const N: usize> Plan<'_, '_, '_, N> {
             *part = head;
             rest = tail;
         }
-        let (xr_ref, k, cols) = (&xr[..], self.k, self.cols);
-        let each = self.stages.iter().flatten();
-        let a_bytes: usize = each.clone().map(|s| s.a_bytes).sum();
-        if threads > 1 && a_bytes >= PAR_MIN_BYTES {
-            let chunk = ranks.iter().max().unwrap_or(&1).div_ceil(threads).max(1);
-            parts
-                .par_iter_mut()
-                .zip(self.stages.par_iter())
-                .for_each(|(part, s)| {
-                    let Some(s) = s else { return };
-                    part.par_chunks_mut(chunk).enumerate().for_each(|(c, o)| {
-                        s.a.sub(c * chunk, o.len(), cols).dots(k, xr_ref, o);
-                    })
-                });
-        } else {
-            for (part, s) in parts.iter_mut().zip(self.stages) {
-                if let Some(s) = s {
-                    s.a.dots(k, xr_ref, part);
-                }
-            }
-        }
+        self.a_stages(&xr, &mut parts, threads);
+        let (k, each) = (self.k, self.stages.iter().flatten());
         for (part, s) in parts.iter_mut().zip(self.stages) {
             if let Some(s) = s {
                 s.b.round(part);
@@ -445,6 +563,152 @@ mod tests {
                             .all(|(g, w)| g.to_bits() == w.to_bits()),
                         "n {n} cols {cols} pair {i} of {shapes:?}"
                     );
+                }
+            }
+        }
+    }
+
+    /// A decode step's B stages riding in the base matmul's tasks give the bits of the base
+    /// matmul and then the side paths as one call: a 3B-sized set whose A and largest B go over
+    /// the pool, A matrices of two types, a matrix without a pair, base matrices run one by
+    /// one (mixed formats), on one thread and on three.
+    #[test]
+    fn b_stages_in_the_matmul_tasks_equal_the_matmul_then_the_side_paths() {
+        use crate::{matvec_fused, matvec_fused_then, PackedWeights};
+        use GgmlType::{F16, F32, Q4_0, Q4_1, Q8_0};
+        let mut r = rng(96);
+        let cols = 1536;
+        // (base format, rows, the pair's rank and A type; None: no pair)
+        let cases: [&[(GgmlType, usize, Option<(usize, GgmlType)>)]; 3] = [
+            &[
+                (Q4_1, 2048, Some((16, F16))),
+                (Q4_1, 256, None),
+                (Q4_1, 256, Some((8, F16))),
+            ],
+            &[(Q4_0, 1024, Some((16, F16))), (Q4_0, 64, Some((16, F32)))],
+            &[(Q4_0, 1024, Some((16, F16))), (Q8_0, 64, Some((8, F16)))],
+        ];
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let three = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for (c, set) in cases.iter().enumerate() {
+            let bytes: Vec<Vec<u8>> = set
+                .iter()
+                .map(|&(ty, rows, _)| {
+                    random_f32(&mut r, rows * cols, 0.1)
+                        .chunks_exact(cols)
+                        .flat_map(|row| crate::quantize_row(ty, row).unwrap())
+                        .collect()
+                })
+                .collect();
+            let packed: Vec<PackedWeights> = set
+                .iter()
+                .zip(&bytes)
+                .map(|(&(ty, rows, _), b)| {
+                    let w = Weights::new(ty, b, rows, cols).unwrap();
+                    PackedWeights::pack_any_cpu(&w).unwrap().unwrap()
+                })
+                .collect();
+            let shapes: Vec<Shape> = set
+                .iter()
+                .map(|&(_, rows, p)| p.map_or((8, rows, F16), |(rank, ta)| (rank, rows, ta)))
+                .collect();
+            let data = pairs(&mut r, cols, &shapes);
+            let weights: Vec<Option<(Weights, Weights)>> = set
+                .iter()
+                .zip(&data)
+                .zip(&shapes)
+                .map(|((&(_, _, p), (da, db)), &(rank, rows, ta))| {
+                    p.map(|_| {
+                        (
+                            Weights::new(ta, da, rank, cols).unwrap(),
+                            Weights::new(F16, db, rows, rank).unwrap(),
+                        )
+                    })
+                })
+                .collect();
+            let x = random_f32(&mut r, cols, 2.0);
+            let norm = random_f32(&mut r, cols, 1.0);
+            let refs: Vec<&PackedWeights> = packed.iter().collect();
+            for input in both_inputs(&x, &norm) {
+                for pool in [&one, &three] {
+                    let zeros = || -> Vec<Vec<f32>> {
+                        set.iter().map(|&(_, rows, _)| vec![0.0; rows]).collect()
+                    };
+                    let (mut want, mut got) = (zeros(), zeros());
+                    pool.install(|| {
+                        let mut outs: Vec<&mut [f32]> =
+                            want.iter_mut().map(|o| &mut o[..]).collect();
+                        matvec_fused(&refs, input, &mut outs).unwrap();
+                        let list: Vec<Option<LoraPair>> = weights
+                            .iter()
+                            .zip(outs)
+                            .enumerate()
+                            .map(|(i, (w, out))| {
+                                w.map(|(a, b)| LoraPair {
+                                    a,
+                                    b,
+                                    scale: 0.5 + i as f32,
+                                    out,
+                                })
+                            })
+                            .collect();
+                        let mut list = list.into_iter();
+                        let mut next = || list.next().flatten();
+                        match set.len() {
+                            3 => lora_add_fused(
+                                [next(), next(), next()],
+                                input,
+                                1,
+                                F16SumOrder::VecDot,
+                            ),
+                            _ => lora_add_fused([next(), next()], input, 1, F16SumOrder::VecDot),
+                        }
+                        .unwrap();
+                    });
+                    pool.install(|| {
+                        let side = |i: usize| {
+                            let w: &Option<(Weights, Weights)> = &weights[i];
+                            w.map(|(a, b)| LoraSide {
+                                a,
+                                b,
+                                scale: 0.5 + i as f32,
+                                out_len: b.rows,
+                            })
+                        };
+                        let mut outs: Vec<&mut [f32]> =
+                            got.iter_mut().map(|o| &mut o[..]).collect();
+                        let run = |add: &RowsThen| {
+                            matvec_fused_then(&refs, input, &mut outs, Some(add)).unwrap()
+                        };
+                        match set.len() {
+                            3 => lora_one_token_then(
+                                [side(0), side(1), side(2)],
+                                input,
+                                F16SumOrder::VecDot,
+                                run,
+                            ),
+                            _ => lora_one_token_then(
+                                [side(0), side(1)],
+                                input,
+                                F16SumOrder::VecDot,
+                                run,
+                            ),
+                        }
+                        .unwrap();
+                    });
+                    for (m, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            g.iter().zip(w).all(|(g, w)| g.to_bits() == w.to_bits()),
+                            "case {c} matrix {m}, {} threads",
+                            pool.current_num_threads()
+                        );
+                    }
                 }
             }
         }

@@ -22,7 +22,7 @@
 
 mod driver;
 
-pub use driver::{lora_add, lora_add_fused, LoraPair};
+pub use driver::{lora_add, lora_add_fused, lora_one_token_then, LoraPair, LoraSide};
 
 use crate::attention::F16SumOrder;
 use crate::attention_group::round_to_f16;
