@@ -2,7 +2,8 @@
 //! themes, drawn by Slint's software renderer inside the testing backend, on the real model:
 //! the chat with an answer and a guard refusal, the Safety evals screen after a small run.
 //! With `KOSTANT_WRITE_SCREENSHOTS=1` they are written to docs/screenshots/ (committed, linked
-//! from the README); otherwise to a temporary directory, so a test run leaves the tree alone.
+//! from the README); otherwise into the test's scratch directory, removed at the end, so a
+//! test run leaves nothing behind.
 
 mod ui_support;
 
@@ -15,11 +16,11 @@ use ui_support::*;
 
 const PAGES: [(i32, &str); 4] = [(0, "chat"), (1, "history"), (2, "evals"), (3, "settings")];
 
-fn out_dir() -> PathBuf {
+fn out_dir(scratch: &Scratch) -> PathBuf {
     if std::env::var_os("KOSTANT_WRITE_SCREENSHOTS").is_some() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/screenshots")
     } else {
-        std::env::temp_dir().join(format!("kostant-screenshots-{}", std::process::id()))
+        scratch.root.join("screenshots")
     }
 }
 
@@ -127,7 +128,7 @@ fn every_screen_in_both_form_factors_and_themes() {
     kostant_platform::netguard::deny_network().expect("seccomp is available on this machine");
     init_backend();
     let scratch = Scratch::new("ui-shots");
-    let dir = out_dir();
+    let dir = out_dir(&scratch);
 
     let desktop = DesktopApp::new().unwrap();
     desktop

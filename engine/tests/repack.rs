@@ -1,14 +1,14 @@
 //! Q4_0, Q4_1, Q8_0 and Q4_K matrices are repacked at load where the AVX2 kernels run, Q4_0 where
 //! the NEON ones do (8 rows interleaved per block); the model must answer as it does from the GGUF
 //! layout. Own test binary: it switches the process-wide kernel path, and its tests hold
-//! `kernel_table_lock` so that one's switch never lands inside another.
+//! `kernel_table` so that one's switch never lands inside another.
 
 use std::sync::Arc;
 
 use kostant_engine::gguf::Gguf;
 use kostant_engine::testing::{tiny_model_bytes, TinySpec};
 use kostant_engine::{Model, Session};
-use kostant_kernels::{cpu_features, kernel_table_lock, set_force_scalar, GgmlType};
+use kostant_kernels::{cpu_features, kernel_table, GgmlType, KernelTable};
 
 fn load(spec: &TinySpec) -> Arc<Model> {
     Model::from_gguf(Gguf::from_bytes(tiny_model_bytes(spec).unwrap()).unwrap()).unwrap()
@@ -21,18 +21,21 @@ fn logits(model: &Arc<Model>, tokens: &[u32]) -> Vec<f32> {
 
 #[test]
 fn repacked_4_bit_models_answer_as_the_gguf_layout_does() {
-    let _table = kernel_table_lock();
+    let table = kernel_table();
     for matrix_type in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        check_repacked(TinySpec {
-            matrix_type,
-            embd_type: GgmlType::F16,
-            ..Default::default()
-        });
+        check_repacked(
+            &table,
+            TinySpec {
+                matrix_type,
+                embd_type: GgmlType::F16,
+                ..Default::default()
+            },
+        );
     }
 }
 
-fn check_repacked(spec: TinySpec) {
-    set_force_scalar(true);
+fn check_repacked(table: &KernelTable, spec: TinySpec) {
+    table.set_scalar(true);
     let plain = load(&spec);
     assert_eq!(
         plain.repacked_matrices(),
@@ -41,7 +44,7 @@ fn check_repacked(spec: TinySpec) {
     );
     let prompt: Vec<u32> = (0..20).map(|i| (i * 7 + 3) % 200).collect();
     let want = logits(&plain, &prompt);
-    set_force_scalar(false);
+    table.set_scalar(false);
 
     let packed = load(&spec);
     // Every layer's seven matrices; the lm head is tied to the F16 embedding and stays put.
@@ -72,19 +75,22 @@ fn check_repacked(spec: TinySpec) {
 /// kernels do; against the forced-scalar GGUF layout it differs by summation order only.
 #[test]
 fn repacked_q4_k_answers_as_the_gguf_layout_does() {
-    let _table = kernel_table_lock();
-    check_repacked(TinySpec {
-        matrix_type: GgmlType::Q4_K,
-        embd_type: GgmlType::F16,
-        n_embd: 256,
-        n_ff: 256,
-        ..Default::default()
-    });
+    let table = kernel_table();
+    check_repacked(
+        &table,
+        TinySpec {
+            matrix_type: GgmlType::Q4_K,
+            embd_type: GgmlType::F16,
+            n_embd: 256,
+            n_ff: 256,
+            ..Default::default()
+        },
+    );
 }
 
 #[test]
 fn other_formats_are_read_in_place() {
-    let _table = kernel_table_lock();
+    let _table = kernel_table();
     for matrix_type in [GgmlType::Q6_K, GgmlType::F16] {
         let spec = TinySpec {
             matrix_type,

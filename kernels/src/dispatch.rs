@@ -695,22 +695,42 @@ fn force_flag() -> &'static AtomicBool {
 
 /// Makes every later kernel call use (or stop using) the scalar reference kernels. Calls
 /// already running finish on the table they started with. The switch is process-wide, so
-/// tests that flip it, or that must not see another test's flip, hold [`kernel_table_lock`].
+/// tests switch it through a held [`kernel_table`], never this.
 pub fn set_force_scalar(on: bool) {
     force_flag().store(on, Ordering::Relaxed);
 }
 
-/// Serialises the users of [`set_force_scalar`] within a process: a test binary's tests run on
+/// The process-wide kernel table, held by one test at a time: a test binary's tests run on
 /// parallel threads, and one test's switch to the scalar table would otherwise land in the
-/// middle of another's (a repack count of 14 where 0 was due, seen in CI). A holder that
-/// panicked does not poison it for the rest; it may have left the scalar table on, so the next
-/// holder gets the SIMD table back.
-pub fn kernel_table_lock() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| {
+/// middle of another's (a repack count of 14 where 0 was due, seen in CI). Dropping it (a
+/// panic's unwinding included) hands the next holder the SIMD table.
+pub struct KernelTable {
+    _lock: std::sync::MutexGuard<'static, ()>,
+}
+
+impl KernelTable {
+    /// Switches every later kernel call to the scalar reference kernels (`true`) or back to
+    /// this CPU's best ([`set_force_scalar`]).
+    pub fn set_scalar(&self, on: bool) {
+        set_force_scalar(on);
+    }
+}
+
+impl Drop for KernelTable {
+    fn drop(&mut self) {
         set_force_scalar(false);
-        poisoned.into_inner()
-    })
+    }
+}
+
+/// Waits for the kernel table and holds it until the returned guard is dropped. Every holder
+/// hands it back on this CPU's best kernels (its drop), so the next finds them; a holder that
+/// panicked does not poison it for the rest.
+pub fn kernel_table() -> KernelTable {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let lock = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    KernelTable { _lock: lock }
 }
 
 /// The kernel table to use now.

@@ -58,7 +58,9 @@ mod x86;
 #[cfg(test)]
 mod testutil;
 
-pub use dispatch::{cpu_features, kernel_table_lock, set_force_scalar, CpuFeatures, KernelPath};
+pub use dispatch::{
+    cpu_features, kernel_table, set_force_scalar, CpuFeatures, KernelPath, KernelTable,
+};
 pub use error::KernelError;
 pub use lora::{lora_add, lora_add_fused, lora_one_token_then, LoraPair, LoraSide};
 pub use matmul::{matmul, matmul_input};

@@ -1,5 +1,5 @@
 //! Forcing the scalar kernels: its own test binary, since the switch is process-wide and would
-//! race with other tests; its own two hold `kernel_table_lock`, for the same reason. SIMD matmul
+//! race with other tests; its own hold `kernel_table`, for the same reason. SIMD matmul
 //! must equal the scalar one within the reordering tolerance.
 
 mod common;
@@ -8,15 +8,15 @@ use common::*;
 #[cfg(target_arch = "x86_64")]
 use kostant_kernels::test_needs;
 use kostant_kernels::{
-    cpu_features, cpu_has, kernel_table_lock, matmul, required_cpu_features, set_force_scalar,
-    GgmlType, KernelPath, Weights, FEATURE_NAMES,
+    cpu_features, cpu_has, kernel_table, matmul, required_cpu_features, GgmlType, KernelPath,
+    Weights, FEATURE_NAMES,
 };
 
 /// Prints the dispatch table this run uses (`.ci/run` shows it) and fails when
 /// `KOSTANT_REQUIRE_FEATURES` names a feature this CPU lacks, or a name it does not know.
 #[test]
 fn the_required_cpu_features_are_present() {
-    let _table = kernel_table_lock();
+    let _table = kernel_table();
     let features = cpu_features();
     let present: Vec<&str> = FEATURE_NAMES
         .into_iter()
@@ -38,8 +38,7 @@ fn the_required_cpu_features_are_present() {
 
 #[test]
 fn simd_matmul_matches_scalar_matmul() {
-    let _table = kernel_table_lock();
-    set_force_scalar(false);
+    let table = kernel_table();
     let features = cpu_features();
     assert_eq!(features.to_string(), features.path.name());
     assert!(!features.forced_scalar);
@@ -70,13 +69,13 @@ fn simd_matmul_matches_scalar_matmul() {
             let x = random_f32(&mut r, n_tokens * cols, 1.0);
             let mut simd = vec![0.0; n_tokens * rows];
             let mut scalar = vec![0.0; n_tokens * rows];
-            set_force_scalar(false);
+            table.set_scalar(false);
             matmul(&w, &x, n_tokens, &mut simd).unwrap();
-            set_force_scalar(true);
+            table.set_scalar(true);
             assert_eq!(cpu_features().path, KernelPath::Scalar);
             assert_eq!(cpu_features().to_string(), "scalar");
             matmul(&w, &x, n_tokens, &mut scalar).unwrap();
-            set_force_scalar(false);
+            table.set_scalar(false);
             // Both paths compute the same exact integers from bit-identical activation blocks
             // and differ only in the order of the f32 accumulation (8-lane accumulators, in
             // ggml's order, against the reference's sequential sums). Reordering n terms moves
@@ -110,4 +109,19 @@ fn simd_matmul_matches_scalar_matmul() {
             }
         }
     }
+}
+
+/// A holder that panics with the scalar table on hands the next holder this CPU's best.
+#[test]
+fn a_holder_that_panics_hands_back_the_best_table() {
+    let held = std::thread::spawn(|| {
+        let table = kernel_table();
+        table.set_scalar(true);
+        assert!(cpu_features().forced_scalar);
+        panic!("a test failing with the scalar table on");
+    })
+    .join();
+    assert!(held.is_err(), "the holder panicked");
+    let _table = kernel_table();
+    assert!(!cpu_features().forced_scalar);
 }

@@ -1,17 +1,15 @@
 //! Q4_0, Q4_1, Q5_0, IQ4_NL and Q8_0 weights repacked 8 rows to a block (`PackedWeights`): the same products
 //! as the GGUF layout, at every shape, token count and thread count the engine uses. One test
-//! switches the process-wide kernel table, so each holds `kernel_table_lock`.
+//! switches the process-wide kernel table, so each holds `kernel_table`.
 
 mod common;
 
 use common::*;
-use kostant_kernels::{
-    kernel_table_lock, matmul, set_force_scalar, test_needs, GgmlType, PackedWeights, Weights,
-};
+use kostant_kernels::{kernel_table, matmul, test_needs, GgmlType, PackedWeights, Weights};
 
 #[test]
 fn packed_matches_the_f64_reference() {
-    let _table = kernel_table_lock();
+    let _table = kernel_table();
     let mut r = rng(300);
     for (ty, cols) in [
         GgmlType::Q4_0,
@@ -45,7 +43,7 @@ fn packed_matches_the_f64_reference() {
 /// (IQ4_NL follows llama.cpp's repacked kernels instead: `packed_iq4_nl_is_its_own_order`.)
 #[test]
 fn packed_equals_the_gguf_matmul_bit_for_bit() {
-    let _table = kernel_table_lock();
+    let table = kernel_table();
     let mut r = rng(301);
     let pools: Vec<_> = [1, 3]
         .iter()
@@ -84,9 +82,9 @@ fn packed_equals_the_gguf_matmul_bit_for_bit() {
             continue;
         }
         let mut want = vec![0.0; n_tokens * rows];
-        set_force_scalar(ty == GgmlType::Q4_0);
+        table.set_scalar(ty == GgmlType::Q4_0);
         matmul(&w, &x, n_tokens, &mut want).unwrap();
-        set_force_scalar(false);
+        table.set_scalar(false);
         for pool in &pools {
             let mut got = vec![0.0; n_tokens * rows];
             pool.install(|| p.matmul(&x, n_tokens, &mut got)).unwrap();
@@ -105,7 +103,7 @@ fn packed_equals_the_gguf_matmul_bit_for_bit() {
 /// rows equal a decoded token's; and the GGUF layout's value to rounding.
 #[test]
 fn packed_iq4_nl_is_its_own_order() {
-    let _table = kernel_table_lock();
+    let _table = kernel_table();
     let mut r = rng(304);
     let (rows, cols) = (1024, 640);
     let m = random_matrix(&mut r, GgmlType::IQ4_NL, rows, cols);
@@ -137,7 +135,7 @@ fn packed_iq4_nl_is_its_own_order() {
 
 #[test]
 fn only_packable_formats_with_whole_row_groups_are_packed() {
-    let _table = kernel_table_lock();
+    let _table = kernel_table();
     let mut r = rng(302);
     for (ty, rows) in [
         (GgmlType::Q8_0, 12),
@@ -161,7 +159,7 @@ fn only_packable_formats_with_whole_row_groups_are_packed() {
 
 #[test]
 fn packed_shapes_are_checked() {
-    let _table = kernel_table_lock();
+    let _table = kernel_table();
     let mut r = rng(303);
     let m = random_matrix(&mut r, GgmlType::Q4_0, 16, 64);
     let w = Weights::new(GgmlType::Q4_0, &m.data, 16, 64).unwrap();

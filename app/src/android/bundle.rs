@@ -395,7 +395,30 @@ mod tests {
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
     }
 
-    fn tempfile_dir(name: &str) -> PathBuf {
+    /// A fresh directory of the system's temp dir, removed with its contents when dropped
+    /// (a failed test's included), so test runs leave nothing behind.
+    struct TempDir(PathBuf);
+
+    impl std::ops::Deref for TempDir {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl AsRef<Path> for TempDir {
+        fn as_ref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn tempfile_dir(name: &str) -> TempDir {
         let dir = std::env::temp_dir().join(format!(
             "kostant-bundle-{name}-{}-{:?}",
             std::process::id(),
@@ -403,6 +426,6 @@ mod tests {
         ));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
-        dir
+        TempDir(dir)
     }
 }

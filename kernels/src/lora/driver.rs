@@ -579,7 +579,8 @@ mod tests {
         let mut r = rng(96);
         let cols = 1536;
         // (base format, rows, the pair's rank and A type; None: no pair)
-        let cases: [&[(GgmlType, usize, Option<(usize, GgmlType)>)]; 3] = [
+        type Matrix = (GgmlType, usize, Option<(usize, GgmlType)>);
+        let cases: [&[Matrix]; 3] = [
             &[
                 (Q4_1, 2048, Some((16, F16))),
                 (Q4_1, 256, None),
