@@ -3,11 +3,13 @@
 # order each round (so no binary always runs first), printing one line per run and then each
 # binary's median ratio of decode (and prefill) with the adapter to without it.
 #
-#   scripts/bench-adapter-ab.sh MODEL ADAPTER OLD_BIN NEW_BIN [ROUNDS] [PROMPT] [GEN]
+#   [REPS=N] scripts/bench-adapter-ab.sh MODEL ADAPTER OLD_BIN NEW_BIN [ROUNDS] [PROMPT] [GEN]
 #
-# Numbers from it: BENCHMARKS.md, "One side-path call per input".
+# REPS: `kostant bench --repetitions` of each run (default 2).
+# Numbers from it: BENCHMARKS.md, "One side-path call per input" and "The B stages in the
+# matmul's tasks".
 set -euo pipefail
-model=$1 adapter=$2 old=$3 new=$4 rounds=${5:-8} prompt=${6:-4} gen=${7:-96}
+model=$1 adapter=$2 old=$3 new=$4 rounds=${5:-8} prompt=${6:-4} gen=${7:-96} reps=${REPS:-2}
 out=$(mktemp)
 for i in $(seq "$rounds"); do
   for v in $(printf 'none\nold\nnew\n' | shuf); do
@@ -17,7 +19,7 @@ for i in $(seq "$rounds"); do
       new) bin=$new args=(--adapter "$adapter") ;;
     esac
     r=$("$bin" bench --model "$model" "${args[@]}" --prompt-tokens "$prompt" --gen-tokens "$gen" \
-      --repetitions 2 --threads 2 --ctx 256 2>&1 | awk '/^(prefill|decode)/ {printf "%s ", $2}')
+      --repetitions "$reps" --threads 2 --ctx 256 2>&1 | awk '/^(prefill|decode)/ {printf "%s ", $2}')
     echo "$i $v $r" | tee -a "$out"
   done
 done
