@@ -10,7 +10,9 @@
 //! drift from llama.cpp's `--lora` within a few tokens.
 
 use kostant_kernels::attention::F16SumOrder;
-use kostant_kernels::{lora_add_fused, lora_one_token_then, Input, LoraPair, LoraSide, RowsThen};
+use kostant_kernels::{
+    lora_add_fused, lora_one_token_then, Input, LoraPair, LoraSide, RowsThen, Weights,
+};
 
 use super::ActiveAdapter;
 use crate::Result;
@@ -25,21 +27,26 @@ pub(crate) fn add_side_paths<const N: usize>(
     (n, order): (usize, F16SumOrder),
     outs: [&mut [f32]; N],
 ) -> Result<()> {
-    let adapter = &active.adapter;
-    let file = adapter.file();
     let mut pairs: [Option<LoraPair>; N] = [const { None }; N];
-    for ((p, slot), out) in pairs.iter_mut().zip(slots).zip(outs) {
-        if let Some(pair) = slot.and_then(|s| adapter.pair(s)) {
-            *p = Some(LoraPair {
-                a: pair.a.weights(file),
-                b: pair.b.weights(file),
-                scale: adapter.pair_scale(pair, active.scale),
-                out,
-            });
-        }
+    for ((p, m), out) in pairs.iter_mut().zip(targeted(active, slots)).zip(outs) {
+        *p = m.map(|(a, b, scale)| LoraPair { a, b, scale, out });
     }
     lora_add_fused(pairs, x, n, order)?;
     Ok(())
+}
+
+/// The adapter's A, B and scale for each of `slots` it targets (`None` for the others).
+fn targeted<'a, const N: usize>(
+    active: &'a ActiveAdapter,
+    slots: [Option<usize>; N],
+) -> [Option<(Weights<'a>, Weights<'a>, f32)>; N] {
+    let adapter = &active.adapter;
+    let file = adapter.file();
+    slots.map(|slot| {
+        let pair = adapter.pair(slot?)?;
+        let scale = adapter.pair_scale(pair, active.scale);
+        Some((pair.a.weights(file), pair.b.weights(file), scale))
+    })
 }
 
 /// For one token: runs the A stages of `active`'s side paths on the matrices in `slots` (of
@@ -53,18 +60,14 @@ pub(crate) fn with_side_paths_one_token<const N: usize, R>(
     (rows, order): ([usize; N], F16SumOrder),
     then: impl FnOnce(&RowsThen<'_>) -> R,
 ) -> Result<R> {
-    let adapter = &active.adapter;
-    let file = adapter.file();
     let mut sides: [Option<LoraSide>; N] = [None; N];
-    for ((side, slot), out_len) in sides.iter_mut().zip(slots).zip(rows) {
-        if let Some(pair) = slot.and_then(|s| adapter.pair(s)) {
-            *side = Some(LoraSide {
-                a: pair.a.weights(file),
-                b: pair.b.weights(file),
-                scale: adapter.pair_scale(pair, active.scale),
-                out_len,
-            });
-        }
+    for ((side, m), out_len) in sides.iter_mut().zip(targeted(active, slots)).zip(rows) {
+        *side = m.map(|(a, b, scale)| LoraSide {
+            a,
+            b,
+            scale,
+            out_len,
+        });
     }
     Ok(lora_one_token_then(sides, x, order, then)?)
 }

@@ -79,20 +79,10 @@ pub fn lora_add_fused<const N: usize>(
         check(p, x, n)?;
     }
     let mut copies: [(Vec<f32>, Vec<f32>); N] = std::array::from_fn(|_| Default::default());
-    let mut stages: [Option<Stage>; N] = [None; N];
-    for ((p, (ca, cb)), s) in pairs.iter().zip(copies.iter_mut()).zip(stages.iter_mut()) {
-        if let Some(p) = p {
-            *s = Some(Stage {
-                a: Rows::of(&p.a, "lora_a", (n, order), ca)?,
-                b: Rows::of(&p.b, "lora_b", (n, order), cb)?,
-                rank: p.a.rows,
-                rows: p.b.rows,
-                a_bytes: p.a.data.len(),
-                b_bytes: p.b.data.len(),
-                scale: p.scale,
-            });
-        }
-    }
+    let matrices = pairs
+        .each_ref()
+        .map(|p| p.as_ref().map(|p| (p.a, p.b, p.scale)));
+    let stages = stages_of(matrices, (n, order), &mut copies)?;
     let Some(first) = stages.iter().flatten().next().copied() else {
         return Ok(());
     };
@@ -218,34 +208,14 @@ pub fn lora_one_token_then<const N: usize, R>(
         check_shapes((&p.a, &p.b), x, 1, p.out_len)?;
     }
     let mut copies: [(Vec<f32>, Vec<f32>); N] = std::array::from_fn(|_| Default::default());
-    let mut stages: [Option<Stage>; N] = [None; N];
-    for ((p, (ca, cb)), s) in pairs.iter().zip(copies.iter_mut()).zip(stages.iter_mut()) {
-        if let Some(p) = p {
-            *s = Some(Stage {
-                a: Rows::of(&p.a, "lora_a", (1, order), ca)?,
-                b: Rows::of(&p.b, "lora_b", (1, order), cb)?,
-                rank: p.a.rows,
-                rows: p.b.rows,
-                a_bytes: p.a.data.len(),
-                b_bytes: p.b.data.len(),
-                scale: p.scale,
-            });
-        }
-    }
+    let matrices = pairs.map(|p| p.map(|p| (p.a, p.b, p.scale)));
+    let stages = stages_of(matrices, (1, order), &mut copies)?;
     let Some(first) = stages.iter().flatten().next().copied() else {
         return Ok(then(&|_, _, _| {}));
     };
-    let k = kernels();
+    let (k, threads) = (kernels(), rayon::current_num_threads());
     let (mut xr, mut xa) = SCRATCH.take();
-    let ranks = stages.map(|s| s.map_or(0, |s| s.rank));
-    xa.resize(ranks.iter().sum(), 0.0);
-    let mut parts: [&mut [f32]; N] = std::array::from_fn(|_| Default::default());
-    let mut rest = &mut xa[..];
-    for (part, rank) in parts.iter_mut().zip(ranks) {
-        let (head, tail) = std::mem::take(&mut rest).split_at_mut(rank);
-        *part = head;
-        rest = tail;
-    }
+    let mut parts = split_by_rank(&mut xa, &stages);
     let cols = x.rows().len();
     if stages.iter().flatten().all(|s| s.a.rounds_as(first.a)) {
         let plan = Plan {
@@ -255,7 +225,7 @@ pub fn lora_one_token_then<const N: usize, R>(
             k,
         };
         plan.input_row(0, &mut xr);
-        plan.a_stages(&xr, &mut parts, rayon::current_num_threads());
+        plan.a_stages(&xr, &mut parts, threads);
     } else {
         // A matrices of different types each take the input rounded their own way.
         for (part, s) in parts.iter_mut().zip(&stages) {
@@ -267,7 +237,7 @@ pub fn lora_one_token_then<const N: usize, R>(
                 k,
             };
             plan.input_row(0, &mut xr);
-            plan.a_stages(&xr, std::slice::from_mut(part), 1);
+            plan.a_stages(&xr, std::slice::from_mut(part), threads);
         }
     }
     for (part, s) in parts.iter_mut().zip(&stages) {
@@ -288,6 +258,53 @@ pub fn lora_one_token_then<const N: usize, R>(
     let result = then(&add);
     SCRATCH.set((xr, xa));
     Ok(result)
+}
+
+/// Each pair's stage (`None` where a layer has none) from its A, B and scale, viewed for `n`
+/// tokens of a pass summing in `order`; F32 matrices that must be copied to be read as floats
+/// are copied into `copies`.
+fn stages_of<'a, const N: usize>(
+    matrices: [Option<(Weights<'a>, Weights<'a>, f32)>; N],
+    (n, order): (usize, F16SumOrder),
+    copies: &'a mut [(Vec<f32>, Vec<f32>); N],
+) -> Result<[Option<Stage<'a>>; N], KernelError> {
+    let mut stages = [None; N];
+    for ((m, (ca, cb)), s) in matrices
+        .iter()
+        .zip(copies.iter_mut())
+        .zip(stages.iter_mut())
+    {
+        if let Some((a, b, scale)) = m {
+            *s = Some(Stage {
+                a: Rows::of(a, "lora_a", (n, order), ca)?,
+                b: Rows::of(b, "lora_b", (n, order), cb)?,
+                rank: a.rows,
+                rows: b.rows,
+                a_bytes: a.data.len(),
+                b_bytes: b.data.len(),
+                scale: *scale,
+            });
+        }
+    }
+    Ok(stages)
+}
+
+/// `xa` sized to every stage's rank and cut into one part per stage (empty where none), where
+/// each pair's `x A^T` goes.
+fn split_by_rank<'x, const N: usize>(
+    xa: &'x mut Vec<f32>,
+    stages: &[Option<Stage>; N],
+) -> [&'x mut [f32]; N] {
+    let ranks = stages.map(|s| s.map_or(0, |s| s.rank));
+    xa.resize(ranks.iter().sum(), 0.0);
+    let mut parts: [&mut [f32]; N] = std::array::from_fn(|_| Default::default());
+    let mut rest = &mut xa[..];
+    for (part, rank) in parts.iter_mut().zip(ranks) {
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(rank);
+        *part = head;
+        rest = tail;
+    }
+    parts
 }
 
 /// One pair's matrices in their types, and what the schedule needs to know of them.
@@ -392,15 +409,7 @@ impl<const N: usize> Plan<'_, '_, '_, N> {
     fn one_token(&self, mut outs: [&mut [f32]; N], threads: usize) {
         let (mut xr, mut xa) = SCRATCH.take();
         self.input_row(0, &mut xr);
-        let ranks = self.stages.map(|s| s.map_or(0, |s| s.rank));
-        xa.resize(ranks.iter().sum(), 0.0);
-        let mut parts: [&mut [f32]; N] = std::array::from_fn(|_| Default::default());
-        let mut rest = &mut xa[..];
-        for (part, rank) in parts.iter_mut().zip(ranks) {
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(rank);
-            *part = head;
-            rest = tail;
-        }
+        let mut parts = split_by_rank(&mut xa, self.stages);
         self.a_stages(&xr, &mut parts, threads);
         let (k, each) = (self.k, self.stages.iter().flatten());
         for (part, s) in parts.iter_mut().zip(self.stages) {
