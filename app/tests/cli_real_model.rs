@@ -579,6 +579,40 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["flagged"].is_boolean(), "{v}");
+
+    // The new head keeps the shipped head's long-message heads; a head without them has none
+    // to give.
+    let shipped = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/safety/guard-head.bin");
+    let carried = dir.join("carried.bin");
+    let carry = |from: &str, out: &std::path::Path| {
+        kostant(
+            &[
+                "guard",
+                "--guard-head",
+                head,
+                "carry-long-heads",
+                "--from",
+                from,
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            None,
+        )
+    };
+    let out = carry(shipped.to_str().unwrap(), &carried);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = kostant(
+        &["guard", "--guard-head", carried.to_str().unwrap(), "info"],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let with: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(with["parts"].is_object(), "{with}");
+    assert_eq!(with["hidden"], info["hidden"], "{with}");
+    assert_eq!(with["threshold"], info["threshold"], "{with}");
+    let out = carry(head, &dir.join("none.bin"));
+    assert_clean_failure(&out, "no parts head");
+    assert!(!dir.join("none.bin").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -225,6 +225,28 @@ impl Head {
         })
     }
 
+    /// Takes `from`'s parts and long-reply heads in place of this head's own: a main head
+    /// retrained on new short texts keeps the long-message heads it was measured with, which
+    /// judge only messages longer than one window and their replies. Refused when `from` reads
+    /// another model or other layers, or has no parts head.
+    pub fn carry_long_heads(&mut self, from: &Head) -> Result<(), String> {
+        let Some(parts) = &from.parts else {
+            return Err("the head to carry from has no parts head".into());
+        };
+        if !self.info.reads(&from.info.model_name, from.info.n_embd) {
+            return Err(format!(
+                "the head to carry from reads {}, this one {}",
+                from.info.model_name, self.info.model_name
+            ));
+        }
+        if parts.info.spec.taps != self.info.spec.taps {
+            return Err("the head to carry from reads other layers than this one".into());
+        }
+        self.parts = from.parts.clone();
+        self.long_replies = from.long_replies.clone();
+        Ok(())
+    }
+
     pub fn from_bytes(bytes: &[u8]) -> Result<Head, String> {
         let (mut head, mut rest) = Head::parse_one(bytes)?;
         for (magic, name) in [
@@ -885,6 +907,42 @@ mod tests {
         head.long_replies = Some(Box::new(replies));
         let e = Head::from_bytes(&head.to_bytes().unwrap()).err().unwrap();
         assert!(e.contains("no reply threshold"), "{e}");
+    }
+
+    #[test]
+    fn long_heads_carry_over_to_a_retrained_head_of_the_same_layers_only() {
+        let cfg = TrainConfig {
+            epochs: 1,
+            ..Default::default()
+        };
+        let mut old = train(&data(20, 3), info(4), &cfg).unwrap();
+        let mut fresh = train(&data(20, 7), info(4), &cfg).unwrap();
+        // Nothing to carry yet.
+        let e = fresh.carry_long_heads(&old).err().unwrap();
+        assert!(e.contains("no parts head"), "{e}");
+        let parts = train(&data(20, 4), info(4), &cfg).unwrap();
+        let mut replies = train(&data(20, 5), info(4), &cfg).unwrap();
+        replies.info.output_threshold = Some(0.75);
+        old.parts = Some(Box::new(parts.clone()));
+        old.long_replies = Some(Box::new(replies.clone()));
+        fresh.carry_long_heads(&old).unwrap();
+        let back = Head::from_bytes(&fresh.to_bytes().unwrap()).unwrap();
+        let f = &data(1, 9)[0].features;
+        assert_eq!(back.scores(f).unwrap(), fresh.scores(f).unwrap());
+        let got = back.parts.as_deref().unwrap();
+        assert_eq!(got.scores(f).unwrap(), parts.scores(f).unwrap());
+        let got = back.long_replies.as_deref().unwrap();
+        assert_eq!(got.scores(f).unwrap(), replies.scores(f).unwrap());
+
+        // Not onto a head of other layers or another model.
+        let mut other = train(&data(20, 8), info(4), &cfg).unwrap();
+        other.info.spec.taps = vec![2];
+        let e = other.carry_long_heads(&old).err().unwrap();
+        assert!(e.contains("other layers"), "{e}");
+        let mut other = train(&data(20, 8), info(4), &cfg).unwrap();
+        other.info.model_name = "another model".into();
+        let e = other.carry_long_heads(&old).err().unwrap();
+        assert!(e.contains("reads"), "{e}");
     }
 
     #[test]

@@ -216,6 +216,16 @@ pub enum GuardCommand {
         #[arg(long, default_value_t = 0.03)]
         max_dev_false_positive: f64,
     },
+    /// Write the loaded head with another head file's parts and long-reply heads in place of
+    /// its own (a main head retrained on short texts keeps the long-message heads it was
+    /// measured with); everything else unchanged.
+    CarryLongHeads {
+        /// The head file whose parts and long-reply heads are carried over.
+        #[arg(long, default_value = "assets/safety/guard-head.bin")]
+        from: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Show the loaded head: its model, features, threshold, training record, memory.
     Info,
 }
@@ -574,6 +584,23 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                 data.out.display(),
                 start.elapsed().as_secs_f64(),
                 serde_json::to_string_pretty(&trained.report)?
+            );
+            Ok(())
+        }
+        GuardCommand::CarryLongHeads { from, out } => {
+            let guard = guard_of(&args.model, &args.guard)?;
+            let mut head = guard.head().clone();
+            let bytes = std::fs::read(&from)
+                .with_context(|| format!("cannot read the guard head {}", from.display()))?;
+            let source = Head::from_bytes(&bytes)
+                .map_err(|e| anyhow::anyhow!("guard head file {}: {e}", from.display()))?;
+            head.carry_long_heads(&source)
+                .map_err(|e| anyhow::anyhow!("cannot carry {}'s heads: {e}", from.display()))?;
+            head.save(&out)?;
+            eprintln!(
+                "wrote {} with the parts and long-reply heads of {}",
+                out.display(),
+                from.display()
             );
             Ok(())
         }
