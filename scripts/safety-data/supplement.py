@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Appends the train-only authored prompts (authored/train-only/*.txt) to assets/safety/train.jsonl.
+"""Appends the train-only authored prompts to assets/safety/train.jsonl: authored/train-only/*.txt
+(the first round, stop 52), then each round's subfolder in name order (stop53/*.txt).
 
 usage: supplement.py [repo_root]
 
 Run after build.py; running it again gives the same file (earlier supplement lines are replaced).
-The rule it serves, fixed before any result: scripts/safety-data/supplement-rule.md.
+The rules they serve, each fixed before its round's results: scripts/safety-data/supplement-rule.md
+and supplement-rule-2.md.
 
 - harmful_<category>.txt lines are unsafe with that category; benign_*.txt lines are safe.
 - A line is dropped, unread, when it repeats a train prompt, or comes close to a dev prompt or
@@ -63,9 +65,13 @@ def main():
 
     counts, dropped = Counter(), Counter()
     n = 0
-    for path in sorted(glob.glob(os.path.join(DIR, "*.txt"))):
-        fn = os.path.basename(path)
-        stem = fn[:-4]
+    # The first round's files, then each later round's folder: earlier lines keep their ids.
+    rounds = [sorted(glob.glob(os.path.join(DIR, "*.txt")))]
+    rounds += [sorted(glob.glob(os.path.join(d, "*.txt")))
+               for d in sorted(glob.glob(os.path.join(DIR, "*", "")))]
+    for path in (p for r in rounds for p in r):
+        fn = os.path.relpath(path, DIR)
+        stem = os.path.basename(fn)[:-4]
         if stem.startswith("harmful_"):
             label, cat = "unsafe", stem[len("harmful_"):]
             assert cat in CATS, fn
@@ -102,13 +108,14 @@ def main():
         table.append(f"| `{fn}` | {label} | {cat or '-'} | {k} | {rep} / {close} |")
     section = "\n".join([
         BEGIN,
-        "## Train-only supplement (stop 52)",
+        "## Train-only supplement (stops 52 and 53)",
         "",
         "After build.py, `scripts/safety-data/supplement.py` appends the prompts of",
         "`scripts/safety-data/authored/train-only/` to `train.jsonl` only (ids `kostant-train-only-N`,",
         "`authored_file` `train-only/<file>`); dev and the suites are unchanged, and the counts above are",
         "build.py's, before it. Why these categories and how they were written:",
-        "`scripts/safety-data/supplement-rule.md` (fixed before any result) and the folder's README.",
+        "`scripts/safety-data/supplement-rule.md` and `supplement-rule-2.md` (each fixed before its",
+        "round's results) and the folder's READMEs.",
         f"Added {n} prompts:",
         "",
         *table,

@@ -1,7 +1,7 @@
 //! `kostant guard`: train the guard's head, screen text with it, and say what is loaded.
 
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
@@ -271,6 +271,15 @@ impl std::fmt::Display for HeadId {
 
 /// The guard of the model `model` names (the default one when none), for the guard's own
 /// commands.
+/// A head file and its bytes (the bytes name it: `HeadId`); either error names the file.
+fn read_head_file(path: &Path) -> Result<(Head, Vec<u8>)> {
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("cannot read the guard head {}", path.display()))?;
+    let head = Head::from_bytes(&bytes)
+        .map_err(|e| anyhow::anyhow!("guard head file {}: {e}", path.display()))?;
+    Ok((head, bytes))
+}
+
 fn guard_of(model: &ModelArgs, guard: &GuardArgs) -> Result<Guard> {
     let path = crate::model_path::resolve(model.model.as_deref())?;
     let chat = load_model(model)?;
@@ -307,10 +316,7 @@ pub fn load_guard_named(
     };
     let (head, id) = match &args.guard_head {
         Some(p) => {
-            let bytes = std::fs::read(p)
-                .with_context(|| format!("cannot read the guard head {}", p.display()))?;
-            let head = Head::from_bytes(&bytes)
-                .map_err(|e| anyhow::anyhow!("guard head file {}: {e}", p.display()))?;
+            let (head, bytes) = read_head_file(p)?;
             (head, HeadId::of(Some(p.as_path()), &bytes))
         }
         None => (
@@ -590,10 +596,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
         GuardCommand::CarryLongHeads { from, out } => {
             let guard = guard_of(&args.model, &args.guard)?;
             let mut head = guard.head().clone();
-            let bytes = std::fs::read(&from)
-                .with_context(|| format!("cannot read the guard head {}", from.display()))?;
-            let source = Head::from_bytes(&bytes)
-                .map_err(|e| anyhow::anyhow!("guard head file {}: {e}", from.display()))?;
+            let (source, _) = read_head_file(&from)?;
             head.carry_long_heads(&source)
                 .map_err(|e| anyhow::anyhow!("cannot carry {}'s heads: {e}", from.display()))?;
             head.save(&out)?;
