@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Appends the train-only authored prompts to assets/safety/train.jsonl: authored/train-only/*.txt
-(the first round, stop 52), then each round's subfolder in name order (stop53/*.txt).
+(the first round, stop 52), then the folders of later rounds listed in LATER_ROUNDS.
 
 usage: supplement.py [repo_root]
 
@@ -24,6 +24,9 @@ DIR = os.path.join(ROOT, "scripts/safety-data/authored/train-only")
 TRAIN = os.path.join(ROOT, "assets/safety/train.jsonl")
 MANIFEST = os.path.join(ROOT, "assets/safety/MANIFEST.md")
 BEGIN, END = "<!-- train-only supplement: begin -->", "<!-- train-only supplement: end -->"
+# Later rounds' folders in use. stop53/ is kept as the record of a round whose head failed its
+# dev gate (supplement-rule-2.md, "Result"), so its lines are not in train.jsonl.
+LATER_ROUNDS = []
 CATS = {"violent_crimes", "non_violent_crimes", "sex_related_crimes", "child_sexual_exploitation",
         "defamation", "specialized_advice", "privacy", "intellectual_property",
         "indiscriminate_weapons", "hate", "suicide_self_harm", "sexual_content", "elections",
@@ -65,10 +68,10 @@ def main():
 
     counts, dropped = Counter(), Counter()
     n = 0
-    # The first round's files, then each later round's folder: earlier lines keep their ids.
+    # The first round's files, then each later round's folder that a shipped head was trained
+    # on: earlier lines keep their ids, and train.jsonl stays the shipped head's data.
     rounds = [sorted(glob.glob(os.path.join(DIR, "*.txt")))]
-    rounds += [sorted(glob.glob(os.path.join(d, "*.txt")))
-               for d in sorted(glob.glob(os.path.join(DIR, "*", "")))]
+    rounds += [sorted(glob.glob(os.path.join(DIR, d, "*.txt"))) for d in LATER_ROUNDS]
     for path in (p for r in rounds for p in r):
         fn = os.path.relpath(path, DIR)
         stem = os.path.basename(fn)[:-4]
@@ -108,14 +111,15 @@ def main():
         table.append(f"| `{fn}` | {label} | {cat or '-'} | {k} | {rep} / {close} |")
     section = "\n".join([
         BEGIN,
-        "## Train-only supplement (stops 52 and 53)",
+        "## Train-only supplement (stop 52)",
         "",
         "After build.py, `scripts/safety-data/supplement.py` appends the prompts of",
         "`scripts/safety-data/authored/train-only/` to `train.jsonl` only (ids `kostant-train-only-N`,",
         "`authored_file` `train-only/<file>`); dev and the suites are unchanged, and the counts above are",
         "build.py's, before it. Why these categories and how they were written:",
-        "`scripts/safety-data/supplement-rule.md` and `supplement-rule-2.md` (each fixed before its",
-        "round's results) and the folder's READMEs.",
+        "`scripts/safety-data/supplement-rule.md` (fixed before any result) and the folder's README.",
+        "A second round (`train-only/stop53/`, `supplement-rule-2.md`) failed its dev gate and is not",
+        "in train.jsonl.",
         f"Added {n} prompts:",
         "",
         *table,
