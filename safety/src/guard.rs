@@ -12,14 +12,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kostant_engine::model::MemoryPlan;
-use kostant_engine::{Judgement, KvType, Model, Observer, Session};
+use kostant_engine::{Batch, Judgement, KvType, Model, Observer, Outputs, Session};
 use serde::Serialize;
 
 use crate::confidence::{shown_category, CategoryRules};
 use crate::head::{Head, Scores};
 use crate::normalize::{hidden_payloads, normalize};
 use crate::parts::{part_features, part_ranges};
-use crate::reader::{window_ranges, Features, Reader};
+use crate::reader::{frame_message, window_ranges, Features, Reader};
 use crate::{Category, Result, SafetyError};
 
 /// The guard's judgement of one text.
@@ -183,32 +183,93 @@ impl Guard {
     fn screen_views(&mut self, views: &[String]) -> Result<Screening> {
         let start = Instant::now();
         let mut worst: Option<Scores> = None;
+        let mut worst_part: Option<Scores> = None;
         let mut tokens = 0;
         for view in views {
             // Whitespace alone says nothing; the head was never shown it, so do not ask it.
             if view.trim().is_empty() {
                 continue;
             }
-            for window in self.reader.windows(view)? {
+            let windows = self.reader.windows(view)?;
+            // Longer than a window: part by part, as the riding screen judges it, when the
+            // head has a parts head and the guard model can hold the whole message.
+            if windows.len() > 1 {
+                if let Some((n, s)) = self.worst_part(view)? {
+                    tokens += n;
+                    keep_worse(&mut worst_part, s);
+                    continue;
+                }
+            }
+            for window in windows {
                 tokens += self.reader.read_message(&window)?;
                 keep_worse(&mut worst, self.scores(self.reader.features())?);
             }
         }
-        let mut s = self.judge(worst, self.input_threshold);
+        let read_whole = worst.is_some();
+        let whole = self.judge(worst, self.input_threshold);
+        let mut s = match (&self.head.parts, worst_part) {
+            (Some(parts), Some(w)) => {
+                let by_parts = judge_with(Some(w), parts.info.threshold, &parts.info.category_rules);
+                // Each head at its own threshold; a flag from either stands.
+                if by_parts.flagged && !whole.flagged || !read_whole {
+                    by_parts
+                } else {
+                    whole
+                }
+            }
+            _ => whole,
+        };
         s.tokens = tokens;
         s.ms = ms_since(start);
         Ok(s)
+    }
+
+    /// The parts head's worst scores over `message`'s parts, read in one pass on a session of
+    /// its own (sized to the message, dropped after), with the tokens read. None when the head
+    /// has no parts head or the message does not fit the guard model's context: then it is read
+    /// window by window.
+    fn worst_part(&self, message: &str) -> Result<Option<(usize, Scores)>> {
+        let Some(parts) = self.head.parts.as_deref() else {
+            return Ok(None);
+        };
+        let model = self.model().clone();
+        let spec = &self.head.info.spec;
+        let (tokens, start) = frame_message(&model, &spec.system_prompt, message)?;
+        if tokens.len() > model.hparams.n_ctx_train {
+            return Ok(None);
+        }
+        let mut session = Session::new(model.clone(), tokens.len())?;
+        let mut outputs = Outputs::new();
+        session.decode(&Batch::hidden(&tokens, &spec.taps), &mut outputs)?;
+        let states = outputs.take_states();
+        let ranges = part_ranges(&model, &tokens, start..tokens.len(), parts.info.spec.window);
+        let mut worst: Option<Scores> = None;
+        for f in part_features(&states, &ranges, parts.info.n_embd) {
+            keep_worse(&mut worst, parts.scores(&f)?);
+        }
+        Ok(worst.map(|w| (tokens.len() - start, w)))
     }
 
     /// Screens a whole reply to `message` at once, on the guard's own session (what
     /// [`ReplyScreen`] does as the reply streams).
     pub fn screen_output(&mut self, message: &str, reply: &str) -> Result<Screening> {
         let start = Instant::now();
-        self.read_context(message)?;
+        let long = self.read_context(message)? && self.head.parts.is_some();
         let ids = self.model().tokenizer.encode(&normalize(reply), false)?;
         self.reader.read_reply(&ids)?;
-        let scores = self.scores(self.reader.features())?;
-        let mut s = self.judge(Some(scores), self.output_threshold);
+        let f = self
+            .reader
+            .features()
+            .ok_or_else(|| SafetyError::Head("no text was read".into()))?;
+        // As the reply screen judges it: after a long message, by the long-reply head.
+        let mut s = match self.long_reply_head().filter(|_| long) {
+            Some((h, t)) => judge_with(Some(h.scores(&f)?), t, &h.info.category_rules),
+            None => judge_with(
+                Some(self.head.scores(&f)?),
+                self.output_threshold,
+                &self.head.info.category_rules,
+            ),
+        };
         s.tokens = ids.len();
         s.ms = ms_since(start);
         Ok(s)
@@ -216,11 +277,18 @@ impl Guard {
 
     /// Reads the message a reply answers: its last window, the context the reply is read in
     /// (the message itself is screened whole by `screen_input`).
-    fn read_context(&mut self, message: &str) -> Result<()> {
+    /// Returns whether the message is longer than one window.
+    fn read_context(&mut self, message: &str) -> Result<bool> {
         let windows = self.reader.windows(&normalize(message))?;
         let last = windows.last().cloned().unwrap_or_default();
         self.reader.read_message(&last)?;
-        Ok(())
+        Ok(windows.len() > 1)
+    }
+
+    /// The long-reply head and its threshold, when the head has one.
+    fn long_reply_head(&self) -> Option<(&Head, f32)> {
+        let h = self.head.long_replies.as_deref()?;
+        Some((h, h.info.output_threshold?))
     }
 
     fn scores(&self, features: Option<Vec<f32>>) -> Result<Scores> {
@@ -250,9 +318,11 @@ impl Guard {
                 long: false,
             },
             None => {
-                self.read_context(message)?;
+                // As riding: a message the parts head judged gets the long-reply head.
+                let long = self.read_context(message)? && self.head.parts.is_some();
                 Mode::Own {
                     pending: String::new(),
+                    long,
                 }
             }
         };
@@ -317,6 +387,8 @@ enum Mode {
     Own {
         /// Reply text not read yet.
         pending: String,
+        /// As in `Riding`: the message was longer than a window and judged part by part.
+        long: bool,
     },
 }
 
@@ -392,13 +464,14 @@ impl ReplyScreen<'_> {
 
     fn try_check(&mut self) -> Result<Judgement> {
         let start = Instant::now();
-        let mut after_long = false;
+        let after_long;
         let features = match &mut self.mode {
             Mode::Riding { features, long, .. } => {
                 after_long = *long;
                 features.vector()
             }
-            Mode::Own { pending } => {
+            Mode::Own { pending, long } => {
+                after_long = *long;
                 // Trailing whitespace waits for the next word: read apart, it would tokenize
                 // differently from the reply as a whole.
                 let keep = pending.len() - pending.trim_end().len();
@@ -412,10 +485,7 @@ impl ReplyScreen<'_> {
         let f = features.ok_or_else(|| SafetyError::Head("no text was read".into()))?;
         // A reply to a message judged part by part: the long-reply head when there is one
         // (the main head learned replies to short messages only).
-        let reply_head = match &self.guard.head.long_replies {
-            Some(h) if after_long => h.info.output_threshold.map(|t| (&**h, t)),
-            _ => None,
-        };
+        let reply_head = self.guard.long_reply_head().filter(|_| after_long);
         let (head, threshold) =
             reply_head.unwrap_or((&self.guard.head, self.guard.output_threshold));
         let scores = head.scores(&f)?;
@@ -520,7 +590,7 @@ impl Observer for ReplyScreen<'_> {
     fn token(&mut self, _id: u32, text: &str, states: &[Vec<f32>]) -> Judgement {
         match &mut self.mode {
             Mode::Riding { features, .. } => features.add(states, 0),
-            Mode::Own { pending } => pending.push_str(text),
+            Mode::Own { pending, .. } => pending.push_str(text),
         }
         self.since_check += 1;
         if ends_sentence(text) || self.since_check >= self.every_tokens {
