@@ -209,7 +209,8 @@ impl Guard {
         let whole = self.judge(worst, self.input_threshold);
         let mut s = match (&self.head.parts, worst_part) {
             (Some(parts), Some(w)) => {
-                let by_parts = judge_with(Some(w), parts.info.threshold, &parts.info.category_rules);
+                let by_parts =
+                    judge_with(Some(w), parts.info.threshold, &parts.info.category_rules);
                 // Each head at its own threshold; a flag from either stands.
                 if by_parts.flagged && !whole.flagged || !read_whole {
                     by_parts

@@ -138,7 +138,12 @@ fn on_its_own_session_the_guard_reads_long_messages_part_by_part() {
         let s = guard.screen_input(&user).unwrap();
         let n = model.tokenizer.encode(&user, false).unwrap().len();
         assert!(s.flagged, "{} was not flagged: {s:?}", item["id"]);
-        assert!(s.tokens >= n, "{}: read {} of {n} tokens", item["id"], s.tokens);
+        assert!(
+            s.tokens >= n,
+            "{}: read {} of {n} tokens",
+            item["id"],
+            s.tokens
+        );
     }
     let mut flagged = |items: &[serde_json::Value]| -> Vec<String> {
         items
