@@ -243,11 +243,7 @@ impl Guard {
         let mut outputs = Outputs::new();
         session.decode(&Batch::hidden(&tokens, &spec.taps), &mut outputs)?;
         let states = outputs.take_states();
-        let ranges = part_ranges(&model, &tokens, start..tokens.len(), parts.info.spec.window);
-        let mut worst: Option<Scores> = None;
-        for f in part_features(&states, &ranges, parts.info.n_embd) {
-            keep_worse(&mut worst, parts.scores(&f)?);
-        }
+        let worst = worst_part_scores(parts, &model, &tokens, start, &states)?;
         Ok(worst.map(|w| (tokens.len() - start, w)))
     }
 
@@ -361,6 +357,23 @@ fn judge_with(scores: Option<Scores>, threshold: f32, rules: &CategoryRules) -> 
             }
         }
     }
+}
+
+/// The parts head's worst scores over the parts of the message at `tokens[first..]`, from the
+/// states of one pass over `tokens` (the chat's, riding; the guard's own otherwise).
+fn worst_part_scores(
+    parts: &Head,
+    model: &Model,
+    tokens: &[u32],
+    first: usize,
+    states: &[Vec<f32>],
+) -> Result<Option<Scores>> {
+    let ranges = part_ranges(model, tokens, first..tokens.len(), parts.info.spec.window);
+    let mut worst: Option<Scores> = None;
+    for f in part_features(states, &ranges, parts.info.n_embd) {
+        keep_worse(&mut worst, parts.scores(&f)?);
+    }
+    Ok(worst)
 }
 
 /// Keeps the more unsafe of `worst` and `s`: a message read in windows (or views) is as
@@ -533,12 +546,7 @@ impl ReplyScreen<'_> {
         let mut s = match parts_head.filter(|_| windows.len() > 1) {
             Some(parts) => {
                 *long = true;
-                let part = parts.info.spec.window;
-                let ranges = part_ranges(self.guard.model(), tokens, first..tokens.len(), part);
-                let mut worst: Option<Scores> = None;
-                for f in part_features(states, &ranges, parts.info.n_embd) {
-                    keep_worse(&mut worst, parts.scores(&f)?);
-                }
+                let worst = worst_part_scores(parts, self.guard.model(), tokens, first, states)?;
                 if let Some(last) = windows.last() {
                     features.clear();
                     features.add_rows(states, last.clone());

@@ -269,8 +269,6 @@ impl std::fmt::Display for HeadId {
     }
 }
 
-/// The guard of the model `model` names (the default one when none), for the guard's own
-/// commands.
 /// A head file and its bytes (the bytes name it: `HeadId`); either error names the file.
 fn read_head_file(path: &Path) -> Result<(Head, Vec<u8>)> {
     let bytes = std::fs::read(path)
@@ -280,6 +278,8 @@ fn read_head_file(path: &Path) -> Result<(Head, Vec<u8>)> {
     Ok((head, bytes))
 }
 
+/// The guard of the model `model` names (the default one when none), for the guard's own
+/// commands.
 fn guard_of(model: &ModelArgs, guard: &GuardArgs) -> Result<Guard> {
     let path = crate::model_path::resolve(model.model.as_deref())?;
     let chat = load_model(model)?;
