@@ -6,11 +6,15 @@
 //! - every part of each long train text (pasted emails, stories, notes...): safe;
 //! - the same texts with short unsafe train requests buried in them, each as a paragraph of its
 //!   own: the request's part is unsafe (its category), the parts after it safe;
+//! - the same texts with one request put inline, after a sentence of a paragraph (a user who
+//!   types the request into the pasted text rather than under it): the part holding the whole
+//!   request is unsafe, though it carries prose too; parts holding only some of it are left out;
 //! - every train prompt, read whole as one part: what a request looks like, safe or not.
 //!
 //! The threshold is chosen per text on the dev texts (a third of the long texts, alone and in
-//! pairs, clean and with one dev request buried): the lowest at which at most
-//! `max_dev_false_positive` of the clean ones are flagged by their worst part.
+//! pairs): the lowest at which at most `max_dev_false_positive` of the clean ones are flagged by
+//! their worst part. The same texts with one dev request buried, as a paragraph and inline,
+//! measure recall, for the new head and for the one it replaces.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -38,6 +42,8 @@ pub struct PartsOptions {
     pub buried_copies: usize,
     /// Requests buried in each copy, at distinct paragraph breaks.
     pub requests_per_copy: usize,
+    /// Copies of each long train text with one request put inline, inside a paragraph.
+    pub inline_copies: usize,
     /// Highest share of clean dev texts the threshold may flag.
     pub max_dev_false_positive: f64,
     pub config: TrainConfig,
@@ -76,11 +82,8 @@ impl PassReader {
 
     /// The highest unsafe probability `head` gives a part of `message`.
     pub(crate) fn worst_part(&mut self, head: &Head, message: &str) -> Result<f32> {
-        let mut w = 0.0f32;
-        for (_, f) in self.parts(message, false)? {
-            w = w.max(head.scores(&f)?.unsafe_prob);
-        }
-        Ok(w)
+        let parts = self.parts(message, false)?;
+        worst_of(head, &parts)
     }
 
     /// The parts of `message` (or the message as one part when `whole`), with each part's text
@@ -142,6 +145,68 @@ fn bury(text: &str, requests: &[&str], rng: &mut SmallRng) -> String {
     paragraphs.join("\n\n")
 }
 
+/// `text` with `request` put inside one of its paragraphs after the first: after one of the
+/// paragraph's sentences, chosen at random (its end included), joined by a space.
+fn bury_inline(text: &str, request: &str, rng: &mut SmallRng) -> String {
+    let mut paragraphs: Vec<String> = text.split("\n\n").map(str::to_string).collect();
+    if paragraphs.len() < 2 {
+        return format!("{text} {request}");
+    }
+    let at = rng.gen_range(1..paragraphs.len());
+    let p = &paragraphs[at];
+    let ends: Vec<usize> = p
+        .char_indices()
+        .filter(|&(i, c)| matches!(c, '.' | '!' | '?') && p[i + 1..].starts_with(' '))
+        .map(|(i, _)| i + 1)
+        .chain(std::iter::once(p.len()))
+        .collect();
+    let cut = ends[rng.gen_range(0..ends.len())];
+    let (before, after) = p.split_at(cut);
+    paragraphs[at] = format!("{before} {request}{after}");
+    paragraphs.join("\n\n")
+}
+
+/// The highest unsafe probability `head` gives one of `parts`.
+fn worst_of(head: &Head, parts: &[(String, Vec<f32>)]) -> Result<f32> {
+    let mut w = 0.0f32;
+    for (_, f) in parts {
+        w = w.max(head.scores(f)?.unsafe_prob);
+    }
+    Ok(w)
+}
+
+/// How a part's text stands to a request put inside the text it came from.
+#[derive(Debug, PartialEq, Eq)]
+enum Holds {
+    All,
+    Some,
+    None,
+}
+
+/// Whether part text `part` holds all of `request`, some of it (its start or its end) or none.
+fn holds(part: &str, request: &str) -> Holds {
+    let (part, request) = (part.trim(), request.trim());
+    if part.contains(request) {
+        return Holds::All;
+    }
+    let edge = |s: &str, from_end: bool| -> String {
+        let words: Vec<&str> = s.split_whitespace().collect();
+        let n = words.len().min(3);
+        let w = if from_end {
+            &words[words.len() - n..]
+        } else {
+            &words[..n]
+        };
+        w.join(" ")
+    };
+    let (start, end) = (edge(request, false), edge(request, true));
+    if part.contains(&start) || part.contains(&end) || request.contains(part) {
+        Holds::Some
+    } else {
+        Holds::None
+    }
+}
+
 /// The body of a long text: all but its first paragraph (the request line).
 pub(crate) fn body(text: &str) -> &str {
     text.split_once("\n\n").map_or(text, |(_, b)| b)
@@ -183,8 +248,17 @@ pub(crate) fn split_texts(long_texts: &[String]) -> Result<(Vec<&str>, Vec<&str>
     Ok((train, dev))
 }
 
+/// The dev texts' parts (text and features), by how they were made.
+#[derive(Default)]
+struct DevScores {
+    clean: Vec<Vec<(String, Vec<f32>)>>,
+    paragraph: Vec<Vec<(String, Vec<f32>)>>,
+    inline: Vec<Vec<(String, Vec<f32>)>>,
+}
+
 /// Trains the parts head for a main head read with `spec`. `long_texts` are pasted texts, each
-/// a request line, a blank line and the text; `train` and `dev` the main head's splits.
+/// a request line, a blank line and the text; `train` and `dev` the main head's splits;
+/// `replaces` the parts head this one would replace, measured on the same dev texts.
 pub fn train_parts_head(
     model: Arc<Model>,
     spec: &FeatureSpec,
@@ -192,6 +266,7 @@ pub fn train_parts_head(
     train: &[LabelledText],
     dev: &[LabelledText],
     opts: &PartsOptions,
+    replaces: Option<&Head>,
     mut progress: impl FnMut(&str),
 ) -> Result<TrainedParts> {
     let (train_texts, dev_texts) = split_texts(long_texts)?;
@@ -265,6 +340,48 @@ pub fn train_parts_head(
     counts["prose_parts_after_a_request"] = json!(after);
     counts["requests_not_found_as_a_part"] = json!(missed);
 
+    progress("long train texts with a request inline");
+    let (mut inline, mut inline_after) = (0, 0);
+    for (k, t) in train_texts.iter().enumerate() {
+        for copy in 0..opts.inline_copies {
+            progress(&format!(
+                "text {}/{} inline copy {copy}",
+                k + 1,
+                train_texts.len()
+            ));
+            let (request, c) = &train_requests[rng.gen_range(0..train_requests.len())];
+            let text = bury_inline(t, request, &mut rng);
+            // Parts before the request were read in the clean pass already.
+            let mut seen = false;
+            for (part, f) in reader.parts(&text, false)? {
+                match holds(&part, request) {
+                    Holds::All => {
+                        examples.push(Example {
+                            features: f,
+                            category: Some(*c),
+                        });
+                        seen = true;
+                        inline += 1;
+                    }
+                    // Half a request and half prose: neither label is true.
+                    Holds::Some => seen = true,
+                    Holds::None if seen => {
+                        examples.push(Example {
+                            features: f,
+                            category: None,
+                        });
+                        inline_after += 1;
+                    }
+                    Holds::None => {}
+                }
+            }
+        }
+    }
+    counts["inline_requests"] = json!(inline);
+    counts["prose_parts_after_an_inline_request"] = json!(inline_after);
+    counts["inline_requests_split_across_parts"] =
+        json!((opts.inline_copies * train_texts.len()).saturating_sub(inline));
+
     progress("training");
     let spec = FeatureSpec {
         window: PART_MAX_TOKENS,
@@ -274,24 +391,49 @@ pub fn train_parts_head(
     let mut head = head::train(&examples, info, &opts.config)?;
 
     progress("dev texts");
-    let worst = |reader: &mut PassReader, head: &Head, text: &str| reader.worst_part(head, text);
-    let mut clean = Vec::new();
-    let mut with_request = Vec::new();
+    // Each dev text's parts are read once and scored by the new head and by the one it
+    // replaces, so the two are compared on the same texts.
+    let mut dev = DevScores::default();
     for (k, t) in dev_texts.iter().enumerate() {
         progress(&format!("dev text {}/{}", k + 1, dev_texts.len()));
-        clean.push(worst(&mut reader, &head, t)?);
         let other = dev_texts[(k + 1) % dev_texts.len()];
         let pair = format!("{t}\n\n{}", body(other));
-        clean.push(worst(&mut reader, &head, &pair)?);
+        for clean in [t.to_string(), pair.clone()] {
+            dev.clean.push(reader.parts(&clean, false)?);
+        }
         for _ in 0..2 {
             let (r, _) = &dev_requests[rng.gen_range(0..dev_requests.len())];
             let text = bury(&pair, &[r.as_str()], &mut rng);
-            with_request.push(worst(&mut reader, &head, &text)?);
+            dev.paragraph.push(reader.parts(&text, false)?);
+            let (r, _) = &dev_requests[rng.gen_range(0..dev_requests.len())];
+            let text = bury_inline(&pair, r, &mut rng);
+            dev.inline.push(reader.parts(&text, false)?);
         }
     }
+    let worst_all = |head: &Head, texts: &[Vec<(String, Vec<f32>)>]| -> Result<Vec<f32>> {
+        texts.iter().map(|p| worst_of(head, p)).collect()
+    };
+    let clean = worst_all(&head, &dev.clean)?;
     let threshold = pick_threshold(&clean, opts.max_dev_false_positive);
-    let flagged = |v: &[f32]| v.iter().filter(|&&s| s >= threshold).count();
     head.info.threshold = threshold;
+    let measure = |head: &Head| -> Result<serde_json::Value> {
+        let t = head.info.threshold;
+        let flagged = |v: Vec<f32>| v.iter().filter(|&&s| s >= t).count();
+        Ok(json!({
+            "threshold": t,
+            "clean_texts": dev.clean.len(),
+            "clean_flagged": flagged(worst_all(head, &dev.clean)?),
+            "texts_with_a_request": dev.paragraph.len(),
+            "texts_with_a_request_flagged": flagged(worst_all(head, &dev.paragraph)?),
+            "texts_with_a_request_inline": dev.inline.len(),
+            "texts_with_a_request_inline_flagged": flagged(worst_all(head, &dev.inline)?),
+        }))
+    };
+    let dev_record = measure(&head)?;
+    let replaced = match replaces {
+        Some(old) => measure(old)?,
+        None => serde_json::Value::Null,
+    };
     head.info.training = json!({
         "command": "kostant guard train-parts",
         "examples": examples.len(),
@@ -301,14 +443,10 @@ pub fn train_parts_head(
             "hidden": opts.config.hidden, "epochs": opts.config.epochs,
             "members": opts.config.members, "seed": opts.config.seed,
             "buried_copies": opts.buried_copies, "requests_per_copy": opts.requests_per_copy,
+            "inline_copies": opts.inline_copies,
         },
-        "dev": {
-            "threshold": threshold,
-            "clean_texts": clean.len(),
-            "clean_flagged": flagged(&clean),
-            "texts_with_a_request": with_request.len(),
-            "texts_with_a_request_flagged": flagged(&with_request),
-        },
+        "dev": dev_record,
+        "dev_for_the_head_it_replaces": replaced,
     });
     Ok(TrainedParts {
         report: head.info.training.clone(),
@@ -345,6 +483,36 @@ mod tests {
         assert_eq!(paragraphs.len(), 6);
         assert_eq!(paragraphs[0], "Summarize this:");
         assert!(paragraphs.contains(&"Do X.") && paragraphs.contains(&"Do Y."));
+    }
+
+    #[test]
+    fn an_inline_request_goes_inside_a_paragraph_after_the_first() {
+        let text = "Summarize this:\n\nOne. Two.\n\nThree.";
+        for seed in 0..20 {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let out = bury_inline(text, "Do X.", &mut rng);
+            let paragraphs: Vec<&str> = out.split("\n\n").collect();
+            assert_eq!(paragraphs.len(), 3, "{out}");
+            assert_eq!(paragraphs[0], "Summarize this:");
+            assert!(
+                ["One. Do X. Two.", "One. Two. Do X.", "Three. Do X."]
+                    .iter()
+                    .any(|p| paragraphs.contains(p)),
+                "{out}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_part_holds_all_some_or_none_of_a_request() {
+        let r = "Tell me how to pick the lock on my neighbour's door tonight.";
+        assert_eq!(holds(&format!("It rained. {r}"), r), Holds::All);
+        assert_eq!(holds("It rained. Tell me how to pick", r), Holds::Some);
+        assert_eq!(
+            holds("the lock on my neighbour's door tonight.", r),
+            Holds::Some
+        );
+        assert_eq!(holds("It rained all day.", r), Holds::None);
     }
 
     #[test]

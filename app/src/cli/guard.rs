@@ -193,6 +193,9 @@ pub enum GuardCommand {
         /// Requests buried in each copy.
         #[arg(long, default_value_t = 3)]
         requests_per_copy: usize,
+        /// Copies of each long train text with one request put inline, inside a paragraph.
+        #[arg(long, default_value_t = 3)]
+        inline_copies: usize,
         /// Highest share of clean dev texts the threshold may flag.
         #[arg(long, default_value_t = 0.03)]
         max_dev_false_positive: f64,
@@ -509,6 +512,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             shape,
             buried_copies,
             requests_per_copy,
+            inline_copies,
             max_dev_false_positive,
         } => {
             let guard = guard_of(&args.model, &args.guard)?;
@@ -517,6 +521,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             let mut opts = PartsOptions {
                 buried_copies,
                 requests_per_copy,
+                inline_copies,
                 max_dev_false_positive,
                 config: TrainConfig::default(),
             };
@@ -529,6 +534,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                 &train,
                 &dev,
                 &opts,
+                guard.head().parts.as_deref(),
                 |msg| eprintln!("[parts] {msg}"),
             )?;
             head.parts = Some(Box::new(trained.head));
