@@ -156,8 +156,22 @@ impl Guard {
     /// scratch. It is made at the first text the guard reads apart from the chat's pass (every
     /// text when it does not ride along; riding, a message with a view the chat's pass cannot
     /// show, [`Guard::screen_hidden`]) and kept.
+    ///
+    /// With a parts head, a message longer than a window is read on a second session sized to
+    /// it and dropped after ([`Guard::worst_part`]); the plan counts that session at the most
+    /// it can hold (the guard model's training context), its cache and scratch beside the kept
+    /// one's and the tapped states it returns, since for that moment both are held.
     pub fn own_session_plan(&self) -> MemoryPlan {
-        self.model().memory_plan(self.reader.n_ctx())
+        let model = self.model();
+        let mut plan = model.memory_plan(self.reader.n_ctx());
+        if self.head.parts.is_some() {
+            let n = model.hparams.n_ctx_train;
+            let parts = model.memory_plan(n);
+            let states = n * self.head.info.spec.taps.len() * model.hparams.n_embd * 4;
+            plan.kv += parts.kv;
+            plan.scratch += parts.scratch + states;
+        }
+        plan
     }
 
     /// Screens a user's message on the guard's own session: all of it, however long (in
@@ -258,15 +272,9 @@ impl Guard {
             .reader
             .features()
             .ok_or_else(|| SafetyError::Head("no text was read".into()))?;
-        // As the reply screen judges it: after a long message, by the long-reply head.
-        let mut s = match self.long_reply_head().filter(|_| long) {
-            Some((h, t)) => judge_with(Some(h.scores(&f)?), t, &h.info.category_rules),
-            None => judge_with(
-                Some(self.head.scores(&f)?),
-                self.output_threshold,
-                &self.head.info.category_rules,
-            ),
-        };
+        // As the reply screen judges it.
+        let (head, threshold) = self.reply_head(long);
+        let mut s = judge_with(Some(head.scores(&f)?), threshold, &head.info.category_rules);
         s.tokens = ids.len();
         s.ms = ms_since(start);
         Ok(s)
@@ -282,10 +290,16 @@ impl Guard {
         Ok(windows.len() > 1)
     }
 
-    /// The long-reply head and its threshold, when the head has one.
-    fn long_reply_head(&self) -> Option<(&Head, f32)> {
-        let h = self.head.long_replies.as_deref()?;
-        Some((h, h.info.output_threshold?))
+    /// The head that judges a reply, and its threshold: after a message judged part by part
+    /// (`after_long`), the long-reply head when there is one, since the main head learned
+    /// replies to short messages only; else the main head.
+    fn reply_head(&self, after_long: bool) -> (&Head, f32) {
+        self.head
+            .long_replies
+            .as_deref()
+            .filter(|_| after_long)
+            .and_then(|h| Some((h, h.info.output_threshold?)))
+            .unwrap_or((&self.head, self.output_threshold))
     }
 
     fn scores(&self, features: Option<Vec<f32>>) -> Result<Scores> {
@@ -497,11 +511,7 @@ impl ReplyScreen<'_> {
             }
         };
         let f = features.ok_or_else(|| SafetyError::Head("no text was read".into()))?;
-        // A reply to a message judged part by part: the long-reply head when there is one
-        // (the main head learned replies to short messages only).
-        let reply_head = self.guard.long_reply_head().filter(|_| after_long);
-        let (head, threshold) =
-            reply_head.unwrap_or((&self.guard.head, self.guard.output_threshold));
+        let (head, threshold) = self.guard.reply_head(after_long);
         let scores = head.scores(&f)?;
         self.checks += 1;
         self.since_check = 0;

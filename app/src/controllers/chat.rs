@@ -1196,6 +1196,11 @@ mod tests {
         let own = guard.own_session_plan();
         let mb = |b: usize| b as u64 >> 20;
         assert!(mb(own.weights) > 20 && mb(own.kv) > 5, "{own:?}");
+        // The built-in head has a parts head: a long message's session, at the most the guard
+        // model can read, counts beside the kept one.
+        let longest = default.memory_plan(default.hparams.n_ctx_train);
+        assert!(guard.head().parts.is_some());
+        assert!(own.kv >= longest.kv && own.scratch >= longest.scratch, "{own:?}");
 
         // A model the head does not read (as Gemma 3): the guard reads with the default model
         // on a session of its own, and both count.
