@@ -230,6 +230,29 @@ impl Head {
     /// judge only messages longer than one window and their replies. Refused when `from` reads
     /// another model or other layers, or has no parts head.
     pub fn carry_long_heads(&mut self, from: &Head) -> Result<(), String> {
+        self.check_carry_from(from)?;
+        self.parts = from.parts.clone();
+        self.long_replies = from.long_replies.clone();
+        Ok(())
+    }
+
+    /// Takes `from`'s long-reply head in place of this head's own, keeping this head's parts
+    /// head: a parts head retrained (`train-parts` drops the long-reply head) keeps the reply
+    /// judge it is measured with. Refused as [`Head::carry_long_heads`], and when this head has
+    /// no parts head or `from` no long-reply head.
+    pub fn carry_long_reply_head(&mut self, from: &Head) -> Result<(), String> {
+        self.check_carry_from(from)?;
+        if self.parts.is_none() {
+            return Err("this head has no parts head for a long-reply head to follow".into());
+        }
+        let Some(replies) = &from.long_replies else {
+            return Err("the head to carry from has no long-reply head".into());
+        };
+        self.long_replies = Some(replies.clone());
+        Ok(())
+    }
+
+    fn check_carry_from(&self, from: &Head) -> Result<(), String> {
         let Some(parts) = &from.parts else {
             return Err("the head to carry from has no parts head".into());
         };
@@ -242,8 +265,6 @@ impl Head {
         if parts.info.spec.taps != self.info.spec.taps {
             return Err("the head to carry from reads other layers than this one".into());
         }
-        self.parts = from.parts.clone();
-        self.long_replies = from.long_replies.clone();
         Ok(())
     }
 
@@ -943,6 +964,19 @@ mod tests {
         other.info.model_name = "another model".into();
         let e = other.carry_long_heads(&old).err().unwrap();
         assert!(e.contains("reads"), "{e}");
+
+        // The long-reply head alone, behind a parts head of this head's own.
+        let mut own = train(&data(20, 10), info(4), &cfg).unwrap();
+        let e = own.carry_long_reply_head(&old).err().unwrap();
+        assert!(e.contains("no parts head"), "{e}");
+        let own_parts = train(&data(20, 11), info(4), &cfg).unwrap();
+        own.parts = Some(Box::new(own_parts.clone()));
+        own.carry_long_reply_head(&old).unwrap();
+        let back = Head::from_bytes(&own.to_bytes().unwrap()).unwrap();
+        let got = back.parts.as_deref().unwrap();
+        assert_eq!(got.scores(f).unwrap(), own_parts.scores(f).unwrap());
+        let got = back.long_replies.as_deref().unwrap();
+        assert_eq!(got.scores(f).unwrap(), replies.scores(f).unwrap());
     }
 
     #[test]

@@ -228,6 +228,10 @@ pub enum GuardCommand {
         from: PathBuf,
         #[arg(long)]
         out: PathBuf,
+        /// Carry only the long-reply head, keeping the loaded head's parts head (after
+        /// train-parts, which drops the long-reply head).
+        #[arg(long)]
+        long_replies_only: bool,
     },
     /// Show the loaded head: its model, features, threshold, training record, memory.
     Info,
@@ -599,18 +603,24 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             );
             Ok(())
         }
-        GuardCommand::CarryLongHeads { from, out } => {
+        GuardCommand::CarryLongHeads {
+            from,
+            out,
+            long_replies_only,
+        } => {
             let guard = guard_of(&args.model, &args.guard)?;
             let mut head = guard.head().clone();
             let (source, _) = read_head_file(&from)?;
-            head.carry_long_heads(&source)
-                .map_err(|e| anyhow::anyhow!("cannot carry {}'s heads: {e}", from.display()))?;
+            let (carried, what) = match long_replies_only {
+                true => (head.carry_long_reply_head(&source), "the long-reply head"),
+                false => (
+                    head.carry_long_heads(&source),
+                    "the parts and long-reply heads",
+                ),
+            };
+            carried.map_err(|e| anyhow::anyhow!("cannot carry {}'s heads: {e}", from.display()))?;
             head.save(&out)?;
-            eprintln!(
-                "wrote {} with the parts and long-reply heads of {}",
-                out.display(),
-                from.display()
-            );
+            eprintln!("wrote {} with {what} of {}", out.display(), from.display());
             Ok(())
         }
         GuardCommand::Info => {

@@ -1200,7 +1200,10 @@ mod tests {
         // model can read, counts beside the kept one.
         let longest = default.memory_plan(default.hparams.n_ctx_train);
         assert!(guard.head().parts.is_some());
-        assert!(own.kv >= longest.kv && own.scratch >= longest.scratch, "{own:?}");
+        assert!(
+            own.kv >= longest.kv && own.scratch >= longest.scratch,
+            "{own:?}"
+        );
 
         // A model the head does not read (as Gemma 3): the guard reads with the default model
         // on a session of its own, and both count.
