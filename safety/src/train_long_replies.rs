@@ -68,7 +68,7 @@ fn bury_near_end(text: &str, request: &str) -> String {
 }
 
 /// Trains the long-reply head for `main` (read with its spec; it must have a parts head).
-/// `long_texts`, `train` and `dev` as for [`crate::train_parts::train_parts_head`].
+/// `long_texts`, `train` and `dev` as in [`crate::train_parts::PartsData`].
 pub fn train_long_reply_head(
     model: Arc<Model>,
     main: &Head,

@@ -248,6 +248,15 @@ pub(crate) fn split_texts(long_texts: &[String]) -> Result<(Vec<&str>, Vec<&str>
     Ok((train, dev))
 }
 
+/// What the parts head learns from: pasted texts, each a request line, a blank line and the
+/// text; and the main head's train and dev splits.
+#[derive(Clone, Copy)]
+pub struct PartsData<'a> {
+    pub long_texts: &'a [String],
+    pub train: &'a [LabelledText],
+    pub dev: &'a [LabelledText],
+}
+
 /// The dev texts' parts (text and features), by how they were made.
 #[derive(Default)]
 struct DevScores {
@@ -256,19 +265,21 @@ struct DevScores {
     inline: Vec<Vec<(String, Vec<f32>)>>,
 }
 
-/// Trains the parts head for a main head read with `spec`. `long_texts` are pasted texts, each
-/// a request line, a blank line and the text; `train` and `dev` the main head's splits;
-/// `replaces` the parts head this one would replace, measured on the same dev texts.
+/// Trains the parts head for a main head read with `spec` on `data`; `replaces` is the parts
+/// head this one would replace, measured on the same dev texts.
 pub fn train_parts_head(
     model: Arc<Model>,
     spec: &FeatureSpec,
-    long_texts: &[String],
-    train: &[LabelledText],
-    dev: &[LabelledText],
+    data: PartsData<'_>,
     opts: &PartsOptions,
     replaces: Option<&Head>,
     mut progress: impl FnMut(&str),
 ) -> Result<TrainedParts> {
+    let PartsData {
+        long_texts,
+        train,
+        dev,
+    } = data;
     let (train_texts, dev_texts) = split_texts(long_texts)?;
     let train_requests = buriable(train)?;
     let dev_requests = buriable(dev)?;

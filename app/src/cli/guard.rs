@@ -17,7 +17,7 @@ use kostant_safety::train::{
     pick_categories, read_jsonl, train_head, Context as TrainContext, LabelledText, TrainOptions,
 };
 use kostant_safety::train_long_replies::{train_long_reply_head, LongReplyOptions};
-use kostant_safety::train_parts::{train_parts_head, PartsOptions};
+use kostant_safety::train_parts::{train_parts_head, PartsData, PartsOptions};
 use kostant_safety::Guard;
 
 use super::{load_model, ModelArgs};
@@ -534,9 +534,11 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             let trained = train_parts_head(
                 guard.model().clone(),
                 &head.info.spec,
-                &texts,
-                &train,
-                &dev,
+                PartsData {
+                    long_texts: &texts,
+                    train: &train,
+                    dev: &dev,
+                },
                 &opts,
                 guard.head().parts.as_deref(),
                 |msg| eprintln!("[parts] {msg}"),
