@@ -51,16 +51,20 @@ pub fn guard_model_path_in(chat_path: &Path, dirs: &[PathBuf]) -> Option<PathBuf
         .find(|p| p.is_file())
 }
 
-/// Bytes the guard holds beside a chat on `chat`, whatever the chat's context: its own
+/// Bytes the guard holds beside a chat on `chat` with a context of `n_ctx` tokens: its own
 /// session's kv cache and scratch ([`Guard::own_session_plan`]; a guard riding along makes it
 /// too, for a quantized cache, an adapter below a tap, or the first message with Unicode tricks
-/// or a hidden payload to read apart, and keeps it), and, when it reads with another model than
-/// `chat`, that model's weights.
-pub fn guard_bytes(guard: &Guard, chat: &Arc<Model>) -> u64 {
-    let own = guard.own_session_plan();
+/// or a hidden payload to read apart, and keeps it) with the session a long message is read on,
+/// and, when it reads with another model than `chat`, that model's weights. On the chat's own
+/// model a message is at most `n_ctx` tokens; on another, its length in the guard model's
+/// tokens is not bounded by the chat's context, so the guard's whole context counts.
+pub fn guard_bytes(guard: &Guard, chat: &Arc<Model>, n_ctx: usize) -> u64 {
     let bytes = match Arc::ptr_eq(guard.model(), chat) {
-        true => own.kv + own.scratch,
-        false => own.total(),
+        true => {
+            let own = guard.own_session_plan_for(n_ctx);
+            own.kv + own.scratch
+        }
+        false => guard.own_session_plan().total(),
     };
     bytes as u64
 }

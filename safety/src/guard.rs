@@ -162,10 +162,17 @@ impl Guard {
     /// it can hold (the guard model's training context), its cache and scratch beside the kept
     /// one's and the tapped states it returns, since for that moment both are held.
     pub fn own_session_plan(&self) -> MemoryPlan {
+        self.own_session_plan_for(usize::MAX)
+    }
+
+    /// [`Guard::own_session_plan`] when no message is longer than `message_tokens` of the
+    /// guard model's tokens (a chat on the guard's own model cannot take a message longer
+    /// than its context).
+    pub fn own_session_plan_for(&self, message_tokens: usize) -> MemoryPlan {
         let model = self.model();
         let mut plan = model.memory_plan(self.reader.n_ctx());
-        if self.head.parts.is_some() {
-            let n = model.hparams.n_ctx_train;
+        let n = model.hparams.n_ctx_train.min(message_tokens);
+        if self.head.parts.is_some() && n > self.reader.n_ctx() {
             let parts = model.memory_plan(n);
             let states = n * self.head.info.spec.taps.len() * model.hparams.n_embd * 4;
             plan.kv += parts.kv;

@@ -6,9 +6,10 @@
 //! - every part of each long train text (pasted emails, stories, notes...): safe;
 //! - the same texts with short unsafe train requests buried in them, each as a paragraph of its
 //!   own: the request's part is unsafe (its category), the parts after it safe;
-//! - the same texts with one request put inline, after a sentence of a paragraph (a user who
-//!   types the request into the pasted text rather than under it): the part holding the whole
-//!   request is unsafe, though it carries prose too; parts holding only some of it are left out;
+//! - with `inline_copies`, the same texts with one request put inline, after a sentence of a
+//!   paragraph (a user who types the request into the pasted text rather than under it): the
+//!   part holding the whole request is unsafe, though it carries prose too; parts holding only
+//!   some of it are left out (not in the shipped head's recipe: see `--inline-copies`);
 //! - every train prompt, read whole as one part: what a request looks like, safe or not.
 //!
 //! The threshold is chosen per text on the dev texts (a third of the long texts, alone and in

@@ -193,8 +193,10 @@ pub enum GuardCommand {
         /// Requests buried in each copy.
         #[arg(long, default_value_t = 3)]
         requests_per_copy: usize,
-        /// Copies of each long train text with one request put inline, inside a paragraph.
-        #[arg(long, default_value_t = 3)]
+        /// Copies of each long train text with one request put inline, inside a paragraph
+        /// (0, the shipped parts head's recipe: with 3, stop 54's head flagged a public-domain
+        /// story the shipped one passes; scripts/safety-data/pending/README.md).
+        #[arg(long, default_value_t = 0)]
         inline_copies: usize,
         /// Highest share of clean dev texts the threshold may flag.
         #[arg(long, default_value_t = 0.03)]

@@ -428,7 +428,7 @@ impl ModelSummary {
     /// What Settings shows of `model` (mapped from `path`), chatting under `guard`.
     fn of(model: &Arc<Model>, path: &Path, guard: &Guard) -> ModelSummary {
         let hp = &model.hparams;
-        let guard = crate::guard_model::guard_bytes(guard, model);
+        let guard_at = |n_ctx| crate::guard_model::guard_bytes(guard, model, n_ctx);
         ModelSummary {
             name: model.name(),
             quantization: model.quantization().to_string(),
@@ -440,6 +440,7 @@ impl ModelSummary {
                 .flat_map(|kv_type| {
                     (1..=hp.n_ctx_train.clamp(256, 1 << 17) / 256).map(move |i| {
                         let plan = model.memory_plan_with_kv(256 * i, kv_type);
+                        let guard = guard_at(256 * i);
                         ContextPlan {
                             kv_type,
                             n_ctx: 256 * i,
@@ -1223,10 +1224,20 @@ mod tests {
 
         // The default model: the guard shares its weights, and only its own session adds.
         let same = ModelSummary::of(&default, &real_model_path(), &guard);
+        // A long message is at most the chat's context there, and its session counts so.
         for p in &same.memory_plans {
             let alone = default.memory_plan_with_kv(p.n_ctx, p.kv_type);
+            let own = guard.own_session_plan_for(p.n_ctx);
             assert_eq!(p.guard, (own.kv + own.scratch) as u64, "{p:?}");
             assert_eq!(p.total, alone.total() as u64 + p.guard, "{p:?}");
         }
+        let guard_of = |n: usize| {
+            same.memory_plans
+                .iter()
+                .find(|p| p.n_ctx == n)
+                .unwrap()
+                .guard
+        };
+        assert!(guard_of(4096) > guard_of(1024), "{:?}", same.memory_plans);
     }
 }
