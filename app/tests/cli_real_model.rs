@@ -613,6 +613,38 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
     let out = carry(head, &dir.join("none.bin"));
     assert_clean_failure(&out, "no parts head");
     assert!(!dir.join("none.bin").exists());
+
+    // The long-reply head alone follows only a parts head of the loaded head's own.
+    let carry_replies = |onto: &str, out: &std::path::Path| {
+        let from = shipped.to_str().unwrap();
+        let out = out.to_str().unwrap();
+        let args = [
+            "guard",
+            "--guard-head",
+            onto,
+            "carry-long-heads",
+            "--from",
+            from,
+        ];
+        kostant(
+            &[&args[..], &["--out", out, "--long-replies-only"]].concat(),
+            None,
+        )
+    };
+    let out = carry_replies(head, &dir.join("none.bin"));
+    assert_clean_failure(&out, "no parts head");
+    assert!(!dir.join("none.bin").exists());
+    let replies = dir.join("replies.bin");
+    let out = carry_replies(carried.to_str().unwrap(), &replies);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = kostant(
+        &["guard", "--guard-head", replies.to_str().unwrap(), "info"],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["long_replies"].is_object(), "{v}");
+    assert_eq!(v["parts"], with["parts"], "{v}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
