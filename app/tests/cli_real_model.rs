@@ -584,40 +584,8 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
     // to give.
     let shipped = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/safety/guard-head.bin");
     let carried = dir.join("carried.bin");
-    let carry = |from: &str, out: &std::path::Path| {
-        kostant(
-            &[
-                "guard",
-                "--guard-head",
-                head,
-                "carry-long-heads",
-                "--from",
-                from,
-                "--out",
-                out.to_str().unwrap(),
-            ],
-            None,
-        )
-    };
-    let out = carry(shipped.to_str().unwrap(), &carried);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let out = kostant(
-        &["guard", "--guard-head", carried.to_str().unwrap(), "info"],
-        None,
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let with: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(with["parts"].is_object(), "{with}");
-    assert_eq!(with["hidden"], info["hidden"], "{with}");
-    assert_eq!(with["threshold"], info["threshold"], "{with}");
-    let out = carry(head, &dir.join("none.bin"));
-    assert_clean_failure(&out, "no parts head");
-    assert!(!dir.join("none.bin").exists());
-
-    // The long-reply head alone follows only a parts head of the loaded head's own.
-    let carry_replies = |onto: &str, out: &std::path::Path| {
-        let from = shipped.to_str().unwrap();
-        let out = out.to_str().unwrap();
+    // `kostant guard --guard-head ONTO carry-long-heads --from FROM --out OUT [EXTRA]`.
+    let carry = |onto: &str, from: &str, out: &std::path::Path, extra: &[&str]| {
         let args = [
             "guard",
             "--guard-head",
@@ -626,23 +594,37 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
             "--from",
             from,
         ];
-        kostant(
-            &[&args[..], &["--out", out, "--long-replies-only"]].concat(),
-            None,
-        )
+        let out = ["--out", out.to_str().unwrap()];
+        kostant(&[&args[..], &out, extra].concat(), None)
     };
-    let out = carry_replies(head, &dir.join("none.bin"));
+    let info_of = |path: &std::path::Path| -> serde_json::Value {
+        let out = kostant(
+            &["guard", "--guard-head", path.to_str().unwrap(), "info"],
+            None,
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let shipped_path = shipped.to_str().unwrap();
+    let out = carry(head, shipped_path, &carried, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let with = info_of(&carried);
+    assert!(with["parts"].is_object(), "{with}");
+    assert_eq!(with["hidden"], info["hidden"], "{with}");
+    assert_eq!(with["threshold"], info["threshold"], "{with}");
+    let out = carry(head, head, &dir.join("none.bin"), &[]);
+    assert_clean_failure(&out, "no parts head");
+    assert!(!dir.join("none.bin").exists());
+
+    // The long-reply head alone follows only a parts head of the loaded head's own.
+    let only = ["--long-replies-only"];
+    let out = carry(head, shipped_path, &dir.join("none.bin"), &only);
     assert_clean_failure(&out, "no parts head");
     assert!(!dir.join("none.bin").exists());
     let replies = dir.join("replies.bin");
-    let out = carry_replies(carried.to_str().unwrap(), &replies);
+    let out = carry(carried.to_str().unwrap(), shipped_path, &replies, &only);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let out = kostant(
-        &["guard", "--guard-head", replies.to_str().unwrap(), "info"],
-        None,
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = info_of(&replies);
     assert!(v["long_replies"].is_object(), "{v}");
     assert_eq!(v["parts"], with["parts"], "{v}");
     std::fs::remove_dir_all(&dir).unwrap();

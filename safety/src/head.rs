@@ -243,7 +243,9 @@ impl Head {
     pub fn carry_long_reply_head(&mut self, from: &Head) -> Result<(), String> {
         self.check_carry_from(from)?;
         if self.parts.is_none() {
-            return Err("this head has no parts head for a long-reply head to follow".into());
+            return Err(
+                "the head to carry onto has no parts head for a long-reply head to follow".into(),
+            );
         }
         let Some(replies) = &from.long_replies else {
             return Err("the head to carry from has no long-reply head".into());

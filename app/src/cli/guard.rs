@@ -194,8 +194,7 @@ pub enum GuardCommand {
         #[arg(long, default_value_t = 3)]
         requests_per_copy: usize,
         /// Copies of each long train text with one request put inline, inside a paragraph
-        /// (0, the shipped parts head's recipe: with 3, stop 54's head flagged a public-domain
-        /// story the shipped one passes; scripts/safety-data/pending/README.md).
+        /// (0 in the shipped recipe; why: scripts/safety-data/pending/README.md, stop 54).
         #[arg(long, default_value_t = 0)]
         inline_copies: usize,
         /// Highest share of clean dev texts the threshold may flag.
