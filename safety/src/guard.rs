@@ -167,11 +167,18 @@ impl Guard {
 
     /// [`Guard::own_session_plan`] when no message is longer than `message_tokens` of the
     /// guard model's tokens (a chat on the guard's own model cannot take a message longer
-    /// than its context).
+    /// than its context). The guard frames the message with its head's system prompt, not the
+    /// chat's, so its session holds that frame on top of the message.
     pub fn own_session_plan_for(&self, message_tokens: usize) -> MemoryPlan {
         let model = self.model();
         let mut plan = model.memory_plan(self.reader.n_ctx());
-        let n = model.hparams.n_ctx_train.min(message_tokens);
+        // Should the empty frame not render, count the whole context: the plan errs high.
+        let frame = frame_message(model, &self.head.info.spec.system_prompt, "")
+            .map_or(model.hparams.n_ctx_train, |(tokens, _)| tokens.len());
+        let n = model
+            .hparams
+            .n_ctx_train
+            .min(message_tokens.saturating_add(frame));
         if self.head.parts.is_some() && n > self.reader.n_ctx() {
             let parts = model.memory_plan(n);
             let states = n * self.head.info.spec.taps.len() * model.hparams.n_embd * 4;
