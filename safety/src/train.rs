@@ -10,7 +10,7 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kostant_engine::Model;
+use kostant_engine::{ActiveAdapter, Model};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -127,6 +127,10 @@ pub struct Context {
     /// other one is also learned with an unsafe request buried in it ([`context_items`]).
     pub train: Vec<String>,
     pub dev: Vec<String>,
+    /// The adapter the chat runs in this context (the feature's), so replies learned with
+    /// [`TrainOptions::context_replies`] are the ones users get. Messages are read without it:
+    /// the shipped adapters start above the guard's taps.
+    pub adapter: Option<ActiveAdapter>,
 }
 
 #[derive(Clone, Debug)]
@@ -156,6 +160,11 @@ pub struct TrainOptions {
     /// Share of each split's texts (safe and unsafe) also read under a context drawn at
     /// random, so a harmful request stays harmful and an edgy question stays safe there.
     pub context_share: f64,
+    /// Also learn the chat model's replies to each context's own safe messages, read under its
+    /// prompt, and keep the reply false-positive cap on each context's own dev replies apart:
+    /// trained on replies to the chat's questions alone, the head stopped summaries and
+    /// rewrites (docs/adapters-report.md, stop 54). Needs `replies`.
+    pub context_replies: bool,
 }
 
 impl TrainOptions {
@@ -199,6 +208,7 @@ impl TrainOptions {
             cache: None,
             contexts: Vec::new(),
             context_share: 0.25,
+            context_replies: false,
         }
     }
 }
@@ -305,11 +315,13 @@ fn featurize_cached(
 }
 
 /// The checkpoints' features of the chat model's reply to each text in `items` (its first
-/// window, as messages are read), through the cache directory when there is one.
+/// window, as messages are read), generated under `adapter` when there is one, through the
+/// cache directory when there is one.
 fn reply_features_cached(
     reader: &Reader,
     items: &[(String, Option<Category>)],
     plan: ReplyPlan,
+    adapter: Option<&ActiveAdapter>,
     cache: Option<&Path>,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<Vec<Vec<f32>>>> {
@@ -335,13 +347,17 @@ fn reply_features_cached(
             .next()
             .unwrap_or_default();
         let path = cache.map(|dir| {
-            let key = fnv64(&[
+            // Without an adapter, the key replies had before adapters were learned.
+            let adapter_id = adapter.map(|a| format!("adapter {}", a.id()));
+            let mut parts: Vec<&[u8]> = vec![
                 name.as_bytes(),
                 &spec_bytes,
                 first.as_bytes(),
                 b"reply",
                 &plan_bytes,
-            ]);
+            ];
+            parts.extend(adapter_id.as_deref().map(str::as_bytes));
+            let key = fnv64(&parts);
             dir.join(format!("r-{key:016x}.f32"))
         });
         let cached = path.as_deref().and_then(|p| read_rows(p, dim));
@@ -351,7 +367,11 @@ fn reply_features_cached(
             None => {
                 let session = match &mut session {
                     Some(s) => s,
-                    None => session.insert(reply_session(&model, &spec, plan)?),
+                    None => {
+                        let mut s = reply_session(&model, &spec, plan)?;
+                        s.set_adapter(adapter.cloned())?;
+                        session.insert(s)
+                    }
                 };
                 let rows = reply_checkpoints(session, &spec, &first, plan)?;
                 if let Some(p) = &path {
@@ -512,6 +532,7 @@ pub fn pick_categories(
             &reader,
             &items,
             plan,
+            None,
             cache,
             &mut |i, n| progress("dev replies", i, n),
         )?),
@@ -682,6 +703,43 @@ fn context_items(
     out
 }
 
+/// A reader of `spec` under the context's system prompt.
+fn context_reader(model: &Arc<Model>, spec: &FeatureSpec, context: &Context) -> Result<Reader> {
+    let mut spec = spec.clone();
+    spec.system_prompt = context.system_prompt.clone();
+    Reader::new(model.clone(), spec)
+}
+
+/// The chat model's replies to each context's own safe messages of one split (`own` picks
+/// it), read under the context's prompt at the screen's checkpoints: per context, per message.
+fn context_reply_features(
+    model: &Arc<Model>,
+    spec: &FeatureSpec,
+    contexts: &[Context],
+    own: impl Fn(&Context) -> &[String],
+    plan: ReplyPlan,
+    cache: Option<&Path>,
+    stage: &str,
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<Vec<Vec<Vec<Vec<f32>>>>> {
+    let mut out = Vec::with_capacity(contexts.len());
+    for c in contexts {
+        let reader = context_reader(model, spec, c)?;
+        let items: Vec<(String, Option<Category>)> =
+            own(c).iter().map(|t| (t.clone(), None)).collect();
+        let name = format!("{stage} replies under {}", c.name);
+        out.push(reply_features_cached(
+            &reader,
+            &items,
+            plan,
+            c.adapter.as_ref(),
+            cache,
+            &mut |i, n| progress(&name, i, n),
+        )?);
+    }
+    Ok(out)
+}
+
 /// Features of each context's items, read under its system prompt (cached like the rest).
 fn featurize_contexts(
     model: &Arc<Model>,
@@ -694,9 +752,7 @@ fn featurize_contexts(
 ) -> Result<Vec<Example>> {
     let mut out = Vec::new();
     for (c, items) in contexts.iter().zip(items) {
-        let mut spec = spec.clone();
-        spec.system_prompt = c.system_prompt.clone();
-        let mut reader = Reader::new(model.clone(), spec)?;
+        let mut reader = context_reader(model, spec, c)?;
         let name = format!("{stage} under {}", c.name);
         let examples =
             featurize_cached(&mut reader, items, cache, &mut |i, n| progress(&name, i, n))?;
@@ -817,10 +873,11 @@ pub fn train_head(
     let n_messages = examples.len();
     // Replies to the prompts as written (not the augmented copies): the reply's context is
     // the conversation a user actually has.
+    let mut ctx_dev_replies: Vec<Vec<Vec<Vec<f32>>>> = Vec::new();
     let dev_replies = match opts.replies {
         Some(plan) => {
             let train_replies =
-                reply_features_cached(&reader, &originals, plan, cache, &mut |i, n| {
+                reply_features_cached(&reader, &originals, plan, None, cache, &mut |i, n| {
                     progress("train replies", i, n)
                 })?;
             for (rows, (_, category)) in train_replies.into_iter().zip(&originals) {
@@ -829,10 +886,39 @@ pub fn train_head(
                     category: *category,
                 }));
             }
+            if opts.context_replies {
+                let own_train = context_reply_features(
+                    &model,
+                    &opts.spec,
+                    &opts.contexts,
+                    |c| &c.train,
+                    plan,
+                    cache,
+                    "train",
+                    progress,
+                )?;
+                for rows in own_train.into_iter().flatten() {
+                    examples.extend(rows.into_iter().map(|features| Example {
+                        features,
+                        category: None,
+                    }));
+                }
+                ctx_dev_replies = context_reply_features(
+                    &model,
+                    &opts.spec,
+                    &opts.contexts,
+                    |c| &c.dev,
+                    plan,
+                    cache,
+                    "dev",
+                    progress,
+                )?;
+            }
             Some(reply_features_cached(
                 &reader,
                 &dev_items,
                 plan,
+                None,
                 cache,
                 &mut |i, n| progress("dev replies", i, n),
             )?)
@@ -912,9 +998,40 @@ pub fn train_head(
             }
             reply_probs.push((worst, is_unsafe));
         }
-        let t = choose_threshold(&reply_probs, opts.max_dev_reply_false_positive);
+        // Each context's own dev replies (all safe), those its message screening let through,
+        // by their worst checkpoint; the cap holds on each apart, as for messages.
+        let mut ctx_reply_probs = Vec::with_capacity(ctx_dev_replies.len());
+        for (replies, (own, _)) in ctx_dev_replies.iter().zip(&ctx_dev_probs) {
+            let mut probs = Vec::new();
+            for (rows, &(message_prob, _)) in replies.iter().zip(own.iter()) {
+                if message_prob >= threshold || rows.is_empty() {
+                    continue;
+                }
+                let mut worst = 0.0f32;
+                for r in rows {
+                    worst = worst.max(head.scores(r)?.unsafe_prob);
+                }
+                probs.push((worst, false));
+            }
+            ctx_reply_probs.push(probs);
+        }
+        let t = ctx_reply_probs
+            .iter()
+            .map(|p| choose_threshold(p, opts.max_dev_reply_false_positive))
+            .fold(
+                choose_threshold(&reply_probs, opts.max_dev_reply_false_positive),
+                f32::max,
+            );
         head.info.output_threshold = Some(t);
         let scores = split_scores(&reply_probs, t);
+        for (c, probs) in opts.contexts.iter().zip(&ctx_reply_probs) {
+            if let Some(serde_json::Value::Object(record)) = context_record.get_mut(&c.name) {
+                record.insert(
+                    "dev_own_replies".into(),
+                    serde_json::json!(split_scores(probs, t)),
+                );
+            }
+        }
         reply_scores = Some((plan, t, examples.len() - n_messages, scores));
     }
     let count = |items: &[LabelledText]| {
@@ -948,6 +1065,7 @@ pub fn train_head(
             "plan": plan,
             "train_checkpoints": checkpoints,
             "output_threshold": t,
+            "context_replies": opts.context_replies.then_some("replies to each context's own train messages learned as safe; the reply cap also holds on each context's own dev replies apart (per_context dev_own_replies)"),
             "rule": format!(
                 "greedy replies to the train and dev prompts, read at the screen's checkpoints and labelled with their prompt; reply threshold: lowest that stops at most {} of the replies to safe dev prompts the message screening let through (a reply's worst checkpoint decides)",
                 opts.max_dev_reply_false_positive
@@ -1111,6 +1229,7 @@ mod tests {
             system_prompt: format!("Do {name}."),
             train: own.iter().map(|t| t.to_string()).collect(),
             dev: Vec::new(),
+            adapter: None,
         };
         let contexts = [ctx("a", &["a1", "a2"]), ctx("b", &["b1"])];
         let plain: Vec<(String, Option<Category>)> = (0..400)

@@ -135,6 +135,11 @@ pub enum GuardCommand {
         /// Train under the default system prompt alone, as heads before stop 22 were.
         #[arg(long)]
         no_feature_contexts: bool,
+        /// Also learn the chat model's replies to each feature's own inputs, under its prompt,
+        /// and keep the reply cap on each feature's dev replies apart (not in the shipped
+        /// recipe; scripts/safety-data/pending/README.md, stop 55).
+        #[arg(long, conflicts_with = "no_feature_contexts")]
+        feature_replies: bool,
     },
     /// Choose the threshold for screening replies on the dev prompts' replies and write it into
     /// the head.
@@ -341,9 +346,10 @@ pub fn load_guard_named(
 
 /// Each feature's system prompt with its train and dev inputs as users send them
 /// (`Example::user_message`), for [`TrainOptions::contexts`]; the test splits stay unread.
-fn feature_contexts(dir: &std::path::Path) -> Result<Vec<TrainContext>> {
+fn feature_contexts(dir: &std::path::Path, model: &Arc<Model>) -> Result<Vec<TrainContext>> {
     use kostant_app::features::Feature;
     use kostant_evals::feature_eval::{load_split, Task};
+    let mut adapters = kostant_app::feature_adapters::FeatureAdapters::new(model.clone());
     let mut out = Vec::new();
     for task in Task::ALL {
         let feature = Feature::parse(task.id()).map_err(anyhow::Error::msg)?;
@@ -358,6 +364,9 @@ fn feature_contexts(dir: &std::path::Path) -> Result<Vec<TrainContext>> {
             system_prompt: feature.system_prompt(),
             train: split("train")?,
             dev: split("dev")?,
+            // The shipped adapter for this model, as the app runs the feature; none when this
+            // model has none (the prompt alone, as the app falls back).
+            adapter: adapters.get(feature)?.ok(),
         });
     }
     Ok(out)
@@ -389,12 +398,17 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             taps,
             feature_data,
             no_feature_contexts,
+            feature_replies,
         } => {
+            if feature_replies && reply_tokens == 0 {
+                bail!("--feature-replies learns replies: it needs --reply-tokens above 0");
+            }
             let model = load_model(&args.model)?;
             let mut opts = TrainOptions::new(data);
             if !no_feature_contexts {
-                opts.contexts = feature_contexts(&feature_data)?;
+                opts.contexts = feature_contexts(&feature_data, &model)?;
             }
+            opts.context_replies = feature_replies;
             opts.buried_per_window = buried_per_window;
             if let Some(taps) = taps {
                 opts.spec.taps = taps;
