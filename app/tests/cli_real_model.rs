@@ -571,6 +571,62 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
     let proofread = &info["training"]["contexts"]["per_context"]["proofread"];
     assert_eq!(proofread["train_own_safe"], 2, "{info}");
     assert_eq!(proofread["dev_own_safe"], 2, "{info}");
+    assert!(info["training"]["contexts"]["per_context"]["proofread"]
+        .get("dev_own_replies")
+        .is_none());
+
+    // With the features' replies: each feature's replies to its own inputs are learned, and
+    // the reply threshold is scored on each feature's dev replies apart. Replies need tokens.
+    let with_replies = dir.join("with-replies.bin");
+    let train_args = |extra: &[&str]| {
+        let mut args = vec![
+            "guard",
+            "train",
+            "--data",
+            dir.to_str().unwrap(),
+            "--hidden",
+            "8",
+            "--epochs",
+            "2",
+            "--members",
+            "1",
+            "--feature-data",
+            features.to_str().unwrap(),
+            "--out",
+            with_replies.to_str().unwrap(),
+            "--feature-replies",
+        ];
+        args.extend_from_slice(extra);
+        kostant(&args, None)
+    };
+    let out = train_args(&["--reply-tokens", "0"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--feature-replies learns replies"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = train_args(&["--reply-tokens", "4"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = kostant(
+        &[
+            "guard",
+            "--guard-head",
+            with_replies.to_str().unwrap(),
+            "info",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let replies_info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let replies = &replies_info["training"]["replies"];
+    assert!(replies["context_replies"].is_string(), "{replies_info}");
+    for f in ["summarize", "proofread", "reply", "rewrite"] {
+        let own = &replies_info["training"]["contexts"]["per_context"][f]["dev_own_replies"];
+        // Both dev inputs are safe; those the message screen let through are scored.
+        assert_eq!(own["n_unsafe"], 0, "{replies_info}");
+        assert!(own["n_safe"].as_u64().unwrap() <= 2, "{replies_info}");
+    }
 
     let out = kostant(
         &["guard", "--guard-head", head, "screen", "--text", "Hello!"],
