@@ -79,7 +79,12 @@ impl Guard {
             return Err(SafetyError::Head("head and feature spec disagree".into()));
         }
         let input = info.threshold;
-        let output = info.output_threshold.unwrap_or(input);
+        // Replies to messages read whole are judged by the reply head when there is one.
+        let output = match &head.replies {
+            Some(replies) => replies.info.output_threshold,
+            None => info.output_threshold,
+        }
+        .unwrap_or(input);
         Ok(Guard {
             reader,
             head,
@@ -305,15 +310,20 @@ impl Guard {
     }
 
     /// The head that judges a reply, and its threshold: after a message judged part by part
-    /// (`after_long`), the long-reply head when there is one, since the main head learned
-    /// replies to short messages only; else the main head.
+    /// (`after_long`), the long-reply head when there is one, since the others learned
+    /// replies to short messages only; else the reply head when there is one, else the main
+    /// head, at the guard's reply threshold (the one `set_thresholds` sets).
     fn reply_head(&self, after_long: bool) -> (&Head, f32) {
+        let short = (
+            self.head.replies.as_deref().unwrap_or(&self.head),
+            self.output_threshold,
+        );
         self.head
             .long_replies
             .as_deref()
             .filter(|_| after_long)
             .and_then(|h| Some((h, h.info.output_threshold?)))
-            .unwrap_or((&self.head, self.output_threshold))
+            .unwrap_or(short)
     }
 
     fn scores(&self, features: Option<Vec<f32>>) -> Result<Scores> {

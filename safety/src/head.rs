@@ -21,6 +21,8 @@ const MAGIC: &[u8; 8] = b"KGUARD1\n";
 const PARTS_MAGIC: &[u8; 8] = b"KPARTS1\n";
 /// Marks the long-reply head, stored after the parts head.
 const LONG_REPLIES_MAGIC: &[u8; 8] = b"KLREPL1\n";
+/// Starts the reply head's bytes, after the parts and long-reply heads when there are any.
+const REPLIES_MAGIC: &[u8; 8] = b"KREPLY1\n";
 /// Output 0 is "unsafe"; outputs 1.. are the categories in `Category::ALL` order.
 pub const N_OUT: usize = 1 + Category::ALL.len();
 
@@ -71,6 +73,11 @@ pub struct Head {
     /// ([`crate::train_long_replies`]), on this head's taps, at its `output_threshold`;
     /// stored after the parts head. Without it such a reply is judged by this head.
     pub long_replies: Option<Box<Head>>,
+    /// The head that judges the reply to a message read whole (one window), at its own
+    /// `output_threshold` and with its own category rules; stored last. A head trained on
+    /// the features' replies too ([`crate::train::TrainOptions::context_replies`]) can judge
+    /// replies while this head still judges messages. Without it this head judges them.
+    pub replies: Option<Box<Head>>,
 }
 
 /// What the head says about one text.
@@ -117,7 +124,7 @@ impl Head {
     /// Bytes of the head's arrays (standardization and layers), its parts head's included.
     pub fn weight_bytes(&self) -> usize {
         let layers: usize = self.layers.iter().map(|(w, b)| w.len() + b.len()).sum();
-        let nested: usize = [&self.parts, &self.long_replies]
+        let nested: usize = [&self.parts, &self.long_replies, &self.replies]
             .into_iter()
             .flatten()
             .map(|h| h.weight_bytes())
@@ -176,7 +183,7 @@ impl Head {
     }
 
     /// The file's bytes: magic, header, weights, then the parts head's bytes if any, then the
-    /// long-reply head's (only beside a parts head).
+    /// long-reply head's (only beside a parts head), then the reply head's.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let header =
             serde_json::to_vec(&self.info).map_err(|e| SafetyError::Head(e.to_string()))?;
@@ -195,6 +202,7 @@ impl Head {
         let nested = [
             (PARTS_MAGIC, &self.parts),
             (LONG_REPLIES_MAGIC, &self.long_replies),
+            (REPLIES_MAGIC, &self.replies),
         ];
         if self.long_replies.is_some() && self.parts.is_none() {
             return Err(SafetyError::Head(
@@ -203,7 +211,7 @@ impl Head {
         }
         for (magic, head) in nested {
             let Some(head) = head else { continue };
-            if head.parts.is_some() || head.long_replies.is_some() {
+            if head.parts.is_some() || head.long_replies.is_some() || head.replies.is_some() {
                 return Err(SafetyError::Head(
                     "a nested head has no heads of its own".into(),
                 ));
@@ -254,6 +262,31 @@ impl Head {
         Ok(())
     }
 
+    /// Takes `from`'s main head (its weights, reply threshold and category rules, none of its
+    /// own nested heads) as the judge of replies to messages read whole, in place of this
+    /// head's own reply head: this head keeps judging messages. Refused when `from` reads
+    /// another model or other layers, or has no reply threshold.
+    pub fn take_reply_head(&mut self, from: &Head) -> Result<(), String> {
+        if !self.info.reads(&from.info.model_name, from.info.n_embd) {
+            return Err(format!(
+                "the head to take replies from reads {}, this one {}",
+                from.info.model_name, self.info.model_name
+            ));
+        }
+        if from.info.spec.taps != self.info.spec.taps {
+            return Err("the head to take replies from reads other layers than this one".into());
+        }
+        if from.info.output_threshold.is_none() {
+            return Err("the head to take replies from has no reply threshold".into());
+        }
+        let mut replies = from.clone();
+        replies.parts = None;
+        replies.long_replies = None;
+        replies.replies = None;
+        self.replies = Some(Box::new(replies));
+        Ok(())
+    }
+
     fn check_carry_from(&self, from: &Head) -> Result<(), String> {
         let Some(parts) = &from.parts else {
             return Err("the head to carry from has no parts head".into());
@@ -275,6 +308,7 @@ impl Head {
         for (magic, name) in [
             (PARTS_MAGIC, "the parts head"),
             (LONG_REPLIES_MAGIC, "the long-reply head"),
+            (REPLIES_MAGIC, "the reply head"),
         ] {
             let Some(nested) = rest.strip_prefix(magic.as_slice()) else {
                 continue;
@@ -283,14 +317,16 @@ impl Head {
             if h.info.spec.taps != head.info.spec.taps || h.info.n_embd != head.info.n_embd {
                 return Err(format!("{name} reads other layers than the head"));
             }
+            if magic != PARTS_MAGIC && h.info.output_threshold.is_none() {
+                return Err(format!("{name} has no reply threshold"));
+            }
             if magic == LONG_REPLIES_MAGIC {
                 if head.parts.is_none() {
                     return Err(format!("{name} comes without a parts head"));
                 }
-                if h.info.output_threshold.is_none() {
-                    return Err(format!("{name} has no reply threshold"));
-                }
                 head.long_replies = Some(Box::new(h));
+            } else if magic == REPLIES_MAGIC {
+                head.replies = Some(Box::new(h));
             } else {
                 head.parts = Some(Box::new(h));
             }
@@ -351,6 +387,7 @@ impl Head {
                 layers,
                 parts: None,
                 long_replies: None,
+                replies: None,
             },
             data,
         ))
@@ -514,6 +551,7 @@ pub fn train(examples: &[Example], info: HeadInfo, cfg: &TrainConfig) -> Result<
         layers: params,
         parts: None,
         long_replies: None,
+        replies: None,
     })
 }
 
@@ -979,6 +1017,56 @@ mod tests {
         assert_eq!(got.scores(f).unwrap(), own_parts.scores(f).unwrap());
         let got = back.long_replies.as_deref().unwrap();
         assert_eq!(got.scores(f).unwrap(), replies.scores(f).unwrap());
+    }
+
+    #[test]
+    fn a_reply_head_is_taken_whole_from_another_head_and_travels_last() {
+        let cfg = TrainConfig {
+            epochs: 1,
+            ..Default::default()
+        };
+        let mut head = train(&data(20, 3), info(4), &cfg).unwrap();
+        let mut from = train(&data(20, 12), info(4), &cfg).unwrap();
+        // No reply threshold: nothing to judge replies at.
+        let e = head.take_reply_head(&from).err().unwrap();
+        assert!(e.contains("no reply threshold"), "{e}");
+        from.info.output_threshold = Some(0.9);
+        // Its own nested heads stay behind.
+        from.parts = Some(Box::new(train(&data(20, 4), info(4), &cfg).unwrap()));
+        head.parts = Some(Box::new(train(&data(20, 5), info(4), &cfg).unwrap()));
+        head.take_reply_head(&from).unwrap();
+        let bytes = head.to_bytes().unwrap();
+        let back = Head::from_bytes(&bytes).unwrap();
+        let got = back.replies.as_deref().expect("read back");
+        assert!(got.parts.is_none());
+        assert_eq!(got.info.output_threshold, Some(0.9));
+        let f = &data(1, 9)[0].features;
+        assert_eq!(got.scores(f).unwrap(), from.scores(f).unwrap());
+        // The loaded head still judges messages with its own weights and parts head.
+        assert_eq!(back.scores(f).unwrap(), head.scores(f).unwrap());
+        let parts = back.parts.as_deref().unwrap();
+        assert_eq!(
+            parts.scores(f).unwrap(),
+            head.parts.as_deref().unwrap().scores(f).unwrap()
+        );
+        assert_eq!(back.weight_bytes(), head.weight_bytes());
+        // The reply head's weights count in what the guard holds.
+        let mut without = back.clone();
+        without.replies = None;
+        assert!(back.weight_bytes() > without.weight_bytes());
+
+        // Cut short: refused, naming the reply head.
+        let e = Head::from_bytes(&bytes[..bytes.len() - 3]).err().unwrap();
+        assert!(e.contains("reply head"), "{e}");
+        // Not from a head of other layers or another model.
+        let mut other = from.clone();
+        other.info.spec.taps = vec![2];
+        let e = head.take_reply_head(&other).err().unwrap();
+        assert!(e.contains("other layers"), "{e}");
+        let mut other = from.clone();
+        other.info.model_name = "another model".into();
+        let e = head.take_reply_head(&other).err().unwrap();
+        assert!(e.contains("reads"), "{e}");
     }
 
     #[test]

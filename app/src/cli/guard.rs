@@ -239,6 +239,17 @@ pub enum GuardCommand {
         #[arg(long)]
         long_replies_only: bool,
     },
+    /// Write the loaded head with another head file's main head as its judge of replies to
+    /// messages read whole (that head's weights, reply threshold and category rules); the
+    /// loaded head keeps judging messages. A head retrained on the features' replies
+    /// (`train --feature-replies`) can so judge replies without changing what messages pass.
+    TakeReplyHead {
+        /// The head file whose main head judges the replies.
+        #[arg(long)]
+        from: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Show the loaded head: its model, features, threshold, training record, memory.
     Info,
 }
@@ -640,6 +651,21 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             eprintln!("wrote {} with {what} of {}", out.display(), from.display());
             Ok(())
         }
+        GuardCommand::TakeReplyHead { from, out } => {
+            let guard = guard_of(&args.model, &args.guard)?;
+            let mut head = guard.head().clone();
+            let (source, _) = read_head_file(&from)?;
+            head.take_reply_head(&source).map_err(|e| {
+                anyhow::anyhow!("cannot take the reply head of {}: {e}", from.display())
+            })?;
+            head.save(&out)?;
+            eprintln!(
+                "wrote {} with the main head of {} judging replies",
+                out.display(),
+                from.display()
+            );
+            Ok(())
+        }
         GuardCommand::Info => {
             let guard = guard_of(&args.model, &args.guard)?;
             let info = &guard.head().info;
@@ -665,6 +691,12 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
                     })),
                     "long_replies": guard.head().long_replies.as_ref().map(|h| json!({
                         "reply_threshold": h.info.output_threshold,
+                        "training": h.info.training,
+                    })),
+                    "replies": guard.head().replies.as_ref().map(|h| json!({
+                        "reply_threshold": h.info.output_threshold,
+                        "hidden": h.info.hidden,
+                        "category_rules": h.info.category_rules,
                         "training": h.info.training,
                     })),
                 }))?

@@ -74,7 +74,11 @@ pub fn run(
     let threshold = choose_threshold(&scores, max_false_positive);
     let dev_scores = split_scores(&scores, threshold);
     let mut head = guard.head().clone();
-    head.info.output_threshold = Some(threshold);
+    // The threshold belongs to the head that judged these replies.
+    match head.replies.as_deref_mut() {
+        Some(replies) => replies.info.output_threshold = Some(threshold),
+        None => head.info.output_threshold = Some(threshold),
+    }
     head.info.training["output_calibration"] = json!({
         "command": format!(
             "kostant guard calibrate --data {} --out {} --max-tokens {max_tokens} --max-dev-false-positive {max_false_positive}",
