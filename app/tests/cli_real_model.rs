@@ -628,6 +628,84 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
         assert!(own["n_safe"].as_u64().unwrap() <= 2, "{replies_info}");
     }
 
+    // That head judges replies on the shipped head, which keeps judging messages.
+    let shipped_path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/safety/guard-head.bin");
+    let shipped_path = shipped_path.to_str().unwrap();
+    let two_roles = dir.join("two-roles.bin");
+    let out = kostant(
+        &[
+            "guard",
+            "--guard-head",
+            shipped_path,
+            "take-reply-head",
+            "--from",
+            with_replies.to_str().unwrap(),
+            "--out",
+            two_roles.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let info_at = |path: &str| -> serde_json::Value {
+        let out = kostant(&["guard", "--guard-head", path, "info"], None);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let both = info_at(two_roles.to_str().unwrap());
+    let shipped_info = info_at(shipped_path);
+    assert_eq!(both["threshold"], shipped_info["threshold"], "{both}");
+    assert_eq!(both["hidden"], shipped_info["hidden"]);
+    assert_eq!(
+        both["reply_threshold"], replies_info["training"]["replies"]["output_threshold"],
+        "{both}"
+    );
+    assert_eq!(
+        both["replies"]["reply_threshold"], both["reply_threshold"],
+        "{both}"
+    );
+    assert!(shipped_info["replies"].is_null());
+    let screen = |path: &str| {
+        let out = kostant(
+            &[
+                "guard",
+                "--guard-head",
+                path,
+                "screen",
+                "--text",
+                "How do I bake bread?",
+            ],
+            None,
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    // A message scores the same under both files.
+    assert_eq!(
+        screen(two_roles.to_str().unwrap())["score"],
+        screen(shipped_path)["score"]
+    );
+    // A head without a reply threshold has none to give.
+    let out = kostant(
+        &[
+            "guard",
+            "--guard-head",
+            shipped_path,
+            "take-reply-head",
+            "--from",
+            head,
+            "--out",
+            dir.join("none.bin").to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("no reply threshold"),
+        "{}",
+        text(&out.stderr)
+    );
+
     let out = kostant(
         &["guard", "--guard-head", head, "screen", "--text", "Hello!"],
         None,
