@@ -710,23 +710,24 @@ fn context_reader(model: &Arc<Model>, spec: &FeatureSpec, context: &Context) -> 
     Reader::new(model.clone(), spec)
 }
 
-/// The chat model's replies to each context's own safe messages of one split (`own` picks
-/// it), read under the context's prompt at the screen's checkpoints: per context, per message.
+/// The chat model's replies to each context's own safe messages of one split (dev or train),
+/// read under the context's prompt at the screen's checkpoints: per context, per message.
 fn context_reply_features(
     model: &Arc<Model>,
     spec: &FeatureSpec,
     contexts: &[Context],
-    own: impl Fn(&Context) -> &[String],
+    dev: bool,
     plan: ReplyPlan,
     cache: Option<&Path>,
-    stage: &str,
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<Vec<Vec<Vec<Vec<f32>>>>> {
+    let stage = if dev { "dev" } else { "train" };
     let mut out = Vec::with_capacity(contexts.len());
     for c in contexts {
         let reader = context_reader(model, spec, c)?;
+        let own = if dev { &c.dev } else { &c.train };
         let items: Vec<(String, Option<Category>)> =
-            own(c).iter().map(|t| (t.clone(), None)).collect();
+            own.iter().map(|t| (t.clone(), None)).collect();
         let name = format!("{stage} replies under {}", c.name);
         out.push(reply_features_cached(
             &reader,
@@ -891,10 +892,9 @@ pub fn train_head(
                     &model,
                     &opts.spec,
                     &opts.contexts,
-                    |c| &c.train,
+                    false,
                     plan,
                     cache,
-                    "train",
                     progress,
                 )?;
                 for rows in own_train.into_iter().flatten() {
@@ -907,10 +907,9 @@ pub fn train_head(
                     &model,
                     &opts.spec,
                     &opts.contexts,
-                    |c| &c.dev,
+                    true,
                     plan,
                     cache,
-                    "dev",
                     progress,
                 )?;
             }
