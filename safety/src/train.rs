@@ -986,34 +986,30 @@ pub fn train_head(
     // checkpoints and stopped at the first one flagged, so its worst checkpoint decides.
     let mut reply_scores = None;
     if let (Some(plan), Some(dev_replies)) = (opts.replies, &dev_replies) {
-        let mut reply_probs = Vec::new();
-        for (rows, &(message_prob, is_unsafe)) in dev_replies.iter().zip(&dev_probs) {
-            if message_prob >= threshold || rows.is_empty() {
-                continue;
-            }
-            let mut worst = 0.0f32;
-            for r in rows {
-                worst = worst.max(head.scores(r)?.unsafe_prob);
-            }
-            reply_probs.push((worst, is_unsafe));
-        }
-        // Each context's own dev replies (all safe), those its message screening let through,
-        // by their worst checkpoint; the cap holds on each apart, as for messages.
-        let mut ctx_reply_probs = Vec::with_capacity(ctx_dev_replies.len());
-        for (replies, (own, _)) in ctx_dev_replies.iter().zip(&ctx_dev_probs) {
-            let mut probs = Vec::new();
-            for (rows, &(message_prob, _)) in replies.iter().zip(own.iter()) {
-                if message_prob >= threshold || rows.is_empty() {
-                    continue;
+        // (worst checkpoint, is unsafe) of each reply whose message passed.
+        let passed_replies =
+            |replies: &[Vec<Vec<f32>>], messages: &[(f32, bool)]| -> Result<Vec<(f32, bool)>> {
+                let mut out = Vec::new();
+                for (rows, &(message_prob, is_unsafe)) in replies.iter().zip(messages) {
+                    if message_prob >= threshold || rows.is_empty() {
+                        continue;
+                    }
+                    let mut worst = 0.0f32;
+                    for r in rows {
+                        worst = worst.max(head.scores(r)?.unsafe_prob);
+                    }
+                    out.push((worst, is_unsafe));
                 }
-                let mut worst = 0.0f32;
-                for r in rows {
-                    worst = worst.max(head.scores(r)?.unsafe_prob);
-                }
-                probs.push((worst, false));
-            }
-            ctx_reply_probs.push(probs);
-        }
+                Ok(out)
+            };
+        let reply_probs = passed_replies(dev_replies, &dev_probs)?;
+        // Each context's own dev replies (all safe), those its message screening let through;
+        // the cap holds on each apart, as for messages.
+        let ctx_reply_probs = ctx_dev_replies
+            .iter()
+            .zip(&ctx_dev_probs)
+            .map(|(replies, (own, _))| passed_replies(replies, own))
+            .collect::<Result<Vec<_>>>()?;
         let t = ctx_reply_probs
             .iter()
             .map(|p| choose_threshold(p, opts.max_dev_reply_false_positive))
