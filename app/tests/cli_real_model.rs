@@ -537,88 +537,57 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
             std::fs::write(features.join(f).join(format!("{split}.jsonl")), body).unwrap();
         }
     }
-    let head = dir.join("head.bin");
-    let out = kostant(
-        &[
+    // `kostant guard train` on this data with a small head, written to `out`.
+    let train = |out: &std::path::Path, extra: &[&str]| {
+        let args = [
             "guard",
             "train",
             "--data",
             dir.to_str().unwrap(),
-            "--reply-tokens",
-            "0",
             "--hidden",
             "8",
             "--epochs",
             "2",
-            "--members",
-            "2",
             "--feature-data",
             features.to_str().unwrap(),
             "--out",
-            head.to_str().unwrap(),
-        ],
-        None,
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+            out.to_str().unwrap(),
+        ];
+        kostant(&[&args[..], extra].concat(), None)
+    };
+    let info_of = |path: &std::path::Path| -> serde_json::Value {
+        let out = kostant(
+            &["guard", "--guard-head", path.to_str().unwrap(), "info"],
+            None,
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let shipped = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/safety/guard-head.bin");
+    let shipped_path = shipped.to_str().unwrap();
 
-    let head = head.to_str().unwrap();
-    let out = kostant(&["guard", "--guard-head", head, "info"], None);
+    let head_path = dir.join("head.bin");
+    let out = train(&head_path, &["--reply-tokens", "0", "--members", "2"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let info = info_of(&head_path);
+    let head = head_path.to_str().unwrap();
     assert_eq!(info["hidden"], 16, "{info}");
     assert_eq!(info["training"]["config"]["members"], 2, "{info}");
     assert_eq!(info["training"]["train_counts"]["safe"], 3, "{info}");
     let proofread = &info["training"]["contexts"]["per_context"]["proofread"];
     assert_eq!(proofread["train_own_safe"], 2, "{info}");
     assert_eq!(proofread["dev_own_safe"], 2, "{info}");
-    assert!(info["training"]["contexts"]["per_context"]["proofread"]
-        .get("dev_own_replies")
-        .is_none());
+    assert!(proofread.get("dev_own_replies").is_none());
 
     // With the features' replies: each feature's replies to its own inputs are learned, and
     // the reply threshold is scored on each feature's dev replies apart. Replies need tokens.
     let with_replies = dir.join("with-replies.bin");
-    let train_args = |extra: &[&str]| {
-        let mut args = vec![
-            "guard",
-            "train",
-            "--data",
-            dir.to_str().unwrap(),
-            "--hidden",
-            "8",
-            "--epochs",
-            "2",
-            "--members",
-            "1",
-            "--feature-data",
-            features.to_str().unwrap(),
-            "--out",
-            with_replies.to_str().unwrap(),
-            "--feature-replies",
-        ];
-        args.extend_from_slice(extra);
-        kostant(&args, None)
-    };
-    let out = train_args(&["--reply-tokens", "0"]);
-    assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("--feature-replies learns replies"),
-        "{}",
-        text(&out.stderr)
-    );
-    let out = train_args(&["--reply-tokens", "4"]);
+    let replies_args = ["--members", "1", "--feature-replies", "--reply-tokens"];
+    let out = train(&with_replies, &[&replies_args[..], &["0"]].concat());
+    assert_clean_failure(&out, "--feature-replies learns replies");
+    let out = train(&with_replies, &[&replies_args[..], &["4"]].concat());
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let out = kostant(
-        &[
-            "guard",
-            "--guard-head",
-            with_replies.to_str().unwrap(),
-            "info",
-        ],
-        None,
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let replies_info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let replies_info = info_of(&with_replies);
     let replies = &replies_info["training"]["replies"];
     assert!(replies["context_replies"].is_string(), "{replies_info}");
     for f in ["summarize", "proofread", "reply", "rewrite"] {
@@ -629,35 +598,21 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
     }
 
     // That head judges replies on the shipped head, which keeps judging messages.
-    let shipped_path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/safety/guard-head.bin");
-    let shipped_path = shipped_path.to_str().unwrap();
-    let two_roles = dir.join("two-roles.bin");
-    let out = kostant(
-        &[
-            "guard",
-            "--guard-head",
-            shipped_path,
-            "take-reply-head",
-            "--from",
-            with_replies.to_str().unwrap(),
-            "--out",
-            two_roles.to_str().unwrap(),
-        ],
-        None,
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let info_at = |path: &str| -> serde_json::Value {
-        let out = kostant(&["guard", "--guard-head", path, "info"], None);
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).unwrap()
+    // `kostant guard --guard-head SHIPPED take-reply-head --from FROM --out OUT`.
+    let take_reply_head = |from: &str, out: &std::path::Path| {
+        let args = ["guard", "--guard-head", shipped_path, "take-reply-head"];
+        let rest = ["--from", from, "--out", out.to_str().unwrap()];
+        kostant(&[&args[..], &rest].concat(), None)
     };
-    let both = info_at(two_roles.to_str().unwrap());
-    let shipped_info = info_at(shipped_path);
+    let two_roles = dir.join("two-roles.bin");
+    let out = take_reply_head(with_replies.to_str().unwrap(), &two_roles);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let both = info_of(&two_roles);
+    let shipped_info = info_of(&shipped);
     assert_eq!(both["threshold"], shipped_info["threshold"], "{both}");
     assert_eq!(both["hidden"], shipped_info["hidden"]);
     assert_eq!(
-        both["reply_threshold"], replies_info["training"]["replies"]["output_threshold"],
+        both["reply_threshold"], replies["output_threshold"],
         "{both}"
     );
     assert_eq!(
@@ -665,46 +620,45 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
         "{both}"
     );
     assert!(shipped_info["replies"].is_null());
-    let screen = |path: &str| {
+    let score = |path: &str| {
+        let args = [
+            "guard",
+            "--guard-head",
+            path,
+            "screen",
+            "--text",
+            "How do I bake bread?",
+        ];
+        let out = kostant(&args, None);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["score"].clone()
+    };
+    // A message scores the same under both files.
+    assert_eq!(score(two_roles.to_str().unwrap()), score(shipped_path));
+    // A reply is scored by the taken head.
+    let reply_score = |path: &str| {
+        let args = [
+            "guard",
+            "--guard-head",
+            path,
+            "screen",
+            "--reply-to",
+            "How do I bake bread?",
+        ];
         let out = kostant(
-            &[
-                "guard",
-                "--guard-head",
-                path,
-                "screen",
-                "--text",
-                "How do I bake bread?",
-            ],
+            &[&args[..], &["--text", "Mix flour, water and salt."]].concat(),
             None,
         );
         assert!(out.status.success(), "{}", text(&out.stderr));
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["score"].clone()
     };
-    // A message scores the same under both files.
     assert_eq!(
-        screen(two_roles.to_str().unwrap())["score"],
-        screen(shipped_path)["score"]
+        reply_score(two_roles.to_str().unwrap()),
+        reply_score(with_replies.to_str().unwrap())
     );
     // A head without a reply threshold has none to give.
-    let out = kostant(
-        &[
-            "guard",
-            "--guard-head",
-            shipped_path,
-            "take-reply-head",
-            "--from",
-            head,
-            "--out",
-            dir.join("none.bin").to_str().unwrap(),
-        ],
-        None,
-    );
-    assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("no reply threshold"),
-        "{}",
-        text(&out.stderr)
-    );
+    let out = take_reply_head(head, &dir.join("none.bin"));
+    assert_clean_failure(&out, "no reply threshold");
 
     let out = kostant(
         &["guard", "--guard-head", head, "screen", "--text", "Hello!"],
@@ -716,7 +670,6 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
 
     // The new head keeps the shipped head's long-message heads; a head without them has none
     // to give.
-    let shipped = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/safety/guard-head.bin");
     let carried = dir.join("carried.bin");
     // `kostant guard --guard-head ONTO carry-long-heads --from FROM --out OUT [EXTRA]`.
     let carry = |onto: &str, from: &str, out: &std::path::Path, extra: &[&str]| {
@@ -731,15 +684,6 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
         let out = ["--out", out.to_str().unwrap()];
         kostant(&[&args[..], &out, extra].concat(), None)
     };
-    let info_of = |path: &std::path::Path| -> serde_json::Value {
-        let out = kostant(
-            &["guard", "--guard-head", path.to_str().unwrap(), "info"],
-            None,
-        );
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).unwrap()
-    };
-    let shipped_path = shipped.to_str().unwrap();
     let out = carry(head, shipped_path, &carried, &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let with = info_of(&carried);

@@ -267,15 +267,7 @@ impl Head {
     /// head's own reply head: this head keeps judging messages. Refused when `from` reads
     /// another model or other layers, or has no reply threshold.
     pub fn take_reply_head(&mut self, from: &Head) -> Result<(), String> {
-        if !self.info.reads(&from.info.model_name, from.info.n_embd) {
-            return Err(format!(
-                "the head to take replies from reads {}, this one {}",
-                from.info.model_name, self.info.model_name
-            ));
-        }
-        if from.info.spec.taps != self.info.spec.taps {
-            return Err("the head to take replies from reads other layers than this one".into());
-        }
+        self.check_reads_as(from, "the head to take replies from")?;
         if from.info.output_threshold.is_none() {
             return Err("the head to take replies from has no reply threshold".into());
         }
@@ -288,17 +280,24 @@ impl Head {
     }
 
     fn check_carry_from(&self, from: &Head) -> Result<(), String> {
-        let Some(parts) = &from.parts else {
+        if from.parts.is_none() {
             return Err("the head to carry from has no parts head".into());
-        };
-        if !self.info.reads(&from.info.model_name, from.info.n_embd) {
+        }
+        // A file's nested heads read its main head's layers (checked on load).
+        self.check_reads_as(from, "the head to carry from")
+    }
+
+    /// `other`'s weights read this head's features: same model, same layers. `name` says
+    /// which head `other` is in the error.
+    fn check_reads_as(&self, other: &Head, name: &str) -> Result<(), String> {
+        if !self.info.reads(&other.info.model_name, other.info.n_embd) {
             return Err(format!(
-                "the head to carry from reads {}, this one {}",
-                from.info.model_name, self.info.model_name
+                "{name} reads {}, this one {}",
+                other.info.model_name, self.info.model_name
             ));
         }
-        if parts.info.spec.taps != self.info.spec.taps {
-            return Err("the head to carry from reads other layers than this one".into());
+        if other.info.spec.taps != self.info.spec.taps {
+            return Err(format!("{name} reads other layers than this one"));
         }
         Ok(())
     }

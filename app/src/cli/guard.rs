@@ -357,10 +357,16 @@ pub fn load_guard_named(
 
 /// Each feature's system prompt with its train and dev inputs as users send them
 /// (`Example::user_message`), for [`TrainOptions::contexts`]; the test splits stay unread.
-fn feature_contexts(dir: &std::path::Path, model: &Arc<Model>) -> Result<Vec<TrainContext>> {
+/// With `replies_on` (the chat's model), each context also gets the feature's shipped adapter for
+/// that model, under which its replies are generated; messages never need it.
+fn feature_contexts(
+    dir: &std::path::Path,
+    replies_on: Option<&Arc<Model>>,
+) -> Result<Vec<TrainContext>> {
     use kostant_app::features::Feature;
     use kostant_evals::feature_eval::{load_split, Task};
-    let mut adapters = kostant_app::feature_adapters::FeatureAdapters::new(model.clone());
+    let mut adapters =
+        replies_on.map(|m| kostant_app::feature_adapters::FeatureAdapters::new(m.clone()));
     let mut out = Vec::new();
     for task in Task::ALL {
         let feature = Feature::parse(task.id()).map_err(anyhow::Error::msg)?;
@@ -377,7 +383,10 @@ fn feature_contexts(dir: &std::path::Path, model: &Arc<Model>) -> Result<Vec<Tra
             dev: split("dev")?,
             // The shipped adapter for this model, as the app runs the feature; none when this
             // model has none (the prompt alone, as the app falls back).
-            adapter: adapters.get(feature)?.ok(),
+            adapter: match &mut adapters {
+                Some(adapters) => adapters.get(feature)?.ok(),
+                None => None,
+            },
         });
     }
     Ok(out)
@@ -417,7 +426,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             let model = load_model(&args.model)?;
             let mut opts = TrainOptions::new(data);
             if !no_feature_contexts {
-                opts.contexts = feature_contexts(&feature_data, &model)?;
+                opts.contexts = feature_contexts(&feature_data, feature_replies.then_some(&model))?;
             }
             opts.context_replies = feature_replies;
             opts.buried_per_window = buried_per_window;
