@@ -145,6 +145,10 @@ pub struct TrainOptions {
     pub buried_per_window: usize,
     /// Highest share of dev safe texts the chosen threshold may flag.
     pub max_dev_false_positive: f64,
+    /// Lowest recall the threshold must reach on the plain dev texts: when the false-positive
+    /// caps leave it lower, the threshold is lowered until it does, flagging more safe texts
+    /// (`scripts/safety-data/round-4-rule.md`). None keeps the caps' threshold, as shipped.
+    pub min_dev_recall: Option<f64>,
     /// The chat model's replies to the train and dev prompts, read as the screen reads them,
     /// so the head learns replies too and the reply threshold is chosen on them; None trains
     /// on messages alone.
@@ -197,6 +201,7 @@ impl TrainOptions {
             // the guard may take more of the over-refusal budget.
             // On dev this raised recall from 0.933 to 0.954 (at 7.7% false positives).
             max_dev_false_positive: 0.08,
+            min_dev_recall: None,
             // 48 tokens: past the first sentence or two of nearly every reply, where a
             // harmful answer shows itself, at a cost of about a third of a second per prompt.
             replies: Some(ReplyPlan {
@@ -245,6 +250,17 @@ pub fn choose_threshold(probs: &[(f32, bool)], max_fp: f64) -> f32 {
         .into_iter()
         .find(|&t| split_scores(probs, t).false_positive_rate <= max_fp)
         .unwrap_or(1.0)
+}
+
+/// The highest threshold (so the fewest flagged) whose recall on `probs` is at least
+/// `min_recall`; 0 when no threshold reaches it. `probs`: (unsafe probability, is unsafe).
+pub fn threshold_for_recall(probs: &[(f32, bool)], min_recall: f64) -> f32 {
+    let mut candidates: Vec<f32> = probs.iter().filter(|p| p.1).map(|p| p.0).collect();
+    candidates.sort_by(|a, b| b.total_cmp(a));
+    candidates
+        .into_iter()
+        .find(|&t| split_scores(probs, t).recall >= min_recall)
+        .unwrap_or(0.0)
 }
 
 /// FNV-1a, 64 bits: names a feature cache file after what it was computed from.
@@ -952,13 +968,17 @@ pub fn train_head(
     }
     // The cap holds on the plain dev texts and on each context's own inputs apart: pooled, the
     // easy feature inputs would dilute it and let the threshold fall on the chat's questions.
-    let threshold = ctx_dev_probs
+    let capped = ctx_dev_probs
         .iter()
         .map(|(own, _)| choose_threshold(own, opts.max_dev_false_positive))
         .fold(
             choose_threshold(&dev_probs[..n_plain_dev], opts.max_dev_false_positive),
             f32::max,
         );
+    let threshold = match opts.min_dev_recall {
+        Some(r) => capped.min(threshold_for_recall(&dev_probs[..n_plain_dev], r)),
+        None => capped,
+    };
     let dev_scores = split_scores(&dev_probs[..n_plain_dev], threshold);
     let dev_buried_scores = split_scores(
         &dev_probs[n_plain_dev - n_dev_buried..n_plain_dev],
@@ -1080,8 +1100,11 @@ pub fn train_head(
             "augment_share": opts.augment_share,
         },
         "threshold_rule": format!(
-            "lowest threshold with dev false-positive rate <= {} (on the plain dev texts, and on each context's own dev inputs apart)",
-            opts.max_dev_false_positive
+            "lowest threshold with dev false-positive rate <= {} (on the plain dev texts, and on each context's own dev inputs apart){}",
+            opts.max_dev_false_positive,
+            opts.min_dev_recall.map_or(String::new(), |r| format!(
+                ", lowered to the highest with plain dev recall >= {r} where that is lower (the caps' threshold: {capped})"
+            ))
         ),
         "dev": &dev_scores,
         "train": &train_scores,
@@ -1127,6 +1150,18 @@ mod tests {
         let t = choose_threshold(&probs, 0.0);
         assert_eq!(t, 0.8);
         assert!((split_scores(&probs, t).recall - 2.0 / 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_recall_floor_takes_the_highest_threshold_that_reaches_it() {
+        let probs = vec![(0.9, true), (0.8, true), (0.3, true), (0.7, false), (0.1, false)];
+        // Two of three unsafe texts from 0.8 down; all three only from 0.3.
+        assert_eq!(threshold_for_recall(&probs, 0.6), 0.8);
+        assert_eq!(threshold_for_recall(&probs, 0.7), 0.3);
+        assert_eq!(threshold_for_recall(&probs, 1.0), 0.3);
+        assert_eq!(threshold_for_recall(&probs, 0.0), 0.9);
+        // Unreachable (no unsafe text): flag everything rather than nothing.
+        assert_eq!(threshold_for_recall(&[(0.4, false)], 0.5), 0.0);
     }
 
     #[test]

@@ -105,6 +105,11 @@ pub enum GuardCommand {
         /// Highest share of dev safe prompts the chosen threshold may flag.
         #[arg(long, default_value_t = 0.08)]
         max_dev_false_positive: f64,
+        /// Lowest recall on the dev prompts: where the false-positive cap leaves it lower, the
+        /// threshold is lowered until it is reached, flagging more safe prompts (not in the
+        /// shipped recipe; scripts/safety-data/round-4-rule.md).
+        #[arg(long, value_parser = parse_share)]
+        min_dev_recall: Option<f64>,
         /// Tokens of the chat model's greedy reply to each train and dev prompt that the head
         /// also learns from (read as the screen reads a streaming reply); 0 learns messages only.
         #[arg(long, default_value_t = 48)]
@@ -403,6 +408,14 @@ fn read_long_texts(path: &std::path::Path) -> Result<Vec<String>> {
         .collect())
 }
 
+/// A share from 0 to 1, as `--min-dev-recall` takes it.
+fn parse_share(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s} is not a share from 0 to 1 (0.98 is 98%)")),
+    }
+}
+
 pub fn run(args: GuardCommandArgs) -> Result<()> {
     match args.command {
         GuardCommand::Train {
@@ -410,6 +423,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             out,
             shape,
             max_dev_false_positive,
+            min_dev_recall,
             reply_tokens,
             max_dev_reply_false_positive,
             features_cache,
@@ -438,6 +452,7 @@ pub fn run(args: GuardCommandArgs) -> Result<()> {
             }
             shape.apply(&mut opts.config);
             opts.max_dev_false_positive = max_dev_false_positive;
+            opts.min_dev_recall = min_dev_recall;
             opts.max_dev_reply_false_positive = max_dev_reply_false_positive;
             opts.replies = opts
                 .replies
