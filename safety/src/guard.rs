@@ -12,14 +12,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kostant_engine::model::MemoryPlan;
-use kostant_engine::{Batch, Judgement, KvType, Model, Observer, Outputs, Session};
+use kostant_engine::{Judgement, KvType, Model, Observer, Session};
 use serde::Serialize;
 
 use crate::confidence::{shown_category, CategoryRules};
 use crate::head::{Head, Scores};
 use crate::normalize::{hidden_payloads, normalize};
 use crate::parts::{part_features, part_ranges};
-use crate::reader::{frame_message, window_ranges, Features, Reader};
+use crate::reader::{frame_message, window_ranges, Features, Reader, REPLY_ROOM};
 use crate::{Category, Result, SafetyError};
 
 /// The guard's judgement of one text.
@@ -163,9 +163,10 @@ impl Guard {
     /// show, [`Guard::screen_hidden`]) and kept.
     ///
     /// With a parts head, a message longer than a window is read on a second session sized to
-    /// it and dropped after ([`Guard::worst_part`]); the plan counts that session at the most
-    /// it can hold (the guard model's training context), its cache and scratch beside the kept
-    /// one's and the tapped states it returns, since for that moment both are held.
+    /// it with room for the reply, which is read on it, and dropped at the next message
+    /// ([`Reader::read_whole`]); the plan counts that session at the most it can hold (the
+    /// guard model's training context), its cache and scratch beside the kept one's and the
+    /// tapped states it returns, since for a while both are held.
     pub fn own_session_plan(&self) -> MemoryPlan {
         self.own_session_plan_for(usize::MAX)
     }
@@ -180,10 +181,11 @@ impl Guard {
         // Should the empty frame not render, count the whole context: the plan errs high.
         let frame = frame_message(model, &self.head.info.spec.system_prompt, "")
             .map_or(model.hparams.n_ctx_train, |(tokens, _)| tokens.len());
-        let n = model
-            .hparams
-            .n_ctx_train
-            .min(message_tokens.saturating_add(frame));
+        let n = model.hparams.n_ctx_train.min(
+            message_tokens
+                .saturating_add(frame)
+                .saturating_add(REPLY_ROOM),
+        );
         if self.head.parts.is_some() && n > self.reader.n_ctx() {
             let parts = model.memory_plan(n);
             let states = n * self.head.info.spec.taps.len() * model.hparams.n_embd * 4;
@@ -259,32 +261,31 @@ impl Guard {
     }
 
     /// The parts head's worst scores over `message`'s parts, read in one pass on a session of
-    /// its own (sized to the message, dropped after), with the tokens read. None when the head
-    /// has no parts head or the message does not fit the guard model's context: then it is read
-    /// window by window.
-    fn worst_part(&self, message: &str) -> Result<Option<(usize, Scores)>> {
+    /// its own sized to the message ([`Reader::read_whole`], kept for the reply to it), with the
+    /// tokens read. None when the head has no parts head or the message and a reply's room do
+    /// not fit the guard model's context: then it is read window by window.
+    fn worst_part(&mut self, message: &str) -> Result<Option<(usize, Scores)>> {
         let Some(parts) = self.head.parts.as_deref() else {
             return Ok(None);
         };
-        let model = self.model().clone();
-        let spec = &self.head.info.spec;
-        let (tokens, start) = frame_message(&model, &spec.system_prompt, message)?;
-        if tokens.len() > model.hparams.n_ctx_train {
+        let Some(whole) = self.reader.read_whole(message)? else {
             return Ok(None);
-        }
-        let mut session = Session::new(model.clone(), tokens.len())?;
-        let mut outputs = Outputs::new();
-        session.decode(&Batch::hidden(&tokens, &spec.taps), &mut outputs)?;
-        let states = outputs.take_states();
-        let worst = worst_part_scores(parts, &model, &tokens, start, &states)?;
-        Ok(worst.map(|w| (tokens.len() - start, w)))
+        };
+        let worst = worst_part_scores(
+            parts,
+            self.reader.model(),
+            &whole.tokens,
+            whole.start,
+            &whole.states,
+        )?;
+        Ok(worst.map(|w| (whole.tokens.len() - whole.start, w)))
     }
 
     /// Screens a whole reply to `message` at once, on the guard's own session (what
     /// [`ReplyScreen`] does as the reply streams).
     pub fn screen_output(&mut self, message: &str, reply: &str) -> Result<Screening> {
         let start = Instant::now();
-        let long = self.read_context(message)? && self.head.parts.is_some();
+        let long = self.read_context(message)?;
         let ids = self.model().tokenizer.encode(&normalize(reply), false)?;
         self.reader.read_reply(&ids)?;
         let f = self
@@ -299,14 +300,23 @@ impl Guard {
         Ok(s)
     }
 
-    /// Reads the message a reply answers: its last window, the context the reply is read in
-    /// (the message itself is screened whole by `screen_input`).
-    /// Returns whether the message is longer than one window.
+    /// Reads the message a reply answers, as riding reads it: a message longer than a window
+    /// whole when the head has a parts head and it fits (kept from `screen_input`, or read
+    /// again), the reply then read on from its last window; otherwise its last window alone.
+    /// Returns whether the message was judged part by part, so its reply gets the long-reply
+    /// head.
     fn read_context(&mut self, message: &str) -> Result<bool> {
-        let windows = self.reader.windows(&normalize(message))?;
+        let message = normalize(message);
+        let windows = self.reader.windows(&message)?;
+        let long = windows.len() > 1 && self.head.parts.is_some();
+        if long
+            && (self.reader.reread_whole(&message)? || self.reader.read_whole(&message)?.is_some())
+        {
+            return Ok(true);
+        }
         let last = windows.last().cloned().unwrap_or_default();
         self.reader.read_message(&last)?;
-        Ok(windows.len() > 1)
+        Ok(long)
     }
 
     /// The head that judges a reply, and its threshold: after a message judged part by part
@@ -354,7 +364,7 @@ impl Guard {
             },
             None => {
                 // As riding: a message the parts head judged gets the long-reply head.
-                let long = self.read_context(message)? && self.head.parts.is_some();
+                let long = self.read_context(message)?;
                 Mode::Own {
                     pending: String::new(),
                     long,

@@ -183,10 +183,13 @@ pub struct Reader {
     /// The cache length and features at the end of the message (before any reply token),
     /// to go back to when a long reply fills the cache.
     message_end: Option<(usize, Features)>,
+    /// A message longer than a window, read whole on a session sized to it
+    /// ([`Reader::read_whole`]); while it is the message last read, its reply is read on it.
+    whole: Option<Session>,
 }
 
-/// Room for reply tokens after a full window of message.
-const REPLY_ROOM: usize = 256;
+/// Room for reply tokens after a full window of message, or after a long message read whole.
+pub const REPLY_ROOM: usize = 256;
 
 impl Reader {
     pub fn new(model: Arc<Model>, spec: FeatureSpec) -> Result<Reader> {
@@ -225,6 +228,7 @@ impl Reader {
             prefix,
             features,
             message_end: None,
+            whole: None,
         })
     }
 
@@ -242,9 +246,10 @@ impl Reader {
         self.n_ctx
     }
 
-    /// Bytes of the guard's own KV cache.
+    /// Bytes of the guard's own KV caches (the kept one and a long message's, while held).
     pub fn kv_bytes(&self) -> usize {
-        self.session.as_ref().map_or(0, Session::kv_bytes)
+        let kept = self.session.as_ref().map_or(0, Session::kv_bytes);
+        kept + self.whole.as_ref().map_or(0, Session::kv_bytes)
     }
 
     /// Splits a message into the windows the reader takes ([`window_ranges`]), as text.
@@ -282,6 +287,8 @@ impl Reader {
                 self.spec.window
             )));
         }
+        // A long message read before is done with: its reply was read.
+        self.whole = None;
         // Keep the cached system prompt; everything after it runs again.
         let keep = if tokens.starts_with(&self.prefix) {
             self.prefix.len().min(start)
@@ -302,13 +309,76 @@ impl Reader {
         Ok(tokens.len() - start)
     }
 
+    /// Reads `message` whole, framed as [`frame_message`] frames it, on a session sized to it
+    /// with [`REPLY_ROOM`] after it (as the guard model's context allows), as the chat's pass reads it when the guard rides along;
+    /// returns the framed tokens, the message's first token and the states at the spec's
+    /// taps, or None when that does not fit the guard model's context. A reply is then read
+    /// on from the message's last window with all of the message before it, as riding: the
+    /// head that judges replies to long messages learned them so
+    /// (`crate::replies::reply_checkpoints`). Kept until the next message is read.
+    pub fn read_whole(&mut self, message: &str) -> Result<Option<WholeMessage>> {
+        let model = self.model.clone();
+        let (tokens, start) = frame_message(&model, &self.spec.system_prompt, message)?;
+        // A reply needs a token's room at least; a long one is read in what room there is.
+        if tokens.len() >= model.hparams.n_ctx_train {
+            return Ok(None);
+        }
+        let n_ctx = model.hparams.n_ctx_train.min(tokens.len() + REPLY_ROOM);
+        // Drop a long message held before first: both are never held at once.
+        self.whole = None;
+        let mut whole = Session::new(model, n_ctx)?;
+        let states = hidden_states(&mut whole, &tokens, &self.spec.taps)?;
+        self.whole = Some(whole);
+        self.set_message_end(&tokens, start, &states);
+        Ok(Some(WholeMessage {
+            tokens,
+            start,
+            states,
+        }))
+    }
+
+    /// Makes the long message held by [`Reader::read_whole`] the one a reply is read after
+    /// again, when `message` frames to it: true then, false when it must be read anew.
+    pub fn reread_whole(&mut self, message: &str) -> Result<bool> {
+        let Some(whole) = self.whole.as_mut() else {
+            return Ok(false);
+        };
+        let (tokens, start) = frame_message(&self.model, &self.spec.system_prompt, message)?;
+        if whole.tokens().get(..tokens.len()) != Some(tokens.as_slice()) {
+            return Ok(false);
+        }
+        whole.truncate(tokens.len());
+        // The last window's features were kept at the message's end: the cache holds keys
+        // and values, not the tapped states, and reading them again would cost the message.
+        match &self.message_end {
+            Some((end, at_end)) if *end == tokens.len() && start < *end => {
+                self.features = at_end.clone();
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// The features a reply to the framed `tokens` starts from: the message's last window.
+    fn set_message_end(&mut self, tokens: &[u32], start: usize, states: &[Vec<f32>]) {
+        let last = window_ranges(start, tokens.len(), self.spec.window)
+            .pop()
+            .unwrap_or(start..tokens.len());
+        self.features.clear();
+        self.features.add_rows(states, last);
+        self.message_end = Some((tokens.len(), self.features.clone()));
+    }
+
     /// Reads reply tokens after the message. When the cache is full, the reply read so far is
     /// dropped (it was judged already) and reading goes on from the end of the message.
     pub fn read_reply(&mut self, tokens: &[u32]) -> Result<()> {
         let Some((end, at_end)) = self.message_end.clone() else {
             return Err(SafetyError::Head("reply read before its message".into()));
         };
-        let session = session(&mut self.session, &self.model, self.n_ctx)?;
+        let session = match self.whole.as_mut() {
+            Some(whole) => whole,
+            None => session(&mut self.session, &self.model, self.n_ctx)?,
+        };
         let mut rest = tokens;
         while !rest.is_empty() {
             if session.tokens().len() >= session.n_ctx() {
@@ -316,6 +386,11 @@ impl Reader {
                 self.features = at_end.clone();
             }
             let n = rest.len().min(session.n_ctx() - session.tokens().len());
+            if n == 0 {
+                return Err(SafetyError::Head(
+                    "the guard's cache has no room for the reply".into(),
+                ));
+            }
             let states = hidden_states(session, &rest[..n], &self.spec.taps)?;
             self.features.add(&states, 0);
             rest = &rest[n..];
@@ -327,6 +402,14 @@ impl Reader {
     pub fn features(&self) -> Option<Vec<f32>> {
         self.features.vector()
     }
+}
+
+/// A message read whole by [`Reader::read_whole`]: its framed tokens, where the message
+/// starts in them, and the states at the spec's taps, one (tokens, n_embd) matrix per tap.
+pub struct WholeMessage {
+    pub tokens: Vec<u32>,
+    pub start: usize,
+    pub states: Vec<Vec<f32>>,
 }
 
 /// Appends `tokens` to the reader's cache and returns their hidden states at `taps`, one

@@ -1154,7 +1154,13 @@ mod tests {
 
     #[test]
     fn a_recall_floor_takes_the_highest_threshold_that_reaches_it() {
-        let probs = vec![(0.9, true), (0.8, true), (0.3, true), (0.7, false), (0.1, false)];
+        let probs = vec![
+            (0.9, true),
+            (0.8, true),
+            (0.3, true),
+            (0.7, false),
+            (0.1, false),
+        ];
         // Two of three unsafe texts from 0.8 down; all three only from 0.3.
         assert_eq!(threshold_for_recall(&probs, 0.6), 0.8);
         assert_eq!(threshold_for_recall(&probs, 0.7), 0.3);

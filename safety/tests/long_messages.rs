@@ -173,3 +173,63 @@ fn on_its_own_session_the_guard_reads_long_messages_part_by_part() {
         short.len()
     );
 }
+
+/// Off the riding path the reply to a long message is read as riding reads it: on from the
+/// message's last window with all of the message before it, the context the long-reply head
+/// learned. Read after the last window alone, the reply's states were another text's, and long
+/// benign texts were withdrawn 14 times in 52 with a q8_0 chat cache against once riding
+/// (docs/eval-kv-types.md). The same model loaded twice: the guard cannot ride on a pass of
+/// another `Arc`, so one guard reads on its own session while the other rides; same greedy
+/// reply, same judgement.
+#[test]
+fn on_its_own_session_the_reply_to_a_long_message_is_read_as_riding_reads_it() {
+    let (model, mut riding, mut session) = setup();
+    let other = Model::load(&real_model_path()).unwrap();
+    let head = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/safety/guard-head.bin");
+    let mut alone = Guard::load(other, &head).unwrap();
+    let mut own = Session::new(model.clone(), 4096).unwrap();
+    assert!(!alone.rides_on(&own));
+    // Four texts, for CI's time: each is read twice, with a 24-token reply.
+    let mut compared = 0;
+    for item in suite("long", Some("safe")).into_iter().step_by(17) {
+        let user = prompt_of(&item);
+        let req = common::request(&model, &user, REPLY_TOKENS);
+        let run = |guard: &mut Guard, session: &mut Session| {
+            respond(session, guard, &req, &user, &CancelHandle::new(), |_| {}).unwrap()
+        };
+        let r = run(&mut riding, &mut session);
+        let a = run(&mut alone, &mut own);
+        let generation = r.generation.as_ref().expect("a reply");
+        assert_eq!(
+            Some(&generation.reply),
+            a.generation.as_ref().map(|g| &g.reply),
+            "{}: the replies differ",
+            item["id"]
+        );
+        assert!(r.guard.output_checks > 0, "{}: no reply judged", item["id"]);
+        eprintln!(
+            "{}: reply scored {} riding, {} on the guard's own session",
+            item["id"], r.guard.output_score, a.guard.output_score
+        );
+        // Riding reads the generated ids, its own session the reply's text encoded again a
+        // checkpoint's text at a time: the same tokens when the model generated the text's own
+        // encoding and the text is plain words. (Byte-level pieces merge across symbols: a run
+        // of emoji, encoded in chunks, is spelled in other pieces than the model's.)
+        let ids = model.tokenizer.encode(&generation.reply, false).unwrap();
+        if ids == generation.tokens && generation.reply.is_ascii() {
+            compared += 1;
+            assert!(
+                (r.guard.output_score - a.guard.output_score).abs() < 0.03,
+                "{}: reply scored {} riding, {} on the guard's own session",
+                item["id"],
+                r.guard.output_score,
+                a.guard.output_score
+            );
+        }
+        assert_eq!(r.verdict, a.verdict, "{}", item["id"]);
+    }
+    assert!(
+        compared >= 2,
+        "only {compared} replies were their text's own encoding"
+    );
+}

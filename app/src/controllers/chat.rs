@@ -1239,12 +1239,14 @@ mod tests {
                 .guard
         };
         assert!(guard_of(4096) > guard_of(1024), "{:?}", same.memory_plans);
-        // The guard frames a message with its own system prompt, so the session for a
-        // 4,096-token message holds more than 4,096 tokens' cache.
+        // The guard frames a message with its own system prompt and reads the reply on after
+        // it, so the session for a 4,096-token message holds more than 4,096 tokens' cache
+        // and the reply's room.
         let kept = guard.own_session_plan_for(0);
         let long = guard.own_session_plan_for(4096);
+        let room = kostant_safety::reader::REPLY_ROOM;
         assert!(
-            long.kv - kept.kv > default.memory_plan(4096).kv,
+            long.kv - kept.kv > default.memory_plan(4096 + room).kv,
             "{kept:?} {long:?}"
         );
     }
