@@ -265,9 +265,17 @@ impl Head {
     /// Takes `from`'s main head (its weights, reply threshold and category rules, none of its
     /// own nested heads) as the judge of replies to messages read whole, in place of this
     /// head's own reply head: this head keeps judging messages. Refused when `from` reads
-    /// another model or other layers, or has no reply threshold.
+    /// another model or other layers, frames the conversation another way (system prompt,
+    /// window), or has no reply threshold.
     pub fn take_reply_head(&mut self, from: &Head) -> Result<(), String> {
         self.check_reads_as(from, "the head to take replies from")?;
+        // A reply's features are read after the message as this head's spec frames it.
+        if from.info.spec != self.info.spec {
+            return Err(
+                "the head to take replies from was trained under another system prompt or window"
+                    .into(),
+            );
+        }
         if from.info.output_threshold.is_none() {
             return Err("the head to take replies from has no reply threshold".into());
         }
@@ -1066,6 +1074,16 @@ mod tests {
         other.info.model_name = "another model".into();
         let e = head.take_reply_head(&other).err().unwrap();
         assert!(e.contains("reads"), "{e}");
+        // Nor from one that framed what it read another way.
+        for change in [0, 1] {
+            let mut other = from.clone();
+            match change {
+                0 => other.info.spec.system_prompt.push_str(" Be brief."),
+                _ => other.info.spec.window /= 2,
+            }
+            let e = head.take_reply_head(&other).err().unwrap();
+            assert!(e.contains("system prompt or window"), "{e}");
+        }
     }
 
     #[test]
