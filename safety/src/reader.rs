@@ -309,13 +309,13 @@ impl Reader {
         Ok(tokens.len() - start)
     }
 
-    /// Reads `message` whole, framed as [`frame_message`] frames it, on a session sized to it
-    /// with [`REPLY_ROOM`] after it (as the guard model's context allows), as the chat's pass reads it when the guard rides along;
-    /// returns the framed tokens, the message's first token and the states at the spec's
-    /// taps, or None when that does not fit the guard model's context. A reply is then read
-    /// on from the message's last window with all of the message before it, as riding: the
-    /// head that judges replies to long messages learned them so
-    /// (`crate::replies::reply_checkpoints`). Kept until the next message is read.
+    /// Reads `message` whole, framed as [`frame_message`] frames it, as the chat's pass reads
+    /// it when the guard rides along, on a session sized to it with [`REPLY_ROOM`] after it (as
+    /// the guard model's context allows). Returns the framed tokens, the message's first token
+    /// and the states at the spec's taps, or None when the message fills the guard model's
+    /// context. A reply is then read on from the message's last window with all of the message
+    /// before it, as riding: the head that judges replies to long messages learned them so
+    /// (`crate::replies::reply_checkpoints`). The session is kept until the next message.
     pub fn read_whole(&mut self, message: &str) -> Result<Option<WholeMessage>> {
         let model = self.model.clone();
         let (tokens, start) = frame_message(&model, &self.spec.system_prompt, message)?;
@@ -469,5 +469,38 @@ mod tests {
         all.add(&states, 1);
         assert_eq!(all.len(), 3);
         assert_eq!(&all.vector().unwrap()[..4], &[2.0, 20.0, 3.0, 30.0]);
+    }
+
+    #[test]
+    fn a_long_message_read_whole_is_kept_for_its_reply_until_the_next_message() {
+        let model = Model::load(&kostant_engine::testing::real_model_path())
+            .expect("run scripts/setup.sh first");
+        let mut reader = Reader::new(model.clone(), crate::train::default_spec()).unwrap();
+        let long = "The harbour wall was rebuilt in the spring after the storms. ".repeat(80);
+        let n = model.tokenizer.encode(&long, false).unwrap().len();
+        assert!(n > reader.spec().window, "{n} tokens");
+        let whole = reader.read_whole(&long).unwrap().expect("fits");
+        assert_eq!(whole.states.len(), reader.spec().taps.len());
+        let at_end = reader.features().unwrap();
+        let held = reader.kv_bytes();
+        assert!(held > 0);
+        // The reply is read on the whole message's session, and read again from its end.
+        let reply = model
+            .tokenizer
+            .encode("It sounds like a calm place.", false)
+            .unwrap();
+        reader.read_reply(&reply).unwrap();
+        assert_ne!(reader.features().unwrap(), at_end);
+        assert!(reader.reread_whole(&long).unwrap());
+        assert_eq!(reader.features().unwrap(), at_end);
+        reader.read_reply(&reply).unwrap();
+        // Another message is not the one held.
+        assert!(!reader
+            .reread_whole(&long.replace("spring", "autumn"))
+            .unwrap());
+        // A short message drops it: only the kept session remains.
+        reader.read_message("Hello there.").unwrap();
+        assert!(reader.kv_bytes() < held);
+        assert!(!reader.reread_whole(&long).unwrap());
     }
 }
