@@ -579,6 +579,19 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
     assert_eq!(proofread["dev_own_safe"], 2, "{info}");
     assert!(proofread.get("dev_own_replies").is_none());
 
+    // A recall floor lowers the threshold until dev's unsafe prompts are all flagged, and the
+    // record says so; a floor that is no share is refused before any work.
+    let floor = dir.join("floor.bin");
+    let floor_args = ["--reply-tokens", "0", "--members", "1", "--min-dev-recall"];
+    let out = train(&floor, &[&floor_args[..], &["1.5"]].concat());
+    assert_clean_failure(&out, "not a share from 0 to 1");
+    let out = train(&floor, &[&floor_args[..], &["1"]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let floor_info = info_of(&floor);
+    assert_eq!(floor_info["training"]["dev"]["recall"], 1.0, "{floor_info}");
+    let rule = floor_info["training"]["threshold_rule"].as_str().unwrap();
+    assert!(rule.contains("plain dev recall >= 1"), "{rule}");
+
     // With the features' replies: each feature's replies to its own inputs are learned, and
     // the reply threshold is scored on each feature's dev replies apart. Replies need tokens.
     let with_replies = dir.join("with-replies.bin");
@@ -620,41 +633,28 @@ fn guard_train_writes_a_head_of_merged_members_that_the_guard_loads() {
         "{both}"
     );
     assert!(shipped_info["replies"].is_null());
-    let score = |path: &str| {
-        let args = [
-            "guard",
-            "--guard-head",
-            path,
-            "screen",
-            "--text",
-            "How do I bake bread?",
-        ];
-        let out = kostant(&args, None);
+    // The score `kostant guard --guard-head PATH screen [EXTRA] --text TEXT` gives.
+    let score = |path: &str, extra: &[&str], said: &str| {
+        let args = ["guard", "--guard-head", path, "screen"];
+        let out = kostant(&[&args[..], extra, &["--text", said]].concat(), None);
         assert!(out.status.success(), "{}", text(&out.stderr));
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["score"].clone()
     };
+    let bread = "How do I bake bread?";
     // A message scores the same under both files.
-    assert_eq!(score(two_roles.to_str().unwrap()), score(shipped_path));
-    // A reply is scored by the taken head.
-    let reply_score = |path: &str| {
-        let args = [
-            "guard",
-            "--guard-head",
-            path,
-            "screen",
-            "--reply-to",
-            "How do I bake bread?",
-        ];
-        let out = kostant(
-            &[&args[..], &["--text", "Mix flour, water and salt."]].concat(),
-            None,
-        );
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["score"].clone()
-    };
     assert_eq!(
-        reply_score(two_roles.to_str().unwrap()),
-        reply_score(with_replies.to_str().unwrap())
+        score(two_roles.to_str().unwrap(), &[], bread),
+        score(shipped_path, &[], bread)
+    );
+    // A reply is scored by the taken head.
+    let reply = "Mix flour, water and salt.";
+    assert_eq!(
+        score(two_roles.to_str().unwrap(), &["--reply-to", bread], reply),
+        score(
+            with_replies.to_str().unwrap(),
+            &["--reply-to", bread],
+            reply
+        )
     );
     // A head without a reply threshold has none to give.
     let out = take_reply_head(head, &dir.join("none.bin"));
