@@ -781,10 +781,29 @@ fn the_guard_head_in_use_is_named() {
     assert_eq!(built_in["source"], "built-in", "{built_in}");
     assert!(built_in["path"].is_null(), "{built_in}");
     assert_eq!(built_in["sha256"], prefix, "{built_in}");
+    assert!(built_in["message_head"].is_null(), "{built_in}");
     let swapped = json_head(&[], Some(copy_s));
     assert_eq!(swapped["source"], "file", "{swapped}");
     assert_eq!(swapped["path"], copy_s, "{swapped}");
     assert_eq!(swapped["sha256"], prefix, "{swapped}");
+
+    // A message judge (an experiment, off by default) is named beside the head, and needs its
+    // model named too.
+    let model_path = model();
+    let model_s = model_path.to_str().unwrap();
+    let judged = json_head(
+        &["--message-head", copy_s, "--message-model", model_s],
+        None,
+    );
+    assert_eq!(judged["source"], "built-in", "{judged}");
+    assert_eq!(judged["message_head"]["path"], copy_s, "{judged}");
+    assert_eq!(judged["message_head"]["sha256"], prefix, "{judged}");
+    let out = kostant(
+        &["chat", "--no-history", "--message-head", copy_s],
+        Some(b"/quit\n"),
+    );
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--message-model"), "{}", text(&out.stderr));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

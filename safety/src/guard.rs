@@ -58,6 +58,11 @@ pub struct Guard {
     head: Head,
     input_threshold: f32,
     output_threshold: f32,
+    /// The message judge, when there is one: a guard of its own (another model's states, a
+    /// messages-only head) that judges every message this guard reads in one window, in its
+    /// head's place ([`Guard::with_message_judge`]). Longer messages and every reply stay
+    /// with this guard's heads.
+    messages: Option<Box<Guard>>,
 }
 
 impl Guard {
@@ -90,7 +95,37 @@ impl Guard {
             head,
             input_threshold: input,
             output_threshold: output,
+            messages: None,
         })
+    }
+
+    /// This guard with `judge` judging the messages it reads in one window, on the judge's own
+    /// session (one prefill a message), instead of this guard's message head. Why a second
+    /// model: its states separate harmful requests better than the chat model's at the same
+    /// false-positive cap, while replies, read token by token, stay near free riding on the
+    /// chat's pass (scripts/safety-data/round-5-rule.md; costs in BENCHMARKS.md).
+    pub fn with_message_judge(mut self, judge: Guard) -> Result<Guard> {
+        if judge.messages.is_some() {
+            return Err(SafetyError::Head(
+                "a message judge cannot have a message judge of its own".into(),
+            ));
+        }
+        self.messages = Some(Box::new(judge));
+        Ok(self)
+    }
+
+    /// The message judge, when there is one ([`Guard::with_message_judge`]).
+    pub fn message_judge(&self) -> Option<&Guard> {
+        self.messages.as_deref()
+    }
+
+    /// Whether the message judge, not this guard's heads, judges `message`: there is one and
+    /// this guard reads the message in one window.
+    fn judged_apart(&self, message: &str) -> Result<bool> {
+        if self.messages.is_none() {
+            return Ok(false);
+        }
+        self.reader.fits_one_window(&normalize(message))
     }
 
     pub fn load(model: Arc<Model>, head_path: &Path) -> Result<Guard> {
@@ -137,6 +172,9 @@ impl Guard {
         let mut spec = self.head.info.spec.clone();
         spec.system_prompt = system_prompt.to_string();
         self.reader = Reader::new(self.reader.model().clone(), spec)?;
+        if let Some(judge) = &mut self.messages {
+            judge.read_under(system_prompt)?;
+        }
         Ok(())
     }
 
@@ -153,7 +191,8 @@ impl Guard {
     /// Memory the guard holds of its own: its KV cache and the head's weights (the model's
     /// weights are mapped, and shared when the chat model is the same file).
     pub fn resident_bytes(&self) -> usize {
-        self.reader.kv_bytes() + self.head.weight_bytes()
+        let judge = self.messages.as_ref().map_or(0, |j| j.resident_bytes());
+        self.reader.kv_bytes() + self.head.weight_bytes() + judge
     }
 
     /// What the guard's own session holds once made (`Session::new`, so an f16 cache): the
@@ -196,16 +235,27 @@ impl Guard {
     }
 
     /// Screens a user's message on the guard's own session: all of it, however long (in
-    /// windows), and any payload hidden in it.
+    /// windows), and any payload hidden in it. A message in one window goes to the message
+    /// judge when there is one.
     pub fn screen_input(&mut self, text: &str) -> Result<Screening> {
+        if self.judged_apart(text)? {
+            if let Some(judge) = &mut self.messages {
+                return judge.screen_input(text);
+            }
+        }
         let mut views = vec![normalize(text)];
         views.extend(hidden_payloads(text));
         self.screen_views(&views)
     }
 
     /// Screens only what riding on the chat's pass cannot see: the message with its Unicode
-    /// tricks undone, when that changes it, and payloads hidden in it.
+    /// tricks undone, when that changes it, and payloads hidden in it. A message the message
+    /// judge takes is read by it whole, every view ([`Guard::screen_input`]): riding then
+    /// judges the message no more ([`Guard::reply_screen`]).
     pub fn screen_hidden(&mut self, text: &str) -> Result<Screening> {
+        if self.judged_apart(text)? {
+            return self.screen_input(text);
+        }
         let mut views = Vec::new();
         let plain = normalize(text);
         if plain.trim() != text.trim() {
@@ -361,6 +411,7 @@ impl Guard {
                 start,
                 features: Features::new(self.head.info.spec.taps.len(), self.head.info.n_embd),
                 long: false,
+                judged_apart: self.judged_apart(message)?,
             },
             None => {
                 // As riding: a message the parts head judged gets the long-reply head.
@@ -445,6 +496,9 @@ enum Mode {
         /// The message was judged part by part (longer than a window): its reply is judged by
         /// the long-reply head when the head has one.
         long: bool,
+        /// The message judge judged the message before the pass ([`Guard::screen_hidden`]):
+        /// read in one window here too, it is not judged again.
+        judged_apart: bool,
     },
     Own {
         /// Reply text not read yet.
@@ -570,6 +624,7 @@ impl ReplyScreen<'_> {
             start,
             features,
             long,
+            judged_apart,
         } = &mut self.mode
         else {
             return Ok(false);
@@ -596,6 +651,15 @@ impl ReplyScreen<'_> {
                     features.add_rows(states, last.clone());
                 }
                 judge_with(worst, parts.info.threshold, &parts.info.category_rules)
+            }
+            // Judged already by the message judge: only the reply's reading starts here. (Read
+            // here in more than one window, which a tokenization at the edge can do, it is
+            // judged again below: a flag from either stands, and no message goes unjudged.)
+            None if *judged_apart && windows.len() == 1 => {
+                features.clear();
+                features.add_rows(states, windows[0].clone());
+                self.input_ms = ms_since(t);
+                return Ok(false);
             }
             None => {
                 let mut worst: Option<Scores> = None;

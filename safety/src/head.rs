@@ -324,6 +324,20 @@ impl Head {
             if h.info.spec.taps != head.info.spec.taps || h.info.n_embd != head.info.n_embd {
                 return Err(format!("{name} reads other layers than the head"));
             }
+            if !head.info.reads(&h.info.model_name, h.info.n_embd) {
+                return Err(format!(
+                    "{name} reads another model ({}) than the head ({})",
+                    h.info.model_name, head.info.model_name
+                ));
+            }
+            // A reply is read after the message as the head's spec frames it (as
+            // `take_reply_head` demands): a file whose reply head framed it otherwise is not
+            // one `kostant guard` wrote.
+            if magic == REPLIES_MAGIC && h.info.spec != head.info.spec {
+                return Err(format!(
+                    "{name} was trained under another system prompt or window than the head"
+                ));
+            }
             if magic != PARTS_MAGIC && h.info.output_threshold.is_none() {
                 return Err(format!("{name} has no reply threshold"));
             }
@@ -1065,6 +1079,20 @@ mod tests {
         // Cut short: refused, naming the reply head.
         let e = Head::from_bytes(&bytes[..bytes.len() - 3]).err().unwrap();
         assert!(e.contains("reply head"), "{e}");
+        // A file whose reply head reads another model, or framed what it read another way
+        // (not one `take_reply_head` would write), is refused on load too.
+        for change in [0, 1, 2] {
+            let mut odd = head.clone();
+            let replies = odd.replies.as_deref_mut().unwrap();
+            match change {
+                0 => replies.info.model_name = "another model".into(),
+                1 => replies.info.spec.system_prompt.push_str(" Be brief."),
+                _ => replies.info.spec.window /= 2,
+            }
+            let e = Head::from_bytes(&odd.to_bytes().unwrap()).err().unwrap();
+            let want = ["reads another model", "system prompt or window"][change.min(1)];
+            assert!(e.contains("the reply head") && e.contains(want), "{e}");
+        }
         // Not from a head of other layers or another model.
         let mut other = from.clone();
         other.info.spec.taps = vec![2];

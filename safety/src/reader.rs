@@ -252,6 +252,12 @@ impl Reader {
         kept + self.whole.as_ref().map_or(0, Session::kv_bytes)
     }
 
+    /// Whether `message` is read in one window (its tokens, trimmed, fit [`FeatureSpec::window`]).
+    pub fn fits_one_window(&self, message: &str) -> Result<bool> {
+        let ids = self.model().tokenizer.encode(message.trim(), false)?;
+        Ok(ids.len() <= self.spec.window)
+    }
+
     /// Splits a message into the windows the reader takes ([`window_ranges`]), as text.
     pub fn windows(&self, message: &str) -> Result<Vec<String>> {
         let tok = &self.model().tokenizer;

@@ -32,6 +32,14 @@ pub struct GuardArgs {
     /// assets/safety/guard-head.bin).
     #[arg(long, env = "KOSTANT_GUARD_HEAD")]
     pub guard_head: Option<PathBuf>,
+    /// A message judge's head, for experiments: it judges every message the guard reads in one
+    /// window, on a model of its own (`--message-model`), in place of the guard's head
+    /// (scripts/safety-data/round-5-rule.md: tried, not shipped). Default: none.
+    #[arg(long, env = "KOSTANT_MESSAGE_HEAD", requires = "message_model")]
+    pub message_head: Option<PathBuf>,
+    /// The message judge's model (shared with the chat or guard model when it is the same file).
+    #[arg(long, env = "KOSTANT_MESSAGE_MODEL", requires = "message_head")]
+    pub message_model: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -268,6 +276,8 @@ pub struct HeadId {
     pub path: Option<PathBuf>,
     /// The first 12 hex digits of the head file's sha256.
     pub sha256: String,
+    /// The message judge's head, when the guard has one.
+    pub messages: Option<Box<HeadId>>,
 }
 
 impl HeadId {
@@ -277,6 +287,7 @@ impl HeadId {
         HeadId {
             path: path.map(|p| p.to_path_buf()),
             sha256,
+            messages: None,
         }
     }
 
@@ -285,6 +296,7 @@ impl HeadId {
             "source": if self.path.is_some() { "file" } else { "built-in" },
             "path": self.path.as_ref().map(|p| p.display().to_string()),
             "sha256": self.sha256,
+            "message_head": self.messages.as_ref().map(|m| m.json()),
         })
     }
 }
@@ -292,8 +304,12 @@ impl HeadId {
 impl std::fmt::Display for HeadId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.path {
-            None => write!(f, "built-in head (sha256 {})", self.sha256),
-            Some(p) => write!(f, "head {} (sha256 {})", p.display(), self.sha256),
+            None => write!(f, "built-in head (sha256 {})", self.sha256)?,
+            Some(p) => write!(f, "head {} (sha256 {})", p.display(), self.sha256)?,
+        }
+        match &self.messages {
+            Some(m) => write!(f, "; messages: {m}"),
+            None => Ok(()),
         }
     }
 }
@@ -354,10 +370,41 @@ pub fn load_guard_named(
             HeadId::of(None, kostant_assets::GUARD_HEAD),
         ),
     };
-    Ok((
-        Guard::new(model, head).context("cannot start the guard")?,
-        id,
-    ))
+    let guard = Guard::new(model.clone(), head).context("cannot start the guard")?;
+    let loaded = [(chat_model, chat_path), (&model, guard_path.as_path())];
+    match load_message_judge(args, &loaded)? {
+        Some((judge, judge_id)) => Ok((
+            guard
+                .with_message_judge(judge)
+                .context("cannot start the guard")?,
+            HeadId {
+                messages: Some(Box::new(judge_id)),
+                ..id
+            },
+        )),
+        None => Ok((guard, id)),
+    }
+}
+
+/// The message judge `args` ask for (`--message-head` on `--message-model`), if any. A model
+/// already loaded (`loaded`) is shared when it is the same file.
+fn load_message_judge(
+    args: &GuardArgs,
+    loaded: &[(&Arc<Model>, &Path)],
+) -> Result<Option<(Guard, HeadId)>> {
+    let (Some(head_path), Some(path)) = (&args.message_head, &args.message_model) else {
+        return Ok(None);
+    };
+    let (head, bytes) = read_head_file(head_path)?;
+    let id = HeadId::of(Some(head_path.as_path()), &bytes);
+    let same = |p: &Path| std::fs::canonicalize(p).ok() == std::fs::canonicalize(path).ok();
+    let model = match loaded.iter().find(|(_, p)| same(p)) {
+        Some((m, _)) => (*m).clone(),
+        None => Model::load(path)
+            .with_context(|| format!("cannot load the message judge's model {}", path.display()))?,
+    };
+    let judge = Guard::new(model, head).context("cannot start the message judge")?;
+    Ok(Some((judge, id)))
 }
 
 /// Each feature's system prompt with its train and dev inputs as users send them
