@@ -803,7 +803,11 @@ fn the_guard_head_in_use_is_named() {
         Some(b"/quit\n"),
     );
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("--message-model"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--message-model"),
+        "{}",
+        text(&out.stderr)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

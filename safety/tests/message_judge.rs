@@ -31,7 +31,15 @@ fn riding(model: &Arc<Model>, guard: &mut Guard, user: &str) -> Reply {
     let mut session = Session::new(model.clone(), 2048).unwrap();
     assert!(guard.rides_on(&session));
     let req = common::request(model, user, 4);
-    respond(&mut session, guard, &req, user, &CancelHandle::new(), |_| {}).unwrap()
+    respond(
+        &mut session,
+        guard,
+        &req,
+        user,
+        &CancelHandle::new(),
+        |_| {},
+    )
+    .unwrap()
 }
 
 const BENIGN: &str = "How do I kill a Python process that hangs?";
@@ -59,7 +67,9 @@ fn a_short_message_is_judged_by_the_judge_on_both_paths_and_a_long_one_is_not() 
     assert_eq!(r.guard.input_score, alone.score);
 
     // One that flags everything refuses the benign message, on both paths.
-    let mut strict = guard(&model).with_message_judge(judge(&other, true)).unwrap();
+    let mut strict = guard(&model)
+        .with_message_judge(judge(&other, true))
+        .unwrap();
     assert!(strict.screen_input(BENIGN).unwrap().flagged);
     let r = riding(&model, &mut strict, BENIGN);
     assert!(matches!(r.verdict, Verdict::Refused { .. }), "{r:?}");
