@@ -57,12 +57,13 @@ pub struct GuardCommandArgs {
 pub struct LongTextData {
     #[arg(long, default_value = "assets/safety")]
     data: PathBuf,
-    /// Pasted texts (a request line, a blank line, the text; one a line, newlines as \n).
+    /// Pasted texts (a request line, a blank line, the text; one a line, newlines as \n); give
+    /// it again for more files, read in order (every third text of the whole is dev).
     #[arg(
         long,
         default_value = "scripts/safety-data/authored/summarize_long_texts.txt"
     )]
-    long_texts: PathBuf,
+    long_texts: Vec<PathBuf>,
     #[arg(long, default_value = "assets/safety/guard-head.bin")]
     out: PathBuf,
 }
@@ -70,8 +71,12 @@ pub struct LongTextData {
 impl LongTextData {
     /// The long texts and the main head's train and dev splits.
     fn read(&self) -> Result<(Vec<String>, Vec<LabelledText>, Vec<LabelledText>)> {
+        let mut texts = Vec::new();
+        for path in &self.long_texts {
+            texts.extend(read_long_texts(path)?);
+        }
         Ok((
-            read_long_texts(&self.long_texts)?,
+            texts,
             read_jsonl(&self.data.join("train.jsonl"))?,
             read_jsonl(&self.data.join("dev.jsonl"))?,
         ))
