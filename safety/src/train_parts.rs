@@ -431,7 +431,22 @@ pub fn train_parts_head(
     let measure = |head: &Head| -> Result<serde_json::Value> {
         let t = head.info.threshold;
         let flagged = |v: Vec<f32>| v.iter().filter(|&&s| s >= t).count();
+        // Per dev text, in the order of the texts given (each text read alone and in a pair,
+        // and with two requests as paragraphs and two inline): so a subset of the texts (one
+        // source's) can be read off the record.
+        let by_text = |texts: &[Vec<(String, Vec<f32>)>]| -> Result<Vec<usize>> {
+            let scores = worst_all(head, texts)?;
+            Ok(scores
+                .chunks(2)
+                .map(|c| c.iter().filter(|&&s| s >= t).count())
+                .collect())
+        };
         Ok(json!({
+            "flagged_by_dev_text": {
+                "clean": by_text(&dev.clean)?,
+                "with_a_request": by_text(&dev.paragraph)?,
+                "with_a_request_inline": by_text(&dev.inline)?,
+            },
             "threshold": t,
             "clean_texts": dev.clean.len(),
             "clean_flagged": flagged(worst_all(head, &dev.clean)?),
