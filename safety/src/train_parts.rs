@@ -435,11 +435,7 @@ pub fn train_parts_head(
         // and with two requests as paragraphs and two inline): so a subset of the texts (one
         // source's) can be read off the record.
         let by_text = |texts: &[Vec<(String, Vec<f32>)>]| -> Result<Vec<usize>> {
-            let scores = worst_all(head, texts)?;
-            Ok(scores
-                .chunks(2)
-                .map(|c| c.iter().filter(|&&s| s >= t).count())
-                .collect())
+            Ok(flagged_per_text(&worst_all(head, texts)?, t, 2))
         };
         Ok(json!({
             "flagged_by_dev_text": {
@@ -479,6 +475,14 @@ pub fn train_parts_head(
         report: head.info.training.clone(),
         head,
     })
+}
+
+/// How many of each text's `per_text` consecutive scores reach `threshold`.
+fn flagged_per_text(scores: &[f32], threshold: f32, per_text: usize) -> Vec<usize> {
+    scores
+        .chunks(per_text.max(1))
+        .map(|c| c.iter().filter(|&&s| s >= threshold).count())
+        .collect()
 }
 
 /// The lowest threshold at which at most `max_share` of `clean` scores reach it.
@@ -540,6 +544,14 @@ mod tests {
             Holds::Some
         );
         assert_eq!(holds("It rained all day.", r), Holds::None);
+    }
+
+    #[test]
+    fn flags_are_counted_per_text_in_order() {
+        let scores = [0.9, 0.1, 0.2, 0.3, 0.95, 0.99];
+        assert_eq!(flagged_per_text(&scores, 0.9, 2), [1, 0, 2]);
+        assert_eq!(flagged_per_text(&scores, 0.0, 2), [2, 2, 2]);
+        assert_eq!(flagged_per_text(&scores, 0.9, 4), [1, 2]);
     }
 
     #[test]

@@ -71,12 +71,8 @@ pub struct LongTextData {
 impl LongTextData {
     /// The long texts and the main head's train and dev splits.
     fn read(&self) -> Result<(Vec<String>, Vec<LabelledText>, Vec<LabelledText>)> {
-        let mut texts = Vec::new();
-        for path in &self.long_texts {
-            texts.extend(read_long_texts(path)?);
-        }
         Ok((
-            texts,
+            read_long_text_files(&self.long_texts)?,
             read_jsonl(&self.data.join("train.jsonl"))?,
             read_jsonl(&self.data.join("dev.jsonl"))?,
         ))
@@ -450,6 +446,16 @@ fn feature_contexts(
 }
 
 /// Pasted texts, one a line with newlines written as `\n`; `#` lines are comments.
+/// The texts of every file in `paths`, in order: the first file's texts keep their places (and
+/// so their train/dev split) when more files follow.
+fn read_long_text_files(paths: &[PathBuf]) -> Result<Vec<String>> {
+    let mut texts = Vec::new();
+    for path in paths {
+        texts.extend(read_long_texts(path)?);
+    }
+    Ok(texts)
+}
+
 fn read_long_texts(path: &std::path::Path) -> Result<Vec<String>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading {} (--long-texts)", path.display()))?;
@@ -814,4 +820,34 @@ fn print_category_rules(head: &Head, r: &RuleReport) {
         "flagged dev texts shown a category: safe {}/{}; unsafe {}/{} ({} the right one)",
         r.safe_named, r.flagged_safe, r.unsafe_named, r.flagged_unsafe, r.unsafe_named_right
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_texts_from_several_files_are_read_in_order() {
+        let dir = std::env::temp_dir().join(format!("kostant-long-texts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b) = (dir.join("a.txt"), dir.join("b.txt"));
+        std::fs::write(
+            &a,
+            "# a header\nSummarize:\\n\\nOne.\n\nProofread:\\n\\nTwo.\n",
+        )
+        .unwrap();
+        std::fs::write(&b, "# b\nShorten:\\n\\nThree.\n").unwrap();
+        let texts = read_long_text_files(&[a.clone(), b]).unwrap();
+        assert_eq!(
+            texts,
+            [
+                "Summarize:\n\nOne.",
+                "Proofread:\n\nTwo.",
+                "Shorten:\n\nThree."
+            ]
+        );
+        let err = read_long_text_files(&[a, dir.join("missing.txt")]).unwrap_err();
+        assert!(format!("{err:#}").contains("missing.txt"), "{err:#}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
