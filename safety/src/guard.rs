@@ -101,9 +101,10 @@ impl Guard {
 
     /// This guard with `judge` judging the messages it reads in one window, on the judge's own
     /// session (one prefill a message), instead of this guard's message head. Why a second
-    /// model: its states separate harmful requests better than the chat model's at the same
-    /// false-positive cap, while replies, read token by token, stay near free riding on the
-    /// chat's pass (scripts/safety-data/round-5-rule.md; costs in BENCHMARKS.md).
+    /// model: a larger model's states may separate harmful requests better than the chat
+    /// model's, while replies, read token by token, stay near free riding on the chat's pass.
+    /// Tried with Gemma 3 270M and not shipped (scripts/safety-data/round-5-rule.md; its costs
+    /// in BENCHMARKS.md).
     pub fn with_message_judge(mut self, judge: Guard) -> Result<Guard> {
         if judge.messages.is_some() {
             return Err(SafetyError::Head(
