@@ -430,26 +430,31 @@ pub fn train_parts_head(
     head.info.threshold = threshold;
     let measure = |head: &Head| -> Result<serde_json::Value> {
         let t = head.info.threshold;
-        let flagged = |v: Vec<f32>| v.iter().filter(|&&s| s >= t).count();
         // Per dev text, in the order of the texts given (each text read alone and in a pair,
         // and with two requests as paragraphs and two inline): so a subset of the texts (one
-        // source's) can be read off the record.
+        // source's) can be read off the record. The totals are their sums.
         let by_text = |texts: &[Vec<(String, Vec<f32>)>]| -> Result<Vec<usize>> {
             Ok(flagged_per_text(&worst_all(head, texts)?, t, 2))
         };
+        let (clean, paragraph, inline) = (
+            by_text(&dev.clean)?,
+            by_text(&dev.paragraph)?,
+            by_text(&dev.inline)?,
+        );
+        let total = |v: &[usize]| v.iter().sum::<usize>();
         Ok(json!({
-            "flagged_by_dev_text": {
-                "clean": by_text(&dev.clean)?,
-                "with_a_request": by_text(&dev.paragraph)?,
-                "with_a_request_inline": by_text(&dev.inline)?,
-            },
             "threshold": t,
             "clean_texts": dev.clean.len(),
-            "clean_flagged": flagged(worst_all(head, &dev.clean)?),
+            "clean_flagged": total(&clean),
             "texts_with_a_request": dev.paragraph.len(),
-            "texts_with_a_request_flagged": flagged(worst_all(head, &dev.paragraph)?),
+            "texts_with_a_request_flagged": total(&paragraph),
             "texts_with_a_request_inline": dev.inline.len(),
-            "texts_with_a_request_inline_flagged": flagged(worst_all(head, &dev.inline)?),
+            "texts_with_a_request_inline_flagged": total(&inline),
+            "flagged_by_dev_text": {
+                "clean": clean,
+                "with_a_request": paragraph,
+                "with_a_request_inline": inline,
+            },
         }))
     };
     let dev_record = measure(&head)?;

@@ -353,8 +353,7 @@ pub fn load_guard_named(
         Some(p) => p.clone(),
         None => crate::model_path::resolve(None).unwrap_or_else(|_| chat_path.to_path_buf()),
     };
-    let same = std::fs::canonicalize(&guard_path).ok() == std::fs::canonicalize(chat_path).ok();
-    let model = if same {
+    let model = if same_file(&guard_path, chat_path) {
         chat_model.clone()
     } else {
         Model::load(&guard_path)
@@ -398,14 +397,21 @@ fn load_message_judge(
     };
     let (head, bytes) = read_head_file(head_path)?;
     let id = HeadId::of(Some(head_path.as_path()), &bytes);
-    let same = |p: &Path| std::fs::canonicalize(p).ok() == std::fs::canonicalize(path).ok();
-    let model = match loaded.iter().find(|(_, p)| same(p)) {
+    let model = match loaded.iter().find(|(_, p)| same_file(p, path)) {
         Some((m, _)) => (*m).clone(),
         None => Model::load(path)
             .with_context(|| format!("cannot load the message judge's model {}", path.display()))?,
     };
     let judge = Guard::new(model, head).context("cannot start the message judge")?;
     Ok(Some((judge, id)))
+}
+
+/// Whether two paths name the same existing file (so its model is mapped once).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
 }
 
 /// Each feature's system prompt with its train and dev inputs as users send them
@@ -445,7 +451,6 @@ fn feature_contexts(
     Ok(out)
 }
 
-/// Pasted texts, one a line with newlines written as `\n`; `#` lines are comments.
 /// The texts of every file in `paths`, in order: the first file's texts keep their places (and
 /// so their train/dev split) when more files follow.
 fn read_long_text_files(paths: &[PathBuf]) -> Result<Vec<String>> {
@@ -456,6 +461,7 @@ fn read_long_text_files(paths: &[PathBuf]) -> Result<Vec<String>> {
     Ok(texts)
 }
 
+/// Pasted texts, one a line with newlines written as `\n`; `#` lines are comments.
 fn read_long_texts(path: &std::path::Path) -> Result<Vec<String>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading {} (--long-texts)", path.display()))?;
