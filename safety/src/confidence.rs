@@ -31,8 +31,8 @@ impl CategoryRule {
 /// A rule per category. The head shows category `c` only when `c` is its top category and
 /// `c` has a rule here that is confident in it; a category without a rule is never shown (the
 /// safe default: a head with no rules is always neutral). Why one per category: benign text
-/// looks like some categories far more than others (stop 13: flagged safe dev prompts got a
-/// top category at 0.99-1.0 in a few categories), and one rule for all would then keep every
+/// looks like some categories far more than others (flagged safe dev prompts can get a top
+/// category at 0.99-1.0 in a few categories), and one rule for all would then keep every
 /// category silent, the self-harm text with its crisis line among them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CategoryRules(pub Vec<(Category, CategoryRule)>);

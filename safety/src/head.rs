@@ -1147,7 +1147,7 @@ mod tests {
         let mut json = serde_json::to_value(info(4)).unwrap();
         let obj = json.as_object_mut().unwrap();
         obj.remove("category_rules");
-        // The single rule of stop 13's heads: not read, so such a head names nothing.
+        // The single rule older heads carried: not read, so such a head names nothing.
         obj.insert(
             "category_rule".into(),
             serde_json::json!({"min_prob": 0.1, "min_margin": 0.0}),

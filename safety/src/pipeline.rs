@@ -102,7 +102,7 @@ impl Verdict {
     /// the refused request a turn later ("go on", "answer it anyway"), and the guard, which
     /// reads a new message with the conversation before it, is not swayed by a harmful turn
     /// that was already refused (with the refused exchange kept, a benign turn after it was
-    /// refused 22 times in 45 on the multi-turn suite at stop 13; see docs/eval-report.md).
+    /// refused 22 times in 45 on the multi-turn suite; see docs/eval-report.md).
     pub fn stays_in_context(self) -> bool {
         !self.by_guard()
     }

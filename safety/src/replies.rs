@@ -5,8 +5,8 @@
 //! judge it.
 //!
 //! Why: a head shown only users' messages has never seen a conversation in which the assistant
-//! has begun to answer. On replies it was out of its depth and saturated (stop 3's head scored
-//! most replies to benign-but-edgy questions at 1.0 and stopped them). Each checkpoint is
+//! has begun to answer. On replies such a head is out of its depth and saturates (it scores
+//! most replies to benign-but-edgy questions at 1.0 and stops them). Each checkpoint is
 //! labelled with its prompt's label: the reply to a harmful request belongs to a harmful
 //! conversation whatever it says so far, and the reply to a safe one is safe.
 

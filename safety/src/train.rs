@@ -109,7 +109,7 @@ pub fn default_spec() -> FeatureSpec {
         // Longer than nearly every training prompt, so the head learns whole messages; a longer
         // message is judged window by window. (`guard train --window 128` tries shorter
         // windows, in which a buried request fills more of the window that holds it:
-        // scripts/safety-data/pending/README.md, stop 19.)
+        // scripts/safety-data/pending/README.md.)
         window: 512,
     }
 }
@@ -117,7 +117,7 @@ pub fn default_spec() -> FeatureSpec {
 /// A conversation framed by another system prompt than the spec's (a feature's): riding on
 /// the chat in that feature, the guard reads states shaped by its prompt, so the head learns
 /// them too. Trained only on the default prompt, the head flagged a third of the texts users
-/// paste to summarize or rewrite (docs/adapters-report.md, stop 21).
+/// paste to summarize or rewrite (docs/adapters-report.md).
 #[derive(Clone, Debug)]
 pub struct Context {
     /// Its name in the training record (a feature's id).
@@ -167,7 +167,7 @@ pub struct TrainOptions {
     /// Also learn the chat model's replies to each context's own safe messages, read under its
     /// prompt, and keep the reply false-positive cap on each context's own dev replies apart:
     /// trained on replies to the chat's questions alone, the head stopped summaries and
-    /// rewrites (docs/adapters-report.md, stop 54). Needs `replies`.
+    /// rewrites (docs/adapters-report.md). Needs `replies`.
     pub context_replies: bool,
 }
 
@@ -176,8 +176,8 @@ impl TrainOptions {
         TrainOptions {
             data_dir,
             spec: default_spec(),
-            // 256 wide, 20 epochs: on the stop-8 data (with the short contrast questions) this
-            // scored best on dev, recall 0.969 at 7.9% false positives, against 0.939 for
+            // 256 wide, 20 epochs: on the training data with the short contrast questions
+            // this scored best on dev, recall 0.969 at 7.9% false positives, against 0.939 for
             // 256 x 10, 0.946 for 64 x 10 and 256 x 5, 0.959 for 512 x 10 and 0.854 linear.
             config: TrainConfig {
                 hidden: 256,
@@ -187,9 +187,9 @@ impl TrainOptions {
                 batch: 32,
                 safe_weight: 1.5,
                 seed: 7,
-                // Three seeds averaged: on the stop-11 data (before its last 196 harmful
-                // twins), dev recall 0.944 at 7.8% false positives against 0.935 for one
-                // (`--members 3` against `--members 1`).
+                // Three seeds averaged: on an earlier cut of the training data, dev recall
+                // 0.944 at 7.8% false positives against 0.935 for one (`--members 3` against
+                // `--members 1`).
                 members: 3,
             },
             // A quarter of the training prompts are also seen inside a jailbreak wrapper.
@@ -197,8 +197,8 @@ impl TrainOptions {
             buried_per_window: 0,
             // 8%, not 5%: under the direct-answer system prompt the chat model turns down far
             // fewer safe prompts on its own (2 of 65 dev safe prompts, against 8 of 66 told
-            // only to be "helpful": scripts/system-prompt-refusals.py with stop 5's head), so
-            // the guard may take more of the over-refusal budget.
+            // only to be "helpful": scripts/system-prompt-refusals.py), so the guard may take
+            // more of the over-refusal budget.
             // On dev this raised recall from 0.933 to 0.954 (at 7.7% false positives).
             max_dev_false_positive: 0.08,
             min_dev_recall: None,
@@ -565,8 +565,8 @@ pub fn pick_categories(
 /// Each text with its target (None = safe); a safe text longer than the guard's window becomes
 /// one item per window ([`training_windows`]). The live guard reads a long message window by
 /// window and the worst window decides, so each window of a benign text is a benign message to
-/// it, and a head that saw only short messages flags long prose (stop 13: 51 of 52 long benign
-/// texts refused). A long unsafe text is read by its last window: the long unsafe prompts in
+/// it, and a head that saw only short messages flags long prose (51 of 52 long benign texts
+/// refused). A long unsafe text is read by its last window: the long unsafe prompts in
 /// the data give their context first and ask last.
 fn labelled(reader: &Reader, items: &[LabelledText]) -> Result<Vec<(String, Option<Category>)>> {
     let mut out = Vec::with_capacity(items.len());
@@ -605,7 +605,7 @@ const MAX_WINDOWS_PER_TEXT: usize = 6;
 /// Copies of the windows of the long safe texts in `items` with one of the split's unsafe
 /// requests buried in each (at its start, middle or end in turn), labelled with the request's
 /// category, appended after the plain items. Trained on windows of benign prose alone, a head
-/// learns that prose windows are safe, a request inside them included (stop 14: a pipe-bomb
+/// learns that prose windows are safe, a request inside them included (a pipe-bomb
 /// request after 3,000 tokens of Alice in Wonderland scored 0.00006); these teach it the
 /// request, not the genre. Deterministic: the n-th window takes the request at a fixed stride
 /// through the split's short unsafe texts.

@@ -4,7 +4,7 @@
 //! Why a head of its own: the main head learned replies to short messages, read after the
 //! whole message. After a long pasted text the screen reads the reply on from the message's
 //! last window, a window of prose the main head calls unsafe, so it withdrew replies to one long
-//! benign text in seven (docs/eval-report.md, stop 25). Mixed into the parts head, the same
+//! benign text in seven (docs/eval-report.md). Mixed into the parts head, the same
 //! reply examples cost it on messages (dev: clean texts flagged 1 -> 4 of 64, texts with a
 //! request buried 62 -> 59 of 64; scripts/safety-data/pending/README.md), so replies get a head
 //! apart, reading the same taps.

@@ -153,7 +153,7 @@ fn on_its_own_session_the_guard_reads_long_messages_part_by_part() {
             .collect()
     };
     // Every fourth long text, in file order, for CI's time: each is a prefill of 1,000 to
-    // 3,000 tokens on the guard's session (all 52 at stop 53: none flagged).
+    // 3,000 tokens on the guard's session (all 52 read: none flagged).
     let long: Vec<_> = suite("long", Some("safe")).into_iter().step_by(4).collect();
     let short = suite("benign_everyday", None);
     let (long_flagged, short_flagged) = (flagged(&long), flagged(&short));
