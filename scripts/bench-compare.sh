@@ -48,7 +48,7 @@ for round in $(seq "$rounds"); do
     file_threads="$threads"
     [ "$model" = "$spec" ] || file_threads="${spec##*@}"
     for t in ${file_threads//,/ }; do
-      echo "bench-compare: round $round/$rounds, $model, $t threads" >&2
+      echo "bench-compare: round $round/$rounds, $model, threads=$t" >&2
       ref=$("$llama_bench" -m "$model" -t "$t" -p "$prompt" -n "$gen" -d "$depth" -r 1 -o jsonl 2>/dev/null)
       ours=$("$kostant" bench --model "$model" --threads "$t" --ctx $((depth + prompt + gen + 16)) \
         --prompt-tokens "$prompt" --gen-tokens "$gen" --depth "$depth" --repetitions 1 --json)
@@ -82,11 +82,12 @@ print("|---|---|--:|--:|--:|--:|--:|--:|--:|")
 for (file, t), r in runs.items():
     cells = [os.path.basename(file), r["format"], str(t)]
     for a, b in ((r["pp"], r["rpp"]), (r["tg"], r["rtg"])):
-        cells += [f"{mean(a):.1f}", f"{mean(b):.1f}", f"**{mean(a) / mean(b):.2f}x**"]
+        cells += [f"{mean(a):.1f}", f"{mean(b):.1f}", f"{mean(a) / mean(b):.2f}x"]
     print("| " + " | ".join(cells) + " |")
 print()
 print(f"tok/s are means of {len(rounds)} interleaved rounds (one repetition of each tool per round); "
-      f"ratio = kostant / llama.cpp. kostant's kernel path: "
+      f"ratio = kostant / llama.cpp; format = the type holding most of the layers' weight bytes. "
+      f"kostant's kernel path: "
       + ", ".join(f"`{k}`" for k in sorted(kernel_paths))
       + "; llama.cpp build " + ", ".join(f"`{b}`" for b in sorted(builds)) + ".")
 PY

@@ -86,11 +86,16 @@ trap 'rm -f "$block"' EXIT
     "is \`kostant synth --shape llama-3.2-3b --quant Q4_0\` (random weights, a real 3B's" \
     "shape and size). Absolute tok/s move with the machine's load; the ratios hold better," \
     "since both tools ran in turn on the same load."
+  [ "$threads_3b" = "$threads" ] || echo "The 3B file ran at $threads_3b threads only, to keep" \
+    "the run short."
 } > "$block"
 
 python3 - "$page" "$block" <<'PY'
-import sys
-page, block = sys.argv[1], open(sys.argv[2]).read().rstrip("\n")
+import sys, textwrap
+page, lines = sys.argv[1], open(sys.argv[2]).read().rstrip("\n").split("\n")
+# Table rows stay whole; the notes are wrapped like the rest of the page.
+block = "\n".join(l if l.startswith("|") else textwrap.fill(l, 100, break_long_words=False,
+                                                            break_on_hyphens=False) for l in lines)
 text = open(page).read()
 head, rest = text.split("<!-- table:begin -->\n", 1)
 _, tail = rest.split("<!-- table:end -->\n", 1)
