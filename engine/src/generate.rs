@@ -293,8 +293,8 @@ fn generate_riding(
         let logits = out.logits_mut(burst.row());
         if tokens.is_empty() {
             // A reply says something: an end token first would show the user an empty reply
-            // (the chat adapter once answered a long pasted text so: docs/eval-report.md,
-            // stop 40). The likeliest other token starts the reply instead.
+            // (see docs/eval-report.md for a long pasted text answered so). The likeliest
+            // other token starts the reply instead.
             for &s in &stop_ids {
                 if let Some(l) = logits.get_mut(s as usize) {
                     *l = f32::NEG_INFINITY;

@@ -103,8 +103,8 @@ fn kv_type_code(t: KvType) -> u8 {
     match t {
         KvType::F16 => 1,
         KvType::Q8_0 => 2,
-        // 3 was the Q4_0 cache before its blocks were stored rotated (stop 20): its rows
-        // would restore without error and attend wrongly, so it is refused below.
+        // 3 is an older Q4_0 layout whose blocks were not stored rotated: its rows would
+        // restore without error and attend wrongly, so it is refused below.
         KvType::Q4_0 => 4,
     }
 }
