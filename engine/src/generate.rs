@@ -12,6 +12,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::batch::{Batch, Outputs};
+use crate::model::Model;
 use crate::sampling::{Sampler, SamplingParams};
 use crate::session::Session;
 use crate::speculative::lookup::PromptLookup;
@@ -157,6 +158,7 @@ pub struct Riders<'a> {
 
 /// Runs one generation on `session`, calling `on_token(Some(id), text)` as each token arrives
 /// (and `on_token(None, tail)` if bytes of an unfinished character remain at the end).
+/// [`generate_with`] without riders.
 pub fn generate(
     session: &mut Session,
     req: &GenerateRequest,
@@ -166,7 +168,7 @@ pub fn generate(
     generate_with(session, req, cancel, Riders::default(), on_token)
 }
 
-/// [`generate`] with an [`Observer`] reading along: see [`generate_with`].
+/// [`generate_with`] with only an [`Observer`] riding along.
 pub fn generate_observed(
     session: &mut Session,
     req: &GenerateRequest,
@@ -181,7 +183,7 @@ pub fn generate_observed(
     generate_with(session, req, cancel, riders, on_token)
 }
 
-/// The generation loop. With an observer, each token is run through the model (and read)
+/// The one way to generate. With an observer, each token is run through the model (and read)
 /// before its text is passed on, so the last token costs one more step, and a token's text is
 /// passed on only once the observer has judged it (it may hold text back until a judgement
 /// covers several tokens). With a drafter, a token is run together with the tokens drafted to
@@ -196,106 +198,265 @@ pub fn generate_with(
     riders: Riders,
     on_token: impl FnMut(Option<u32>, &str),
 ) -> Result<Generation> {
-    // The session's own drafter, when one is attached, drafts in lookup's place; it goes back
-    // into the session however the generation ends.
+    let Riders {
+        observer,
+        drafter,
+        fixed_draft,
+    } = riders;
+    // Shorter borrows, so that they may live as long as the session's own drafter.
+    let observer: Option<&mut dyn Observer> = match observer {
+        Some(o) => Some(o),
+        None => None,
+    };
+    let given: Option<&mut dyn Drafter> = match drafter {
+        Some(d) => Some(d),
+        None => None,
+    };
+    // The session's own drafter goes back into the session however the generation ends.
     let mut attached = session.take_drafter();
+    let mut lookup = PromptLookup::default();
     let own: Option<&mut dyn Drafter> = match attached.as_mut() {
         Some(d) => Some(&mut **d),
         None => None,
     };
-    let result = generate_riding(session, req, cancel, riders, own, on_token);
+    let drafter = pick_drafter(given, req.speculation, own, &mut lookup);
+    let drafting = Drafting::new(drafter, fixed_draft);
+    let result = run(session, req, cancel, observer, drafting, on_token);
     session.set_drafter(attached);
     result
 }
 
-fn generate_riding(
-    session: &mut Session,
-    req: &GenerateRequest,
+/// Prefill, decode, finish.
+fn run<'a, F: FnMut(Option<u32>, &str)>(
+    session: &'a mut Session,
+    req: &'a GenerateRequest,
     cancel: &CancelHandle,
-    riders: Riders,
-    attached: Option<&mut dyn Drafter>,
-    mut on_token: impl FnMut(Option<u32>, &str),
+    observer: Option<&'a mut dyn Observer>,
+    drafting: Drafting,
+    on_token: F,
 ) -> Result<Generation> {
-    let Riders {
-        mut observer,
-        drafter,
-        fixed_draft,
-    } = riders;
-    let mut lookup = PromptLookup::default();
-    let mut drafter: Option<&mut dyn Drafter> = match (drafter, req.speculation) {
-        (Some(d), _) => Some(d),
-        (None, Speculation::Lookup) => Some(attached.unwrap_or(&mut lookup)),
-        (None, Speculation::Off) => None,
-    };
-    let mut sampler = Sampler::new(req.sampling.clone())?;
     let model = session.model().clone();
-    let tok = &model.tokenizer;
-    let stop_ids = tok.end_of_generation_ids();
-    let taps = observer.as_ref().map(|o| o.taps()).unwrap_or_default();
+    let mut run = Run::prefill(session, &model, req, observer, drafting, on_token)?;
+    let stop = run.decode(cancel)?;
+    Ok(run.finish(stop))
+}
 
-    let start = Instant::now();
-    let mut out = Outputs::new();
-    let reused = session.keep_prefix(&req.prompt)?;
-    session.decode(
-        &Batch::prompt(&req.prompt[reused..]).with_taps(&taps),
-        &mut out,
-    )?;
-    let prefill_ms = ms_since(start);
-    let mut stats = GenerationStats {
-        prompt_tokens: req.prompt.len(),
-        reused_tokens: reused,
-        prefill_ms,
-        prefill_tok_s: rate(req.prompt.len() - reused, prefill_ms),
-        ..Default::default()
-    };
-    let prompt_ok = match observer.as_mut() {
-        Some(o) => o.prompt(&req.prompt[reused..], out.states()).is_continue(),
-        None => true,
-    };
+/// The one place the drafter is chosen: the caller's, else for [`Speculation::Lookup`] the
+/// session's own (a draft model attached to it) or prompt lookup, else none.
+fn pick_drafter<'d>(
+    given: Option<&'d mut dyn Drafter>,
+    speculation: Speculation,
+    attached: Option<&'d mut dyn Drafter>,
+    lookup: &'d mut PromptLookup,
+) -> Option<&'d mut dyn Drafter> {
+    match (given, speculation) {
+        (Some(d), _) => Some(d),
+        (None, Speculation::Lookup) => Some(attached.unwrap_or(lookup)),
+        (None, Speculation::Off) => None,
+    }
+}
 
-    // Every text passed on goes through here, so the first one's time is known.
-    let mut first_shown: Option<f64> = None;
-    let mut on_token = |id: Option<u32>, text: &str| {
-        first_shown.get_or_insert_with(|| ms_since(start));
-        on_token(id, text)
-    };
-    let mut decoder = StreamDecoder::new(tok);
-    let mut reply = String::new();
-    let mut tokens = Vec::new();
-    let mut history = req.prompt.clone();
-    // Text the observer has read but not judged yet, with its token ids, in order.
-    let mut held: Vec<(u32, String)> = Vec::new();
-    let mut burst = Burst::default();
-    let mut policy = fixed_draft.map_or_else(DraftPolicy::default, DraftPolicy::fixed);
-    // A cheap drafter's guess for the next token while the policy drafts nothing, checked when
-    // that token is sampled.
-    let mut shadow: Option<u32> = None;
-    // Passes with a drafter at hand, for probing a costly drafter now and then.
-    let mut passes_run = 0usize;
-    let mut drafts = Vec::new();
-    let mut batch = Vec::new();
-    // One token's hidden states, cut out of a verification pass's rows.
-    let mut token_states: Vec<Vec<f32>> = Vec::new();
-    // Reply tokens plain decoding would have run by now: the session is cut back to them at
-    // the end (drafts run past them).
-    let mut ran = 0usize;
-    let decode_start = Instant::now();
-    let stop = loop {
-        if !prompt_ok {
-            break StopReason::Observer;
+/// Every text passed on goes through here, so the first one's time is known.
+struct Shown<F> {
+    on_token: F,
+    start: Instant,
+    first_ms: Option<f64>,
+}
+
+impl<F: FnMut(Option<u32>, &str)> Shown<F> {
+    fn show(&mut self, id: Option<u32>, text: &str) {
+        let start = self.start;
+        self.first_ms.get_or_insert_with(|| ms_since(start));
+        (self.on_token)(id, text)
+    }
+
+    /// Passes on the text held back until a judgement covered it, in order.
+    fn release(&mut self, held: &mut Vec<(u32, String)>) {
+        for (id, text) in held.drain(..) {
+            self.show(Some(id), &text);
         }
-        if cancel.is_cancelled() {
-            break StopReason::Cancelled;
+    }
+}
+
+/// The drafter and what decides how much it drafts, with the burst of drafts in flight.
+struct Drafting<'d> {
+    drafter: Option<&'d mut dyn Drafter>,
+    policy: DraftPolicy,
+    burst: Burst,
+    /// A cheap drafter's guess for the next token while the policy drafts nothing, checked
+    /// when that token is sampled.
+    shadow: Option<u32>,
+    /// Passes with a drafter at hand, for probing a costly drafter now and then.
+    passes_run: usize,
+    drafts: Vec<u32>,
+    /// The token to run and the drafts behind it: one pass's input.
+    batch: Vec<u32>,
+}
+
+impl<'d> Drafting<'d> {
+    fn new(drafter: Option<&'d mut dyn Drafter>, fixed_draft: Option<usize>) -> Self {
+        Drafting {
+            drafter,
+            policy: fixed_draft.map_or_else(DraftPolicy::default, DraftPolicy::fixed),
+            burst: Burst::default(),
+            shadow: None,
+            passes_run: 0,
+            drafts: Vec::new(),
+            batch: Vec::new(),
         }
-        if tokens.len() >= req.max_tokens {
-            break StopReason::MaxTokens;
+    }
+}
+
+/// One generation in progress, one method per stage: [`Run::prefill`], then [`Run::decode`]
+/// (each token: [`Run::sample`], [`Run::verify`] for the next pass, [`Run::observe`]), then
+/// [`Run::finish`].
+struct Run<'a, 'd, F> {
+    session: &'a mut Session,
+    req: &'a GenerateRequest,
+    observer: Option<&'a mut dyn Observer>,
+    drafting: Drafting<'d>,
+    shown: Shown<F>,
+    sampler: Sampler,
+    stop_ids: Vec<u32>,
+    taps: Vec<usize>,
+    n_embd: usize,
+    out: Outputs,
+    prompt_ok: bool,
+    decoder: StreamDecoder,
+    reply: String,
+    tokens: Vec<u32>,
+    /// The prompt and the reply so far.
+    history: Vec<u32>,
+    /// Text the observer has read but not judged yet, with its token ids, in order.
+    held: Vec<(u32, String)>,
+    /// One token's hidden states, cut out of a verification pass's rows.
+    token_states: Vec<Vec<f32>>,
+    /// Reply tokens plain decoding would have run by now: the session is cut back to them at
+    /// the end (drafts run past them).
+    ran: usize,
+    stats: GenerationStats,
+    start: Instant,
+    decode_start: Instant,
+}
+
+impl<'a, 'd, F: FnMut(Option<u32>, &str)> Run<'a, 'd, F> {
+    /// Runs the prompt (after the prefix the session already holds) and lets the observer
+    /// read it.
+    fn prefill(
+        session: &'a mut Session,
+        model: &Model,
+        req: &'a GenerateRequest,
+        mut observer: Option<&'a mut dyn Observer>,
+        drafting: Drafting<'d>,
+        on_token: F,
+    ) -> Result<Self> {
+        let sampler = Sampler::new(req.sampling.clone())?;
+        let taps = observer.as_ref().map(|o| o.taps()).unwrap_or_default();
+        let start = Instant::now();
+        let mut out = Outputs::new();
+        let reused = session.keep_prefix(&req.prompt)?;
+        session.decode(
+            &Batch::prompt(&req.prompt[reused..]).with_taps(&taps),
+            &mut out,
+        )?;
+        let prefill_ms = ms_since(start);
+        let stats = GenerationStats {
+            prompt_tokens: req.prompt.len(),
+            reused_tokens: reused,
+            prefill_ms,
+            prefill_tok_s: rate(req.prompt.len() - reused, prefill_ms),
+            ..Default::default()
+        };
+        let prompt_ok = match observer.as_mut() {
+            Some(o) => o.prompt(&req.prompt[reused..], out.states()).is_continue(),
+            None => true,
+        };
+        Ok(Run {
+            session,
+            req,
+            observer,
+            drafting,
+            shown: Shown {
+                on_token,
+                start,
+                first_ms: None,
+            },
+            sampler,
+            stop_ids: model.tokenizer.end_of_generation_ids(),
+            taps,
+            n_embd: model.hparams.n_embd,
+            out,
+            prompt_ok,
+            decoder: StreamDecoder::new(&model.tokenizer),
+            reply: String::new(),
+            tokens: Vec::new(),
+            history: req.prompt.clone(),
+            held: Vec::new(),
+            token_states: Vec::new(),
+            ran: 0,
+            stats,
+            start,
+            decode_start: Instant::now(),
+        })
+    }
+
+    /// Token after token until a reason to stop.
+    fn decode(&mut self, cancel: &CancelHandle) -> Result<StopReason> {
+        if !self.prompt_ok {
+            return Ok(StopReason::Observer);
         }
-        let logits = out.logits_mut(burst.row());
-        if tokens.is_empty() {
+        let max = self.req.max_tokens;
+        loop {
+            if cancel.is_cancelled() {
+                return Ok(StopReason::Cancelled);
+            }
+            if self.tokens.len() >= max {
+                return Ok(StopReason::MaxTokens);
+            }
+            let (id, verdict) = self.sample()?;
+            if self.stop_ids.contains(&id) {
+                return Ok(StopReason::EndOfTurn);
+            }
+            let full = self.req.prompt.len() + self.ran >= self.session.n_ctx();
+            // A token the observer cannot read is never shown.
+            if self.observer.is_some() && full {
+                return Ok(StopReason::ContextFull);
+            }
+            self.tokens.push(id);
+            self.history.push(id);
+            let text = self.decoder.push(id);
+            self.reply.push_str(&text);
+            if self.observer.is_none() {
+                self.shown.show(Some(id), &text);
+                if self.tokens.len() >= max {
+                    return Ok(StopReason::MaxTokens);
+                }
+                if full {
+                    return Ok(StopReason::ContextFull);
+                }
+            }
+            // The token's logits (and states) come from the last pass if it was drafted
+            // there; otherwise it runs now, with a new draft behind it.
+            if verdict != Verdict::Accepted {
+                self.verify(id, verdict)?;
+            }
+            self.ran += 1;
+            if let Some(stop) = self.observe(id, text) {
+                return Ok(stop);
+            }
+        }
+    }
+
+    /// Samples the next token from the last pass's row for it, and settles it against the
+    /// draft there: a rejected draft's rows leave the cache.
+    fn sample(&mut self) -> Result<(u32, Verdict)> {
+        let d = &mut self.drafting;
+        let logits = self.out.logits_mut(d.burst.row());
+        if self.tokens.is_empty() {
             // A reply says something: an end token first would show the user an empty reply
             // (see docs/eval-report.md for a long pasted text answered so). The likeliest
             // other token starts the reply instead.
-            for &s in &stop_ids {
+            for &s in &self.stop_ids {
                 if let Some(l) = logits.get_mut(s as usize) {
                     *l = f32::NEG_INFINITY;
                 }
@@ -304,163 +465,164 @@ fn generate_riding(
         // The repetition penalty reads the reply only: it is there to stop the model repeating
         // itself, and the prompt holds the user's own words, which proofread and rewrite must
         // keep (dev splits: scripts/adapters/README.md, "Repetition penalty").
-        let so_far = &history[req.prompt.len()..];
-        let id = match burst.pending() {
-            Some(d) => sampler.sample_or_accept(logits, so_far, d),
-            None => sampler.sample(logits, so_far),
+        let so_far = &self.history[self.req.prompt.len()..];
+        let id = match d.burst.pending() {
+            Some(p) => self.sampler.sample_or_accept(logits, so_far, p),
+            None => self.sampler.sample(logits, so_far),
         };
-        let verdict = burst.settle(id);
-        stats.accepted += usize::from(verdict == Verdict::Accepted);
+        let verdict = d.burst.settle(id);
+        self.stats.accepted += usize::from(verdict == Verdict::Accepted);
         if let Verdict::Rejected { rolled_back } = verdict {
             // Within the last pass, so the session keeps it (even a sliding-window layer's
             // ring holds the rows the last pass's queries saw).
-            let keep = session.tokens().len() - rolled_back;
-            if session.truncate(keep) != keep {
+            let keep = self.session.tokens().len() - rolled_back;
+            if self.session.truncate(keep) != keep {
                 return Err(EngineError::Model(format!(
                     "the kv cache could not roll back to position {keep}"
                 )));
             }
-            policy.update(burst.accepted() + rolled_back, burst.accepted());
+            d.policy
+                .update(d.burst.accepted() + rolled_back, d.burst.accepted());
         }
-        if let Some(guess) = shadow.take() {
-            policy.update(1, usize::from(guess == id));
+        if let Some(guess) = d.shadow.take() {
+            d.policy.update(1, usize::from(guess == id));
         }
-        if tokens.is_empty() {
-            stats.ttft_ms = ms_since(start);
+        if self.tokens.is_empty() {
+            self.stats.ttft_ms = ms_since(self.start);
         }
-        if stop_ids.contains(&id) {
-            break StopReason::EndOfTurn;
+        Ok((id, verdict))
+    }
+
+    /// Runs `id` with the tokens drafted to follow it in one pass, whose rows the next tokens
+    /// are sampled from (and checked against the drafts).
+    fn verify(&mut self, id: u32, verdict: Verdict) -> Result<()> {
+        let d = &mut self.drafting;
+        if d.burst.drafted() > 0 && verdict == Verdict::Undrafted {
+            d.policy.update(d.burst.drafted(), d.burst.accepted());
         }
-        let full = req.prompt.len() + ran >= session.n_ctx();
-        // A token the observer cannot read is never shown.
-        if observer.is_some() && full {
-            break StopReason::ContextFull;
-        }
-        tokens.push(id);
-        history.push(id);
-        let text = decoder.push(id);
-        reply.push_str(&text);
-        if observer.is_none() {
-            on_token(Some(id), &text);
-            if tokens.len() >= req.max_tokens {
-                break StopReason::MaxTokens;
-            }
-            if full {
-                break StopReason::ContextFull;
-            }
-        }
-        // The token's logits (and states) come from the last pass if it was drafted there;
-        // otherwise it runs now, with a new draft behind it.
-        if verdict != Verdict::Accepted {
-            if burst.drafted() > 0 && verdict == Verdict::Undrafted {
-                policy.update(burst.drafted(), burst.accepted());
-            }
-            drafts.clear();
-            if let Some(d) = drafter.as_mut() {
-                // Room for the drafts in the context, and no drafting past the budget.
-                let room = session.n_ctx() - session.tokens().len() - 1;
-                let budget = req.max_tokens - tokens.len();
-                let want = policy.get().min(room).min(budget);
-                passes_run += 1;
-                // A drafter that fails (a draft model out of room, say) costs the reply its
-                // speed, not its answer: decoding goes on plainly.
-                if want > 0 {
-                    let t = Instant::now();
-                    if d.draft(&history, want, &mut drafts).is_err() {
-                        drafts.clear();
-                        drafter = None;
-                    }
-                    policy.drafted(drafts.len(), ms_since(t));
-                    // Nothing follows an end of turn in this reply.
-                    let end = drafts.iter().position(|t| stop_ids.contains(t));
-                    drafts.truncate(end.map_or(want, |e| e + 1).min(want));
-                } else if budget > 0 && (d.is_cheap() || passes_run.is_multiple_of(PROBE_EVERY)) {
-                    // Keep the acceptance (and a costly drafter's time) measured while no
-                    // draft is verified, so the policy notices when drafting starts to pay.
-                    let t = Instant::now();
-                    if d.draft(&history, 1, &mut drafts).is_ok() {
-                        shadow = drafts.first().copied();
-                        policy.drafted(drafts.len(), ms_since(t));
-                    }
-                    drafts.clear();
-                }
-            }
-            batch.clear();
-            batch.push(id);
-            batch.extend_from_slice(&drafts);
-            let b = match drafts.len() {
-                0 => Batch::step(&batch[0]),
-                _ => Batch::verify(&batch),
-            };
-            let pass = Instant::now();
-            session.decode(&b.with_taps(&taps), &mut out)?;
-            policy.timed(batch.len(), ms_since(pass));
-            stats.passes += 1;
-            stats.drafted += drafts.len();
-            burst.start(&drafts);
-        }
-        ran += 1;
-        let Some(o) = observer.as_mut() else {
-            continue;
+        self.draft();
+        let d = &mut self.drafting;
+        d.batch.clear();
+        d.batch.push(id);
+        d.batch.extend_from_slice(&d.drafts);
+        let b = match d.drafts.len() {
+            0 => Batch::step(&d.batch[0]),
+            _ => Batch::verify(&d.batch),
         };
-        let states = match out.rows() {
-            1 => out.states(),
+        let pass = Instant::now();
+        self.session
+            .decode(&b.with_taps(&self.taps), &mut self.out)?;
+        d.policy.timed(d.batch.len(), ms_since(pass));
+        self.stats.passes += 1;
+        self.stats.drafted += d.drafts.len();
+        d.burst.start(&d.drafts);
+        Ok(())
+    }
+
+    /// Asks the drafter for as many tokens as pay by the policy (into `drafts`), or, while
+    /// none pay, for one guess now and then to keep the policy's estimates current.
+    fn draft(&mut self) {
+        let d = &mut self.drafting;
+        d.drafts.clear();
+        let Some(drafter) = d.drafter.as_mut() else {
+            return;
+        };
+        // Room for the drafts in the context, and no drafting past the budget.
+        let room = self.session.n_ctx() - self.session.tokens().len() - 1;
+        let budget = self.req.max_tokens - self.tokens.len();
+        let want = d.policy.get().min(room).min(budget);
+        d.passes_run += 1;
+        if want > 0 {
+            let t = Instant::now();
+            // A drafter that fails (a draft model out of room, say) costs the reply its
+            // speed, not its answer: decoding goes on plainly.
+            let failed = drafter.draft(&self.history, want, &mut d.drafts).is_err();
+            if failed {
+                d.drafts.clear();
+                d.drafter = None;
+            }
+            d.policy.drafted(d.drafts.len(), ms_since(t));
+            // Nothing follows an end of turn in this reply.
+            let end = d.drafts.iter().position(|t| self.stop_ids.contains(t));
+            d.drafts.truncate(end.map_or(want, |e| e + 1).min(want));
+        } else if budget > 0 && (drafter.is_cheap() || d.passes_run.is_multiple_of(PROBE_EVERY)) {
+            // Keep the acceptance (and a costly drafter's time) measured while no draft is
+            // verified, so the policy notices when drafting starts to pay.
+            let t = Instant::now();
+            if drafter.draft(&self.history, 1, &mut d.drafts).is_ok() {
+                d.shadow = d.drafts.first().copied();
+                d.policy.drafted(d.drafts.len(), ms_since(t));
+            }
+            d.drafts.clear();
+        }
+    }
+
+    /// Lets the observer read token `id` (its states from the pass that ran it) and shows,
+    /// holds or stops as it judges. `Some` is the reason to stop.
+    fn observe(&mut self, id: u32, text: String) -> Option<StopReason> {
+        let o = self.observer.as_mut()?;
+        let states = match self.out.rows() {
+            1 => self.out.states(),
             _ => {
-                cut_row(
-                    out.states(),
-                    burst.row(),
-                    model.hparams.n_embd,
-                    &mut token_states,
-                );
-                &token_states
+                let row = self.drafting.burst.row();
+                cut_row(self.out.states(), row, self.n_embd, &mut self.token_states);
+                &self.token_states
             }
         };
         match o.token(id, &text, states) {
-            Judgement::Stop => break StopReason::Observer,
+            Judgement::Stop => return Some(StopReason::Observer),
             Judgement::Hold => {
-                held.push((id, text));
-                stats.max_held_tokens = stats.max_held_tokens.max(held.len());
+                self.held.push((id, text));
+                self.stats.max_held_tokens = self.stats.max_held_tokens.max(self.held.len());
             }
             Judgement::Show => {
-                release(&mut held, &mut on_token);
-                on_token(Some(id), &text);
+                self.shown.release(&mut self.held);
+                self.shown.show(Some(id), &text);
             }
         }
-    };
-    // Drafts past what plain decoding would have run leave the cache.
-    session.truncate(req.prompt.len() + ran);
-    let mut stop = stop;
-    if let Some(o) = observer.as_mut() {
-        // The last held text is judged before anything of it is shown.
-        if prompt_ok && stop != StopReason::Observer {
-            match o.finish() {
-                Judgement::Show => release(&mut held, &mut on_token),
-                Judgement::Hold | Judgement::Stop => stop = StopReason::Observer,
+        None
+    }
+
+    /// Leaves the session as plain decoding would have, has the observer judge what it still
+    /// holds, and passes on the last bytes.
+    fn finish(mut self, mut stop: StopReason) -> Generation {
+        // Drafts past what plain decoding would have run leave the cache.
+        self.session.truncate(self.req.prompt.len() + self.ran);
+        if let Some(o) = self.observer.as_mut() {
+            // The last held text is judged before anything of it is shown.
+            if self.prompt_ok && stop != StopReason::Observer {
+                match o.finish() {
+                    Judgement::Show => self.shown.release(&mut self.held),
+                    Judgement::Hold | Judgement::Stop => stop = StopReason::Observer,
+                }
             }
         }
-    }
-    let tail = decoder.flush();
-    if !tail.is_empty() {
-        reply.push_str(&tail);
-        // The tail is bytes of tokens already judged: shown when they were.
-        if stop != StopReason::Observer {
-            on_token(None, &tail);
+        let tail = self.decoder.flush();
+        if !tail.is_empty() {
+            self.reply.push_str(&tail);
+            // The tail is bytes of tokens already judged: shown when they were.
+            if stop != StopReason::Observer {
+                self.shown.show(None, &tail);
+            }
+        }
+        let mut stats = self.stats;
+        let n = self.tokens.len();
+        stats.first_shown_ms = self.shown.first_ms.unwrap_or(0.0);
+        stats.generated_tokens = n;
+        stats.decode_ms = ms_since(self.decode_start);
+        // The first token comes from the prefill's logits, so decode speed counts the steps
+        // after it.
+        stats.decode_tok_s = rate(n.saturating_sub(1), stats.decode_ms);
+        if n == 0 {
+            stats.ttft_ms = ms_since(self.start);
+        }
+        Generation {
+            reply: self.reply,
+            tokens: self.tokens,
+            stop,
+            stats,
         }
     }
-    stats.first_shown_ms = first_shown.unwrap_or(0.0);
-    stats.generated_tokens = tokens.len();
-    stats.decode_ms = ms_since(decode_start);
-    // The first token comes from the prefill's logits, so decode speed counts the steps after it.
-    stats.decode_tok_s = rate(tokens.len().saturating_sub(1), stats.decode_ms);
-    if tokens.is_empty() {
-        stats.ttft_ms = ms_since(start);
-    }
-    Ok(Generation {
-        reply,
-        tokens,
-        stop,
-        stats,
-    })
 }
 
 /// Row `row` of each tap's (tokens, `width`) states, into `into` (one buffer per tap, reused).
@@ -469,12 +631,5 @@ fn cut_row(states: &[Vec<f32>], row: usize, width: usize, into: &mut Vec<Vec<f32
     for (all, one) in states.iter().zip(into.iter_mut()) {
         one.clear();
         one.extend_from_slice(&all[row * width..(row + 1) * width]);
-    }
-}
-
-/// Passes on the text held back until a judgement covered it, in order.
-fn release(held: &mut Vec<(u32, String)>, on_token: &mut impl FnMut(Option<u32>, &str)) {
-    for (id, text) in held.drain(..) {
-        on_token(Some(id), &text);
     }
 }
