@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use kostant_assets::ModelManifest;
 
-pub use kostant_app::installed_models::search_dirs;
+pub use kostant_app::assistant::installed_models::search_dirs;
 
 pub fn resolve(explicit: Option<&Path>) -> Result<PathBuf> {
     resolve_in(explicit, &search_dirs())

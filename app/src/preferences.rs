@@ -101,7 +101,7 @@ impl Preferences {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::chat::GenerationSettings;
+    use crate::assistant::responder::GenerationSettings;
 
     fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("kostant-prefs-{name}-{}", std::process::id()));

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use kostant_app::feature_adapters::FeatureAdapters;
+use kostant_app::assistant::feature_adapters::FeatureAdapters;
 use kostant_app::features::Feature;
 use kostant_engine::testing::{gemma3_model_path, real_model_path};
 use kostant_engine::{Model, Session};
@@ -134,7 +134,7 @@ fn plain_chat_runs_the_chats_adapter_and_a_prompt_of_ones_own_does_not() {
 
 #[test]
 fn the_apps_responder_runs_the_chats_adapter_on_a_plain_chat() {
-    use kostant_app::controllers::chat::{
+    use kostant_app::assistant::responder::{
         ContextOrigin, GenerationSettings, GuardedResponder, ReplyEvent, ReplyRequest, Responder,
     };
     use kostant_engine::{CancelHandle, Message, Role};

@@ -3,10 +3,11 @@
 //! new chat never inherits another chat's turns: conversations alternated across features get
 //! the replies they get alone, byte for byte, at temperature 0.
 
-use kostant_app::controllers::chat::{
-    ContextOrigin, Feature, GenerationSettings, GuardedResponder, ReplyEvent, ReplyOutcome,
-    ReplyRequest, Responder,
+use kostant_app::assistant::responder::{
+    ContextOrigin, GenerationSettings, GuardedResponder, ReplyEvent, ReplyOutcome, ReplyRequest,
+    Responder,
 };
+use kostant_app::features::Feature;
 use kostant_engine::testing::real_model_path;
 use kostant_engine::{CancelHandle, Message, Role};
 

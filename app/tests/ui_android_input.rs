@@ -10,7 +10,7 @@ use i_slint_backend_testing::ElementHandle;
 use kostant_app::android::events::{
     keycode, KeyChar, KeyMapper, Touch, TouchPhase, TouchTracker, Viewport,
 };
-use kostant_app::ui::{attach, AppRoot, PhoneApp};
+use kostant_app::ui::{attach, AppRoot, Page, PhoneApp};
 use slint::platform::WindowEvent;
 use slint::ComponentHandle;
 use ui_support::*;
@@ -119,7 +119,7 @@ fn taps_and_keys_from_android_drive_the_phone_layout() {
     // A tap on the History tab changes the page, and the composer goes with the chat screen:
     // the keyboard goes too.
     tap(&ui, &mut touch, &v, &find(&ui, "History"));
-    assert_eq!(ui.nav().get_page(), 1, "the tap opened History");
+    assert_eq!(ui.nav().get_page(), Page::History, "the tap opened History");
     assert!(!ui.keyboard().get_wanted());
     app.shutdown();
 }

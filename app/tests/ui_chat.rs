@@ -8,7 +8,7 @@ mod ui_support;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use kostant_app::ui::{AppRoot, DesktopApp};
+use kostant_app::ui::{AppRoot, DesktopApp, MessageRole, Page};
 use slint::{ComponentHandle, Model};
 use ui_support::*;
 
@@ -20,11 +20,11 @@ fn open(scratch: &Scratch) -> (DesktopApp, Rc<kostant_app::ui::App>) {
     open_greedy(ui, &scratch.data(), 24)
 }
 
-fn replies(ui: &DesktopApp) -> Vec<(String, String)> {
+fn replies(ui: &DesktopApp) -> Vec<(MessageRole, String)> {
     let m = ui.chat_state().get_messages();
     (0..m.row_count())
         .filter_map(|i| m.row_data(i))
-        .map(|r| (r.role.to_string(), r.text.to_string()))
+        .map(|r| (r.role, r.text.to_string()))
         .collect()
 }
 
@@ -106,10 +106,10 @@ fn chat_streams_stops_saves_survives_a_restart_and_deletes() {
     press(&ui, "History");
     assert!(exists(&ui, &title), "the conversation survives a restart");
     press(&ui, &format!("Open {QUESTION}"));
-    assert_eq!(ui.nav().get_page(), 0, "opening shows the chat");
+    assert_eq!(ui.nav().get_page(), Page::Chat, "opening shows the chat");
     let reopened = replies(&ui);
     assert_eq!(reopened.len(), 4);
-    assert_eq!(reopened[0], ("user".to_string(), QUESTION.to_string()));
+    assert_eq!(reopened[0], (MessageRole::User, QUESTION.to_string()));
     assert!(reopened[1].1.contains("Paris"));
 
     // Continue it, then delete it.

@@ -8,7 +8,7 @@ mod ui_support;
 
 use std::rc::Rc;
 
-use kostant_app::controllers::chat::{GuardedResponder, LoadResult, Responder};
+use kostant_app::assistant::responder::{GuardedResponder, LoadResult, Responder};
 use kostant_app::controllers::evals::{EvalSettings, EvalState};
 use kostant_app::ui::{attach, AppRoot, DesktopApp};
 use kostant_engine::testing::real_model_path;

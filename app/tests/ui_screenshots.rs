@@ -10,11 +10,16 @@ mod ui_support;
 use std::path::{Path, PathBuf};
 
 use kostant_app::controllers::evals::EvalSettings;
-use kostant_app::ui::{attach, AppConfig, AppRoot, DesktopApp, PhoneApp};
+use kostant_app::ui::{attach, AppConfig, AppRoot, DesktopApp, Page, PhoneApp};
 use slint::{ComponentHandle, Model};
 use ui_support::*;
 
-const PAGES: [(i32, &str); 4] = [(0, "chat"), (1, "history"), (2, "evals"), (3, "settings")];
+const PAGES: [(Page, &str); 4] = [
+    (Page::Chat, "chat"),
+    (Page::History, "history"),
+    (Page::Evals, "evals"),
+    (Page::Settings, "settings"),
+];
 
 fn out_dir(scratch: &Scratch) -> PathBuf {
     if std::env::var_os("KOSTANT_WRITE_SCREENSHOTS").is_some() {
@@ -92,7 +97,7 @@ fn tour<R: AppRoot>(
         });
     }
     assert!(last_value(ui, "Reply verdict").starts_with("Refused"));
-    ui.nav().set_page(2);
+    ui.nav().set_page(Page::Evals);
     press(ui, "Suite Everyday");
     press(ui, "Run evals");
     let w = ui.as_weak();
@@ -120,7 +125,7 @@ fn tour<R: AppRoot>(
         }
     }
     ui.theme().set_dark(false);
-    ui.nav().set_page(0);
+    ui.nav().set_page(Page::Chat);
 }
 
 #[test]

@@ -15,8 +15,8 @@ use slint::ComponentHandle;
 use super::bundle;
 use super::log;
 use super::platform::{AndroidPlatform, SharedPlatform};
-use crate::controllers::chat::guarded_factory;
-use crate::controllers::AppError;
+use crate::assistant::responder::guarded_factory;
+use crate::error::AppError;
 use crate::ui::{attach, restore_state, AppConfig, AppRoot, PhoneApp};
 
 // The symbol the android-activity glue looks up by name, so it cannot be mangled.

@@ -16,7 +16,7 @@ use kostant_engine::adapter::synth::{random_adapter, SynthAdapter};
 use kostant_engine::gguf::GgmlType;
 use kostant_engine::{ActiveAdapter, LoraAdapter, Model, Session};
 
-use kostant_app::feature_adapters::{FeatureAdapters, NoAdapter};
+use kostant_app::assistant::feature_adapters::{FeatureAdapters, NoAdapter};
 use kostant_app::features::Feature;
 
 use super::{load_model, ModelArgs};
@@ -185,7 +185,7 @@ fn list(args: ListArgs) -> Result<()> {
     let model = load_model(&args.model)?;
     let mut adapters = FeatureAdapters::new(model.clone());
     for feature in Feature::ALL {
-        let Some(shipped) = kostant_app::feature_adapters::builtin(feature)? else {
+        let Some(shipped) = kostant_app::assistant::feature_adapters::builtin(feature)? else {
             continue;
         };
         let e = &shipped.entry;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use kostant_app::feature_adapters::FeatureAdapters;
+use kostant_app::assistant::feature_adapters::FeatureAdapters;
 use kostant_app::features::Feature;
 use kostant_engine::{ActiveAdapter, CancelHandle, Model};
 use kostant_evals::feature_eval::{self, FeatureReport, FeatureRow, Task};

@@ -164,7 +164,7 @@ impl Chat {
     /// context, keeping the newest message; fails if even that does not fit.
     fn prompt(&mut self) -> Result<Vec<u32>, EngineError> {
         let n_ctx = self.session.as_ref().map_or(0, |s| s.n_ctx());
-        let (tokens, dropped) = kostant_app::controllers::chat::fit_prompt(
+        let (tokens, dropped) = kostant_app::assistant::prompt::fit_prompt(
             &self.model,
             self.system.as_deref(),
             &self.history,

@@ -22,7 +22,7 @@ use kostant_evals::{
     Skipped, SuiteName, SuiteSource,
 };
 
-use kostant_app::feature_adapters::{FeatureAdapters, NoAdapter};
+use kostant_app::assistant::feature_adapters::{FeatureAdapters, NoAdapter};
 use kostant_app::features::Feature;
 
 use super::guard::{load_guard_named, GuardArgs, HeadId};

@@ -424,8 +424,8 @@ fn feature_contexts(
 ) -> Result<Vec<TrainContext>> {
     use kostant_app::features::Feature;
     use kostant_evals::feature_eval::{load_split, Task};
-    let mut adapters =
-        replies_on.map(|m| kostant_app::feature_adapters::FeatureAdapters::new(m.clone()));
+    let mut adapters = replies_on
+        .map(|m| kostant_app::assistant::feature_adapters::FeatureAdapters::new(m.clone()));
     let mut out = Vec::new();
     for task in Task::ALL {
         let feature = Feature::parse(task.id()).map_err(anyhow::Error::msg)?;

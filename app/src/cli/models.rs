@@ -114,7 +114,9 @@ fn describe(path: &Path, manifest: &ModelManifest) -> serde_json::Value {
             row["supported"] = json!(true);
             row["quantization"] = json!(m.quantization());
             // What adapters and saved contexts are matched against (Model::fingerprint).
-            row["fingerprint"] = json!(kostant_app::feature_adapters::fingerprint_hex(&m));
+            row["fingerprint"] = json!(kostant_app::assistant::feature_adapters::fingerprint_hex(
+                &m
+            ));
         }
         Err(e) => {
             row["supported"] = json!(false);

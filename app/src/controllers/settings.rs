@@ -9,10 +9,11 @@ use std::sync::mpsc;
 use kostant_assets::{AdapterEntry, ModelEntry, ModelManifest};
 use kostant_engine::KvType;
 
-use super::chat::{GenerationSettings, ModelSummary};
 use super::Notify;
+use crate::assistant::installed_models::InstalledModel;
+use crate::assistant::notices::kv_words;
+use crate::assistant::responder::{GenerationSettings, ModelSummary};
 use crate::features::Feature;
-use crate::installed_models::InstalledModel;
 
 /// The sha256 check of the model file against the manifest.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,23 +60,6 @@ pub struct KvChoice {
     pub chosen: bool,
 }
 
-/// The chip's word for a cache type and what it does to the replies.
-pub fn kv_words(kv_type: KvType) -> (&'static str, &'static str) {
-    match kv_type {
-        KvType::F16 => ("Exact", "replies as the model gives them"),
-        // "Slower": the guard then reads on its own session (`Guard::rides_on`), which costs
-        // the default model's decode about a sixth (docs/eval-kv-types.md).
-        KvType::Q8_0 => (
-            "Compact",
-            "about half the memory; replies barely change and may come a little slower",
-        ),
-        KvType::Q4_0 => (
-            "Smallest",
-            "about a quarter of the memory; replies change noticeably and may come a little slower",
-        ),
-    }
-}
-
 /// A shipped feature adapter as Settings lists it: the feature and a line about the adapter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AdapterLine {
@@ -119,7 +103,7 @@ impl SettingsController {
     /// Lists the models beside `current` (else in the first models directory) on a thread;
     /// [`SettingsController::pump`] takes the list.
     pub fn list_models(&mut self, current: Option<&Path>, notify: Notify) {
-        let Some(dir) = crate::installed_models::models_dir(current) else {
+        let Some(dir) = crate::assistant::installed_models::models_dir(current) else {
             return;
         };
         let (tx, rx) = mpsc::channel();
@@ -127,7 +111,7 @@ impl SettingsController {
             .name("kostant-models".into())
             .spawn(move || {
                 // The receiver is gone only when the app is closing.
-                let _ = tx.send(crate::installed_models::list(&dir));
+                let _ = tx.send(crate::assistant::installed_models::list(&dir));
                 notify();
             });
         if spawned.is_ok() {
@@ -289,7 +273,7 @@ impl SettingsController {
     }
 
     /// The largest planned context of `kv_type` that fits the budget.
-    fn plan_for_budget(&self, kv_type: KvType) -> Option<super::chat::ContextPlan> {
+    fn plan_for_budget(&self, kv_type: KvType) -> Option<crate::assistant::responder::ContextPlan> {
         let budget = u64::from(self.memory_budget_mb) * 1024 * 1024;
         self.model
             .as_ref()?
@@ -455,7 +439,7 @@ fn manifest_entry(path: &Path) -> Option<ModelEntry> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::chat::ContextPlan;
+    use crate::assistant::responder::ContextPlan;
     use super::*;
 
     fn summary() -> ModelSummary {

@@ -8,11 +8,16 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use kostant_engine::CancelHandle;
-use kostant_safety::{policy, Category, StoppedBy};
+use kostant_safety::{policy, Category, StoppedBy, Verdict};
 
 use super::chat::*;
 use super::history::HistoryController;
+use super::message::MessageState;
 use super::{no_notify, AppError, SharedStore};
+use crate::assistant::notices::not_restored_notice;
+use crate::assistant::responder::*;
+use crate::assistant::worker::ModelState;
+use crate::features::Feature;
 use crate::history::{Role, Store};
 
 /// What the scripted responder does for one reply.
@@ -191,22 +196,19 @@ fn a_reply_streams_into_the_last_message_and_is_saved() {
     );
     c.send("  What is the capital of France?  ").unwrap();
     assert!(c.is_busy());
-    assert_eq!(
-        c.messages().last().unwrap().status,
-        MessageStatus::Streaming
-    );
+    assert_eq!(c.messages().last().unwrap().state, MessageState::Streaming);
     // The first event is one token: the reply grows before it is done.
     c.wait_event().unwrap();
     assert_eq!(c.messages()[1].text, "Par");
     assert!(c.is_busy());
     c.wait_idle().unwrap();
     assert_eq!(c.messages()[1].text, "Paris.");
-    assert_eq!(c.messages()[1].status, MessageStatus::Done);
+    assert_eq!(c.messages()[1].state, MessageState::SENT);
     assert_eq!(c.readout(), "TTFT 12 ms · 34.5 tok/s · 2 tokens");
     // The prompt carried the terminal chat's system prompt and the trimmed message.
     let req = &seen.lock().unwrap()[0];
     assert_eq!(req.system, policy::default_system_prompt());
-    assert_eq!(c.messages()[1].verdict, Some(Verdict::Answered));
+    assert_eq!(c.messages()[1].state.verdict(), Some(Verdict::Answered));
     assert_eq!(req.turns.len(), 1);
     assert_eq!(req.turns[0].content, "What is the capital of France?");
     // Saved: one conversation titled by the question, two messages.
@@ -229,9 +231,15 @@ fn stop_keeps_what_was_generated_and_marks_it_stopped() {
     );
     c.stop();
     c.wait_idle().unwrap();
-    assert_eq!(c.messages()[1].status, MessageStatus::Stopped);
+    assert_eq!(
+        c.messages()[1].state,
+        MessageState::Finished(Verdict::Stopped {
+            by: StoppedBy::User,
+            category: None
+        })
+    );
     assert_eq!(c.messages()[1].text, "partial");
-    assert_eq!(c.messages()[1].verdict.unwrap().caption(), "Stopped");
+    assert_eq!(c.messages()[1].state.caption(), "Stopped");
     assert!(!c.is_busy());
 }
 
@@ -321,21 +329,24 @@ fn a_withdrawn_reply_shows_the_notice_and_a_refusal_its_text() {
         c.wait_event().unwrap();
     }
     assert_eq!(c.messages()[1].text, policy::withdrawn_notice(weapons));
-    assert_eq!(c.messages()[1].status, MessageStatus::Withdrawn);
+    assert!(c.messages()[1].state.is_withdrawn());
     c.wait_idle().unwrap();
-    assert_eq!(c.messages()[1].status, MessageStatus::Withdrawn);
+    assert!(c.messages()[1].state.is_withdrawn());
     assert_eq!(c.messages()[1].text, policy::withdrawn_notice(weapons));
-    let caption = c.messages()[1].verdict.unwrap().caption();
+    let caption = c.messages()[1].state.caption();
     assert_eq!(caption, "Withdrawn · Indiscriminate weapons");
     c.send("and now?").unwrap();
     c.wait_idle().unwrap();
-    assert_eq!(c.messages()[3].status, MessageStatus::Refused);
+    assert!(matches!(
+        c.messages()[3].state,
+        MessageState::Finished(Verdict::Refused { .. })
+    ));
     assert_eq!(c.messages()[3].text, policy::refusal(weapons));
-    let caption = c.messages()[3].verdict.unwrap().caption();
+    let caption = c.messages()[3].state.caption();
     assert_eq!(caption, "Refused · Indiscriminate weapons");
     c.send("once more").unwrap();
     c.wait_idle().unwrap();
-    assert_eq!(c.messages()[5].status, MessageStatus::Failed);
+    assert_eq!(c.messages()[5].state, MessageState::Failed);
     assert_eq!(c.status(), Some("the model broke"));
     assert_eq!(c.copy_text(3).as_deref(), Some(policy::refusal(weapons)));
     assert_eq!(c.copy_text(99), None);
@@ -343,14 +354,17 @@ fn a_withdrawn_reply_shows_the_notice_and_a_refusal_its_text() {
     // Not confident in a category: the neutral texts, and a caption that names none.
     c.send("a benign question the guard flags").unwrap();
     c.wait_idle().unwrap();
-    assert_eq!(c.messages()[7].status, MessageStatus::Refused);
+    assert!(matches!(
+        c.messages()[7].state,
+        MessageState::Finished(Verdict::Refused { .. })
+    ));
     assert_eq!(c.messages()[7].text, policy::refusal(None));
-    assert_eq!(c.messages()[7].verdict.unwrap().caption(), "Refused");
+    assert_eq!(c.messages()[7].state.caption(), "Refused");
     c.send("another").unwrap();
     c.wait_idle().unwrap();
-    assert_eq!(c.messages()[9].status, MessageStatus::Withdrawn);
+    assert!(c.messages()[9].state.is_withdrawn());
     assert_eq!(c.messages()[9].text, policy::withdrawn_notice(None));
-    assert_eq!(c.messages()[9].verdict.unwrap().caption(), "Withdrawn");
+    assert_eq!(c.messages()[9].state.caption(), "Withdrawn");
 }
 
 #[test]
@@ -375,8 +389,11 @@ fn a_refused_or_withdrawn_exchange_stays_on_screen_but_leaves_the_models_context
     c.wait_idle().unwrap();
     // All ten messages are on screen.
     assert_eq!(c.messages().len(), 10);
-    assert_eq!(c.messages()[3].status, MessageStatus::Refused);
-    assert_eq!(c.messages()[5].status, MessageStatus::Withdrawn);
+    assert!(matches!(
+        c.messages()[3].state,
+        MessageState::Finished(Verdict::Refused { .. })
+    ));
+    assert!(c.messages()[5].state.is_withdrawn());
     // The model was sent the answered and the user-stopped exchanges, not the other two.
     let last = seen.lock().unwrap().last().unwrap().turns.clone();
     let texts: Vec<&str> = last.iter().map(|m| m.content.as_str()).collect();

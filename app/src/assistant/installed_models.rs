@@ -58,7 +58,7 @@ pub fn list(dir: &Path) -> Vec<InstalledModel> {
         .unwrap_or_default();
     files.sort();
     // A damaged head screens nothing: then no model can be used.
-    let guard = crate::guard_model::builtin_head().ok();
+    let guard = super::guard_model::builtin_head().ok();
     files
         .into_iter()
         .map(|p| describe(&p, guard.as_ref().map(|h| &h.info)))
@@ -83,9 +83,9 @@ pub fn describe_with(path: &Path, guard: Option<&HeadInfo>, dirs: &[PathBuf]) ->
         .map_err(|e| e.to_string())
         .and_then(|info| match guard {
             Some(head) if head.reads(&info.name, info.n_embd) => Ok((info, None)),
-            Some(head) => match crate::guard_model::guard_model_path_in(path, dirs) {
-                Some(_) => Ok((info, Some(crate::guard_model::guard_model_name(head)))),
-                None => Err(crate::guard_model::missing_guard_model(head)),
+            Some(head) => match super::guard_model::guard_model_path_in(path, dirs) {
+                Some(_) => Ok((info, Some(super::guard_model::guard_model_name(head)))),
+                None => Err(super::guard_model::missing_guard_model(head)),
             },
             None => Err("the built-in safety guard is damaged".into()),
         });
@@ -136,7 +136,7 @@ mod tests {
         // Without the default model beside it (or in a models directory), Gemma cannot be
         // screened, so it is not offered.
         std::fs::remove_file(dir.join(default_file)).unwrap();
-        let guard = crate::guard_model::builtin_head().unwrap().info;
+        let guard = crate::assistant::guard_model::builtin_head().unwrap().info;
         let alone = describe_with(&dir.join("c-gemma.gguf"), Some(&guard), &[]);
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(

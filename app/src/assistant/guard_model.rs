@@ -11,8 +11,8 @@ use kostant_engine::Model;
 use kostant_safety::head::{Head, HeadInfo};
 use kostant_safety::Guard;
 
-use crate::controllers::chat::shared_model;
-use crate::controllers::AppError;
+use super::model_cache::shared_model;
+use crate::error::AppError;
 
 /// The built-in head.
 pub fn builtin_head() -> Result<Head, AppError> {
@@ -36,7 +36,7 @@ pub fn guard_for(chat: &Arc<Model>, chat_path: &Path) -> Result<Guard, AppError>
 /// The file of the head's own model (the manifest's default model): beside the chat model
 /// first, then in the models directories. `None` when it is installed nowhere.
 pub fn guard_model_path(chat_path: &Path) -> Option<PathBuf> {
-    guard_model_path_in(chat_path, &crate::installed_models::search_dirs())
+    guard_model_path_in(chat_path, &super::installed_models::search_dirs())
 }
 
 /// [`guard_model_path`] searching `dirs` after the chat model's own directory.

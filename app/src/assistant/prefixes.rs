@@ -8,7 +8,7 @@
 
 use kostant_engine::{Batch, Message, Outputs, Role, Session};
 
-use super::AppError;
+use crate::error::AppError;
 
 /// Prefixes kept at once: the features' system prompts, with room to spare.
 const KEPT: usize = 8;
