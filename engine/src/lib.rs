@@ -12,6 +12,7 @@ pub mod error;
 pub mod generate;
 pub mod gguf;
 pub mod kv_cache;
+mod limits;
 pub mod model;
 pub mod sampling;
 pub mod session;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use crate::adapter::ActiveAdapter;
 use crate::batch::{Batch, LogitRows, Outputs};
 use crate::kv_cache::{piece_bytes, read_piece, KvCache, KvType, SnapshotHeader};
-use crate::model::{forward, Model, Pass, Workspace, PREFILL_CHUNK};
+use crate::limits::PREFILL_CHUNK;
+use crate::model::{forward, Model, Pass, Workspace};
 use crate::speculative::Drafter;
 use crate::{EngineError, Result};
 

@@ -27,7 +27,7 @@ use half::f16;
 use kostant_kernels::attention_q4::{KvBlockQ4_0, Q4_0_BLOCK};
 use kostant_kernels::attention_q8::{KvBlockQ8_0, Q8_0_BLOCK};
 
-use crate::model::PREFILL_CHUNK;
+use crate::limits::PREFILL_CHUNK;
 use crate::{EngineError, Result};
 
 mod snapshot;

@@ -16,13 +16,10 @@ pub(crate) use blocks::{Pass, Workspace};
 pub(crate) use forward::forward;
 pub use hparams::{Arch, HParams};
 
-/// Most tokens one forward pass runs: a longer prompt is run in chunks of this many, so the
-/// activations stay a few megabytes whatever its length.
-pub(crate) const PREFILL_CHUNK: usize = 512;
-
 use crate::chat_template::ChatTemplate;
 use crate::gguf::Gguf;
 use crate::kv_cache::{KvCache, KvType};
+use crate::limits::PREFILL_CHUNK;
 use crate::tokenizer::Tokenizer;
 use crate::{EngineError, Result};
 use weights::ModelWeights;
