@@ -17,7 +17,7 @@ pub mod model;
 pub mod sampling;
 pub mod session;
 pub mod speculative;
-#[doc(hidden)]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tokenizer;
 

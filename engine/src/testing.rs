@@ -1,6 +1,6 @@
 //! Tiny random-weight models written as real GGUF files, for fast hermetic tests here and in
 //! the crates above (they exercise the same loader, tokenizer and forward pass as a real model).
-//! Not part of the engine's API for users.
+//! Behind the `testing` feature: not part of the engine's API for users.
 
 use kostant_kernels::{quantize_row, GgmlType};
 use rand::rngs::SmallRng;
@@ -104,10 +104,40 @@ pub fn tiny_model_bytes(spec: &TinySpec) -> Result<Vec<u8>> {
     let mut rng = SmallRng::seed_from_u64(spec.seed);
     let (tokens, types, merges) = vocab();
     let n_vocab = tokens.len();
-    let hd = spec.head_dim.unwrap_or(spec.n_embd / spec.n_head);
-    let (q_dim, kv_dim) = (spec.n_head * hd, spec.n_head_kv * hd);
-    let p = spec.arch;
     let mut w = GgufWriter::new();
+    write_hparams(&mut w, spec);
+    write_tokenizer(&mut w, tokens, types, merges);
+    w.tensor(
+        "token_embd.weight",
+        &[spec.n_embd, n_vocab],
+        spec.embd_type,
+        random_matrix(&mut rng, n_vocab, spec.n_embd, spec.embd_type, 1.0)?,
+    );
+    for i in 0..spec.n_layer {
+        write_layer(&mut w, &mut rng, spec, i)?;
+    }
+    w.tensor(
+        "output_norm.weight",
+        &[spec.n_embd],
+        GgmlType::F32,
+        norm_weights(&mut rng, spec.n_embd),
+    );
+    w.to_bytes()
+}
+
+/// Head width: the spec's, else implied by the embedding width.
+fn head_dim(spec: &TinySpec) -> usize {
+    spec.head_dim.unwrap_or(spec.n_embd / spec.n_head)
+}
+
+/// A norm's weights, near 1.
+fn norm_weights(rng: &mut SmallRng, n: usize) -> Vec<u8> {
+    f32_bytes(&(0..n).map(|_| rng.gen_range(0.8..1.2)).collect::<Vec<_>>())
+}
+
+/// The architecture's hyperparameters, under its own key prefix.
+fn write_hparams(w: &mut GgufWriter, spec: &TinySpec) {
+    let p = spec.arch;
     let u32v = |v: usize| Value::U32(v as u32);
     w.metadata("general.architecture", Value::String(p.into()))
         .metadata("general.name", Value::String("tiny test model".into()))
@@ -135,6 +165,10 @@ pub fn tiny_model_bytes(spec: &TinySpec) -> Result<Vec<u8>> {
             u32v(spec.sliding_window),
         );
     }
+}
+
+/// A byte-level BPE tokenizer over [`vocab`], ChatML's control tokens as bos and eos.
+fn write_tokenizer(w: &mut GgufWriter, tokens: Vec<String>, types: Vec<i32>, merges: Vec<String>) {
     w.metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
         .metadata("tokenizer.ggml.pre", Value::String("smollm".into()))
         .metadata(
@@ -152,107 +186,83 @@ pub fn tiny_model_bytes(spec: &TinySpec) -> Result<Vec<u8>> {
         .metadata("tokenizer.ggml.bos_token_id", Value::U32(1))
         .metadata("tokenizer.ggml.eos_token_id", Value::U32(2))
         .metadata("tokenizer.ggml.add_bos_token", Value::Bool(false));
+}
 
-    w.tensor(
-        "token_embd.weight",
-        &[spec.n_embd, n_vocab],
-        spec.embd_type,
-        random_matrix(&mut rng, n_vocab, spec.n_embd, spec.embd_type, 1.0)?,
-    );
-    let norm = |rng: &mut SmallRng, n: usize| {
-        f32_bytes(&(0..n).map(|_| rng.gen_range(0.8..1.2)).collect::<Vec<_>>())
-    };
+/// Layer `i`: attention (with the architecture's extra biases and norms), then the
+/// feed-forward block, each random matrix drawn in the order a reader lists them.
+fn write_layer(w: &mut GgufWriter, rng: &mut SmallRng, spec: &TinySpec, i: usize) -> Result<()> {
+    let p = spec.arch;
+    let hd = head_dim(spec);
+    let (q_dim, kv_dim) = (spec.n_head * hd, spec.n_head_kv * hd);
+    let n = |x: &str| format!("blk.{i}.{x}");
+    let mt = spec.matrix_type;
     let s = 0.3;
-    for i in 0..spec.n_layer {
-        let n = |x: &str| format!("blk.{i}.{x}");
-        let mt = spec.matrix_type;
+    let e = spec.n_embd;
+    w.tensor(
+        &n("attn_norm.weight"),
+        &[e],
+        GgmlType::F32,
+        norm_weights(rng, e),
+    );
+    for (name, rows) in [
+        ("attn_q.weight", q_dim),
+        ("attn_k.weight", kv_dim),
+        ("attn_v.weight", kv_dim),
+    ] {
         w.tensor(
-            &n("attn_norm.weight"),
-            &[spec.n_embd],
-            GgmlType::F32,
-            norm(&mut rng, spec.n_embd),
-        );
-        w.tensor(
-            &n("attn_q.weight"),
-            &[spec.n_embd, q_dim],
+            &n(name),
+            &[e, rows],
             mt,
-            random_matrix(&mut rng, q_dim, spec.n_embd, mt, s)?,
+            random_matrix(rng, rows, e, mt, s)?,
         );
-        w.tensor(
-            &n("attn_k.weight"),
-            &[spec.n_embd, kv_dim],
-            mt,
-            random_matrix(&mut rng, kv_dim, spec.n_embd, mt, s)?,
-        );
-        w.tensor(
-            &n("attn_v.weight"),
-            &[spec.n_embd, kv_dim],
-            mt,
-            random_matrix(&mut rng, kv_dim, spec.n_embd, mt, s)?,
-        );
-        if spec.qkv_bias {
-            for (name, len) in [
-                ("attn_q.bias", q_dim),
-                ("attn_k.bias", kv_dim),
-                ("attn_v.bias", kv_dim),
-            ] {
-                let b: Vec<f32> = (0..len).map(|_| rng.gen_range(-0.1..0.1)).collect();
-                w.tensor(&n(name), &[len], GgmlType::F32, f32_bytes(&b));
-            }
+    }
+    if spec.qkv_bias {
+        for (name, len) in [
+            ("attn_q.bias", q_dim),
+            ("attn_k.bias", kv_dim),
+            ("attn_v.bias", kv_dim),
+        ] {
+            let b: Vec<f32> = (0..len).map(|_| rng.gen_range(-0.1..0.1)).collect();
+            w.tensor(&n(name), &[len], GgmlType::F32, f32_bytes(&b));
         }
-        if matches!(p, "qwen3" | "gemma3") {
-            for name in ["attn_q_norm.weight", "attn_k_norm.weight"] {
-                w.tensor(&n(name), &[hd], GgmlType::F32, norm(&mut rng, hd));
-            }
+    }
+    if matches!(p, "qwen3" | "gemma3") {
+        for name in ["attn_q_norm.weight", "attn_k_norm.weight"] {
+            w.tensor(&n(name), &[hd], GgmlType::F32, norm_weights(rng, hd));
         }
-        if p == "gemma3" {
-            for name in ["post_attention_norm.weight", "post_ffw_norm.weight"] {
-                w.tensor(
-                    &n(name),
-                    &[spec.n_embd],
-                    GgmlType::F32,
-                    norm(&mut rng, spec.n_embd),
-                );
-            }
+    }
+    if p == "gemma3" {
+        for name in ["post_attention_norm.weight", "post_ffw_norm.weight"] {
+            w.tensor(&n(name), &[e], GgmlType::F32, norm_weights(rng, e));
         }
+    }
+    w.tensor(
+        &n("attn_output.weight"),
+        &[q_dim, e],
+        mt,
+        random_matrix(rng, e, q_dim, mt, s)?,
+    );
+    w.tensor(
+        &n("ffn_norm.weight"),
+        &[e],
+        GgmlType::F32,
+        norm_weights(rng, e),
+    );
+    for name in ["ffn_gate.weight", "ffn_up.weight"] {
         w.tensor(
-            &n("attn_output.weight"),
-            &[q_dim, spec.n_embd],
+            &n(name),
+            &[e, spec.n_ff],
             mt,
-            random_matrix(&mut rng, spec.n_embd, q_dim, mt, s)?,
-        );
-        w.tensor(
-            &n("ffn_norm.weight"),
-            &[spec.n_embd],
-            GgmlType::F32,
-            norm(&mut rng, spec.n_embd),
-        );
-        w.tensor(
-            &n("ffn_gate.weight"),
-            &[spec.n_embd, spec.n_ff],
-            mt,
-            random_matrix(&mut rng, spec.n_ff, spec.n_embd, mt, s)?,
-        );
-        w.tensor(
-            &n("ffn_up.weight"),
-            &[spec.n_embd, spec.n_ff],
-            mt,
-            random_matrix(&mut rng, spec.n_ff, spec.n_embd, mt, s)?,
-        );
-        w.tensor(
-            &n("ffn_down.weight"),
-            &[spec.n_ff, spec.n_embd],
-            mt,
-            random_matrix(&mut rng, spec.n_embd, spec.n_ff, mt, s)?,
+            random_matrix(rng, spec.n_ff, e, mt, s)?,
         );
     }
     w.tensor(
-        "output_norm.weight",
-        &[spec.n_embd],
-        GgmlType::F32,
-        norm(&mut rng, spec.n_embd),
+        &n("ffn_down.weight"),
+        &[spec.n_ff, e],
+        mt,
+        random_matrix(rng, e, spec.n_ff, mt, s)?,
     );
-    w.to_bytes()
+    Ok(())
 }
 
 /// The real default model for tests: `KOSTANT_MODEL`, else `models/` at the workspace root.
