@@ -16,6 +16,7 @@ pub mod peft;
 mod side_path;
 pub mod synth;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -114,67 +115,8 @@ impl LoraAdapter {
 
     /// [`LoraAdapter::load`] of a parsed file; `fallback_name` names it when its metadata does not.
     pub fn from_gguf(file: Gguf, fallback_name: &str, model: &Model) -> Result<Arc<LoraAdapter>> {
-        let text = |key: &str| file.get_str_opt(key).map_err(|e| bad(e.to_string()));
-        match text("general.type")? {
-            Some("adapter") => {}
-            Some(other) => {
-                return Err(bad(format!(
-                    "general.type is {other:?}: this file is not an adapter"
-                )))
-            }
-            None => return Err(bad("general.type is missing: this file is not an adapter")),
-        }
-        match text("adapter.type")? {
-            Some("lora") => {}
-            other => {
-                return Err(bad(format!(
-                    "adapter.type is {other:?}; only \"lora\" adapters are supported"
-                )))
-            }
-        }
-        let name = short_name(
-            text("general.name")?
-                .filter(|n| !n.is_empty())
-                .unwrap_or(fallback_name),
-        );
-        let base_arch = model.hparams.arch.name();
-        let arch = text("general.architecture")?.unwrap_or("");
-        if arch != base_arch {
-            return Err(bad(format!(
-                "adapter {name:?} is for the architecture {arch:?}, but the model {:?} is {base_arch:?}",
-                model.name()
-            )));
-        }
-        let alpha = file
-            .get_f32_opt("adapter.lora.alpha")
-            .map_err(|e| bad(e.to_string()))?
-            .unwrap_or(0.0);
-        if !alpha.is_finite() {
-            return Err(bad(format!("adapter.lora.alpha is {alpha}")));
-        }
-
-        let mut halves: std::collections::BTreeMap<&str, [Option<usize>; 2]> = Default::default();
-        let mut ignored = Vec::new();
-        for (i, t) in file.tensors().iter().enumerate() {
-            if let Some(base) = t.name.strip_suffix(".lora_a") {
-                halves.entry(base).or_default()[0] = Some(i);
-            } else if let Some(base) = t.name.strip_suffix(".lora_b") {
-                halves.entry(base).or_default()[1] = Some(i);
-            } else if t.name.ends_with("_norm.weight") {
-                // llama.cpp skips adapters' norm vectors too; applying them here would make
-                // our outputs differ from every other runtime's.
-                ignored.push(t.name.clone());
-            } else {
-                return Err(bad(format!(
-                    "tensor {}: not a LoRA tensor (names end in .lora_a or .lora_b)",
-                    t.name
-                )));
-            }
-        }
-        if halves.is_empty() {
-            return Err(bad(format!("adapter {name:?} holds no LoRA tensors")));
-        }
-
+        let (name, alpha) = read_header(&file, fallback_name, model)?;
+        let (halves, ignored) = pair_up(&file, &name)?;
         let mut pairs = vec![None; model.weights.n_slots()];
         for (target, [a, b]) in halves {
             let (Some(a), Some(b)) = (a, b) else {
@@ -182,62 +124,7 @@ impl LoraAdapter {
                     "{target}: lora_a and lora_b must both be present"
                 )));
             };
-            let slot = linear_slot(model, target).ok_or_else(|| {
-                bad(if target == "token_embd.weight" {
-                    "adapters on the token embedding are not supported".to_string()
-                } else {
-                    format!(
-                        "{target} is not a matrix of the model {:?} an adapter can target \
-                         (hint: an adapter for another base model?)",
-                        model.name()
-                    )
-                })
-            })?;
-            let w = model.weights.slot(slot);
-            let (a, b) = (&file.tensors()[a], &file.tensors()[b]);
-            for t in [a, b] {
-                if !ADAPTER_TYPES.contains(&t.ty) {
-                    return Err(bad(format!(
-                        "tensor {}: type {} is not supported in adapters (F32, F16, BF16 are)",
-                        t.name,
-                        t.ty.name()
-                    )));
-                }
-                if t.dims.len() != 2 {
-                    return Err(bad(format!(
-                        "tensor {}: expected 2 dimensions, got {:?}",
-                        t.name, t.dims
-                    )));
-                }
-            }
-            // ggml dims: W [cols, rows], A [cols, r], B [r, rows] (llama.cpp's shape rules).
-            let rank = a.dims[1];
-            if a.dims[0] != w.cols || b.dims[1] != w.rows || b.dims[0] != rank {
-                return Err(bad(format!(
-                    "{target}: lora_a {:?} and lora_b {:?} do not fit the model's matrix [{}, {}] \
-                     (hint: an adapter for another base model?)",
-                    a.dims, b.dims, w.cols, w.rows
-                )));
-            }
-            if rank == 0 || rank > MAX_RANK {
-                return Err(bad(format!(
-                    "{target}: rank {rank} (1 to {MAX_RANK} allowed)"
-                )));
-            }
-            let tensor = |t: &crate::gguf::TensorInfo| TensorRef {
-                ty: t.ty,
-                offset: t.offset,
-                size: t.size,
-                rows: t.rows(),
-                cols: t.cols(),
-                packed: None,
-                slot: None,
-            };
-            let pair = LoraPair {
-                a: tensor(a),
-                b: tensor(b),
-                rank,
-            };
+            let (slot, pair) = check_pair(&file, model, target, a, b)?;
             check_finite(&file, &pair, target)?;
             pairs[slot] = Some(pair);
         }
@@ -363,4 +250,146 @@ fn check_finite(file: &Gguf, pair: &LoraPair, target: &str) -> Result<()> {
 fn fingerprint(file: &Gguf) -> [u8; 32] {
     use sha2::{Digest, Sha256};
     Sha256::digest(file.bytes()).into()
+}
+
+/// The adapter's metadata: that it is a LoRA adapter for the model's architecture, its name
+/// and its alpha.
+fn read_header(file: &Gguf, fallback_name: &str, model: &Model) -> Result<(String, f32)> {
+    let text = |key: &str| file.get_str_opt(key).map_err(|e| bad(e.to_string()));
+    match text("general.type")? {
+        Some("adapter") => {}
+        Some(other) => {
+            return Err(bad(format!(
+                "general.type is {other:?}: this file is not an adapter"
+            )))
+        }
+        None => return Err(bad("general.type is missing: this file is not an adapter")),
+    }
+    match text("adapter.type")? {
+        Some("lora") => {}
+        other => {
+            return Err(bad(format!(
+                "adapter.type is {other:?}; only \"lora\" adapters are supported"
+            )))
+        }
+    }
+    let name = short_name(
+        text("general.name")?
+            .filter(|n| !n.is_empty())
+            .unwrap_or(fallback_name),
+    );
+    let base_arch = model.hparams.arch.name();
+    let arch = text("general.architecture")?.unwrap_or("");
+    if arch != base_arch {
+        return Err(bad(format!(
+            "adapter {name:?} is for the architecture {arch:?}, but the model {:?} is {base_arch:?}",
+            model.name()
+        )));
+    }
+    let alpha = file
+        .get_f32_opt("adapter.lora.alpha")
+        .map_err(|e| bad(e.to_string()))?
+        .unwrap_or(0.0);
+    if !alpha.is_finite() {
+        return Err(bad(format!("adapter.lora.alpha is {alpha}")));
+    }
+    Ok((name, alpha))
+}
+
+/// Indices of each targeted matrix's A and B tensors, by the matrix's name.
+type Halves<'f> = BTreeMap<&'f str, [Option<usize>; 2]>;
+
+/// The file's tensors as (A, B) halves by the base matrix they target, and the norm vectors
+/// that are skipped.
+fn pair_up<'f>(file: &'f Gguf, name: &str) -> Result<(Halves<'f>, Vec<String>)> {
+    let mut halves: Halves = Default::default();
+    let mut ignored = Vec::new();
+    for (i, t) in file.tensors().iter().enumerate() {
+        if let Some(base) = t.name.strip_suffix(".lora_a") {
+            halves.entry(base).or_default()[0] = Some(i);
+        } else if let Some(base) = t.name.strip_suffix(".lora_b") {
+            halves.entry(base).or_default()[1] = Some(i);
+        } else if t.name.ends_with("_norm.weight") {
+            // llama.cpp skips adapters' norm vectors too; applying them here would make
+            // our outputs differ from every other runtime's.
+            ignored.push(t.name.clone());
+        } else {
+            return Err(bad(format!(
+                "tensor {}: not a LoRA tensor (names end in .lora_a or .lora_b)",
+                t.name
+            )));
+        }
+    }
+    if halves.is_empty() {
+        return Err(bad(format!("adapter {name:?} holds no LoRA tensors")));
+    }
+    Ok((halves, ignored))
+}
+
+/// Tensors `a` and `b` (indices into the file's tensors) as the pair on `target`: a matrix
+/// of the model, types the kernels multiply, shapes that fit it, a rank within bounds.
+fn check_pair(
+    file: &Gguf,
+    model: &Model,
+    target: &str,
+    a: usize,
+    b: usize,
+) -> Result<(usize, LoraPair)> {
+    let slot = linear_slot(model, target).ok_or_else(|| {
+        bad(if target == "token_embd.weight" {
+            "adapters on the token embedding are not supported".to_string()
+        } else {
+            format!(
+                "{target} is not a matrix of the model {:?} an adapter can target \
+                 (hint: an adapter for another base model?)",
+                model.name()
+            )
+        })
+    })?;
+    let w = model.weights.slot(slot);
+    let (a, b) = (&file.tensors()[a], &file.tensors()[b]);
+    for t in [a, b] {
+        if !ADAPTER_TYPES.contains(&t.ty) {
+            return Err(bad(format!(
+                "tensor {}: type {} is not supported in adapters (F32, F16, BF16 are)",
+                t.name,
+                t.ty.name()
+            )));
+        }
+        if t.dims.len() != 2 {
+            return Err(bad(format!(
+                "tensor {}: expected 2 dimensions, got {:?}",
+                t.name, t.dims
+            )));
+        }
+    }
+    // ggml dims: W [cols, rows], A [cols, r], B [r, rows] (llama.cpp's shape rules).
+    let rank = a.dims[1];
+    if a.dims[0] != w.cols || b.dims[1] != w.rows || b.dims[0] != rank {
+        return Err(bad(format!(
+            "{target}: lora_a {:?} and lora_b {:?} do not fit the model's matrix [{}, {}] \
+             (hint: an adapter for another base model?)",
+            a.dims, b.dims, w.cols, w.rows
+        )));
+    }
+    if rank == 0 || rank > MAX_RANK {
+        return Err(bad(format!(
+            "{target}: rank {rank} (1 to {MAX_RANK} allowed)"
+        )));
+    }
+    let tensor = |t: &crate::gguf::TensorInfo| TensorRef {
+        ty: t.ty,
+        offset: t.offset,
+        size: t.size,
+        rows: t.rows(),
+        cols: t.cols(),
+        packed: None,
+        slot: None,
+    };
+    let pair = LoraPair {
+        a: tensor(a),
+        b: tensor(b),
+        rank,
+    };
+    Ok((slot, pair))
 }

@@ -119,7 +119,6 @@ impl HParams {
             None => token_count,
         };
 
-        let bad = |what: String| Err(EngineError::Model(what));
         if n_head == 0 || n_head_kv == 0 || n_embd == 0 || n_layer == 0 || n_ff == 0 {
             return bad(format!(
                 "zero-sized hyper-parameter (embd {n_embd}, layers {n_layer}, heads {n_head}/{n_head_kv}, ff {n_ff})"
@@ -135,27 +134,7 @@ impl HParams {
                 "{n_head} heads do not group evenly over {n_head_kv} kv heads"
             ));
         }
-        // Qwen3 and Gemma 3 give the head width outright; older files imply it.
-        let key_length = g.get_u32_opt(&key("attention.key_length"))?;
-        let value_length = g.get_u32_opt(&key("attention.value_length"))?;
-        let head_dim = match key_length {
-            Some(v) => v as usize,
-            None if n_embd % n_head == 0 => n_embd / n_head,
-            None => {
-                return bad(format!(
-                    "{n_embd} embedding dims do not split into {n_head} heads"
-                ))
-            }
-        };
-        if value_length.is_some_and(|v| v as usize != head_dim) {
-            return bad(format!(
-                "key heads {head_dim} wide but value heads {} wide (unsupported)",
-                value_length.unwrap_or(0)
-            ));
-        }
-        if head_dim == 0 || head_dim % 2 != 0 || head_dim > 1024 || n_head * head_dim > MAX_DIM {
-            return bad(format!("unsupported head dimension {head_dim}"));
-        }
+        let head_dim = head_dim(g, p, n_embd, n_head)?;
         let rope_dims = g
             .get_u32_opt(&key("rope.dimension_count"))?
             .map(|v| v as usize)
@@ -176,48 +155,14 @@ impl HParams {
             ));
         }
 
-        let rope_freq_scale = match g.get_str_opt(&key("rope.scaling.type"))? {
-            None | Some("none") => 1.0,
-            // Llama 3 scaling is carried by the rope_freqs tensor, not by a position scale.
-            Some("llama3") => 1.0,
-            Some("linear") => {
-                let factor = g.get_f32_opt(&key("rope.scaling.factor"))?.unwrap_or(1.0);
-                if !(factor.is_finite() && factor > 0.0) {
-                    return bad(format!("bad rope scaling factor {factor}"));
-                }
-                1.0 / factor
-            }
-            Some(other) => return bad(format!("unsupported rope scaling type {other:?}")),
-        };
+        let rope_freq_scale = rope_freq_scale(g, p)?;
 
-        let n_swa = match arch {
-            Arch::Gemma3 => g
-                .get_u32_opt(&key("attention.sliding_window"))?
-                .unwrap_or(0) as usize,
-            _ => 0,
-        };
-        // Gemma 3: five windowed layers, then one global, unless the file says otherwise.
-        let pattern = g
-            .get_u32_opt(&key("attention.sliding_window_pattern"))?
-            .unwrap_or(6) as usize;
-        let sliding = (0..n_layer)
-            .map(|l| n_swa > 0 && (pattern == 0 || l % pattern < pattern - 1))
-            .collect();
-        let rope_theta_swa = g
-            .get_f32_opt(&key("rope.freq_base_swa"))?
-            .unwrap_or(10_000.0);
-        let final_logit_softcap = g
-            .get_f32_opt(&key("final_logit_softcapping"))?
-            .unwrap_or(0.0);
-        let sane = rope_theta_swa.is_finite()
-            && rope_theta_swa > 0.0
-            && final_logit_softcap.is_finite()
-            && final_logit_softcap >= 0.0;
-        if !sane {
-            return bad(format!(
-                "bad windowed rope base {rope_theta_swa} or logit cap {final_logit_softcap}"
-            ));
-        }
+        let Windows {
+            n_swa,
+            sliding,
+            rope_theta_swa,
+            final_logit_softcap,
+        } = windows(g, arch, n_layer)?;
 
         Ok(HParams {
             arch,
@@ -266,4 +211,99 @@ impl HParams {
             .unwrap_or(false)
             .then_some(self.n_swa)
     }
+}
+
+fn bad<T>(what: String) -> Result<T> {
+    Err(EngineError::Model(what))
+}
+
+/// Width of a head: given outright by Qwen3 and Gemma 3, implied by older files.
+fn head_dim(g: &Gguf, p: &str, n_embd: usize, n_head: usize) -> Result<usize> {
+    let key_length = g.get_u32_opt(&format!("{p}.attention.key_length"))?;
+    let value_length = g.get_u32_opt(&format!("{p}.attention.value_length"))?;
+    let head_dim = match key_length {
+        Some(v) => v as usize,
+        None if n_embd % n_head == 0 => n_embd / n_head,
+        None => {
+            return bad(format!(
+                "{n_embd} embedding dims do not split into {n_head} heads"
+            ))
+        }
+    };
+    if value_length.is_some_and(|v| v as usize != head_dim) {
+        return bad(format!(
+            "key heads {head_dim} wide but value heads {} wide (unsupported)",
+            value_length.unwrap_or(0)
+        ));
+    }
+    if head_dim == 0 || head_dim % 2 != 0 || head_dim > 1024 || n_head * head_dim > MAX_DIM {
+        return bad(format!("unsupported head dimension {head_dim}"));
+    }
+    Ok(head_dim)
+}
+
+/// The scale rope's positions are multiplied by (1 unless the file asks for linear scaling).
+fn rope_freq_scale(g: &Gguf, p: &str) -> Result<f32> {
+    Ok(match g.get_str_opt(&format!("{p}.rope.scaling.type"))? {
+        None | Some("none") => 1.0,
+        // Llama 3 scaling is carried by the rope_freqs tensor, not by a position scale.
+        Some("llama3") => 1.0,
+        Some("linear") => {
+            let factor = g
+                .get_f32_opt(&format!("{p}.rope.scaling.factor"))?
+                .unwrap_or(1.0);
+            if !(factor.is_finite() && factor > 0.0) {
+                return bad(format!("bad rope scaling factor {factor}"));
+            }
+            1.0 / factor
+        }
+        Some(other) => return bad(format!("unsupported rope scaling type {other:?}")),
+    })
+}
+
+/// Sliding-window attention's settings (Gemma 3's; none for the other architectures).
+struct Windows {
+    n_swa: usize,
+    sliding: Vec<bool>,
+    rope_theta_swa: f32,
+    final_logit_softcap: f32,
+}
+
+fn windows(g: &Gguf, arch: Arch, n_layer: usize) -> Result<Windows> {
+    let p = arch.name();
+    let key = |k: &str| format!("{p}.{k}");
+    let n_swa = match arch {
+        Arch::Gemma3 => g
+            .get_u32_opt(&key("attention.sliding_window"))?
+            .unwrap_or(0) as usize,
+        _ => 0,
+    };
+    // Gemma 3: five windowed layers, then one global, unless the file says otherwise.
+    let pattern = g
+        .get_u32_opt(&key("attention.sliding_window_pattern"))?
+        .unwrap_or(6) as usize;
+    let sliding = (0..n_layer)
+        .map(|l| n_swa > 0 && (pattern == 0 || l % pattern < pattern - 1))
+        .collect();
+    let rope_theta_swa = g
+        .get_f32_opt(&key("rope.freq_base_swa"))?
+        .unwrap_or(10_000.0);
+    let final_logit_softcap = g
+        .get_f32_opt(&key("final_logit_softcapping"))?
+        .unwrap_or(0.0);
+    let sane = rope_theta_swa.is_finite()
+        && rope_theta_swa > 0.0
+        && final_logit_softcap.is_finite()
+        && final_logit_softcap >= 0.0;
+    if !sane {
+        return bad(format!(
+            "bad windowed rope base {rope_theta_swa} or logit cap {final_logit_softcap}"
+        ));
+    }
+    Ok(Windows {
+        n_swa,
+        sliding,
+        rope_theta_swa,
+        final_logit_softcap,
+    })
 }
