@@ -68,51 +68,12 @@ pub fn import(
             )));
         }
     }
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| EngineError::Io { path, source }
-    };
-    let config_path = dir.join("adapter_config.json");
-    let len = std::fs::metadata(&config_path)
-        .map_err(io(&config_path))?
-        .len();
-    if len > MAX_CONFIG_BYTES {
-        return Err(bad(format!(
-            "{}: {len} bytes is not a config",
-            config_path.display()
-        )));
-    }
-    let config: Json =
-        serde_json::from_slice(&std::fs::read(&config_path).map_err(io(&config_path))?)
-            .map_err(|e| bad(format!("{}: {e}", config_path.display())))?;
-    let config = Config::read(&config).map_err(|e| bad(format!("adapter_config.json: {e}")))?;
-
-    let weights_path = dir.join("adapter_model.safetensors");
-    if !weights_path.exists() && dir.join("adapter_model.bin").exists() {
-        return Err(bad(
-            "adapter_model.bin (a pickle) is not read, for safety: save the adapter as \
-             safetensors (PEFT's default: safe_serialization=True)",
-        ));
-    }
-    let bytes = std::fs::read(&weights_path).map_err(io(&weights_path))?;
+    let config = read_config(dir)?;
+    let bytes = read_weights(dir)?;
     let tensors = SafeTensors::deserialize(&bytes)
         .map_err(|e| bad(format!("adapter_model.safetensors: {e}")))?;
+    let found = find_pairs(&tensors, model)?;
 
-    // (slot, A or B) -> tensor name
-    let mut found: BTreeMap<usize, [Option<String>; 2]> = BTreeMap::new();
-    let n_slots = model.weights.n_slots();
-    for key in tensors.names() {
-        let (slot, half) = parse_key(key, model)?;
-        let entry = found.entry(slot).or_default();
-        if entry[half].replace(key.to_string()).is_some() {
-            return Err(bad(format!("{key}: appears twice")));
-        }
-    }
-    if found.is_empty() {
-        return Err(bad("adapter_model.safetensors holds no LoRA tensors"));
-    }
-
-    let hp = &model.hparams;
     let name = short_name(name.unwrap_or_else(|| {
         dir.file_name()
             .and_then(|n| n.to_str())
@@ -127,45 +88,31 @@ pub fn import(
     let mut writer = GgufWriter::new();
     writer
         .metadata("general.type", Value::String("adapter".into()))
-        .metadata("general.architecture", Value::String(hp.arch.name().into()))
+        .metadata(
+            "general.architecture",
+            Value::String(model.hparams.arch.name().into()),
+        )
         .metadata("general.name", Value::String(name.clone()))
         .metadata("adapter.type", Value::String("lora".into()))
         .metadata("adapter.lora.alpha", Value::F32(alpha));
     let mut targets = Vec::new();
     for (slot, [a, b]) in found {
-        let target = slot_name(slot, n_slots);
+        let target = slot_name(slot, model.weights.n_slots());
         let (Some(a), Some(b)) = (a, b) else {
             return Err(bad(format!(
                 "{target}: lora_A and lora_B must both be present"
             )));
         };
-        let w = model.weights.slot(slot);
-        let a = read(&tensors, &a, config.rank, w.cols)?.convert(out_type, &a)?;
-        let mut b = read(&tensors, &b, w.rows, config.rank)?.convert(out_type, &b)?;
-        if hp.arch == Arch::Llama {
-            let per = PROJECTIONS.len();
-            match slot % per {
-                0 if slot / per < hp.n_layer => {
-                    b.bytes = permute_rows(&b.bytes, w.rows, hp.n_head)?
-                }
-                1 if slot / per < hp.n_layer => {
-                    b.bytes = permute_rows(&b.bytes, w.rows, hp.n_head_kv)?
-                }
-                _ => {}
-            }
-        }
-        writer.tensor(
-            &format!("{target}.lora_a"),
-            &[w.cols, config.rank],
-            a.ty,
-            a.bytes,
-        );
-        writer.tensor(
-            &format!("{target}.lora_b"),
-            &[config.rank, w.rows],
-            b.ty,
-            b.bytes,
-        );
+        let pair = Pair { slot, a: &a, b: &b };
+        write_pair(
+            &mut writer,
+            &tensors,
+            model,
+            &config,
+            out_type,
+            pair,
+            &target,
+        )?;
         targets.push(target);
     }
     Ok(Imported {
@@ -175,6 +122,106 @@ pub fn import(
         alpha,
         targets,
     })
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError {
+    let path = path.to_path_buf();
+    move |source| EngineError::Io { path, source }
+}
+
+/// `adapter_config.json`, size-capped before it is parsed.
+fn read_config(dir: &Path) -> Result<Config> {
+    let config_path = dir.join("adapter_config.json");
+    let len = std::fs::metadata(&config_path)
+        .map_err(io_error(&config_path))?
+        .len();
+    if len > MAX_CONFIG_BYTES {
+        return Err(bad(format!(
+            "{}: {len} bytes is not a config",
+            config_path.display()
+        )));
+    }
+    let config: Json =
+        serde_json::from_slice(&std::fs::read(&config_path).map_err(io_error(&config_path))?)
+            .map_err(|e| bad(format!("{}: {e}", config_path.display())))?;
+    Config::read(&config).map_err(|e| bad(format!("adapter_config.json: {e}")))
+}
+
+/// The bytes of `adapter_model.safetensors` (a pickled `.bin` is refused, never read).
+fn read_weights(dir: &Path) -> Result<Vec<u8>> {
+    let weights_path = dir.join("adapter_model.safetensors");
+    if !weights_path.exists() && dir.join("adapter_model.bin").exists() {
+        return Err(bad(
+            "adapter_model.bin (a pickle) is not read, for safety: save the adapter as \
+             safetensors (PEFT's default: safe_serialization=True)",
+        ));
+    }
+    std::fs::read(&weights_path).map_err(io_error(&weights_path))
+}
+
+/// The tensors' names by the model's linear slot they target, A then B.
+fn find_pairs(
+    tensors: &SafeTensors,
+    model: &Model,
+) -> Result<BTreeMap<usize, [Option<String>; 2]>> {
+    let mut found: BTreeMap<usize, [Option<String>; 2]> = BTreeMap::new();
+    for key in tensors.names() {
+        let (slot, half) = parse_key(key, model)?;
+        let entry = found.entry(slot).or_default();
+        if entry[half].replace(key.to_string()).is_some() {
+            return Err(bad(format!("{key}: appears twice")));
+        }
+    }
+    if found.is_empty() {
+        return Err(bad("adapter_model.safetensors holds no LoRA tensors"));
+    }
+    Ok(found)
+}
+
+/// One targeted matrix: its linear slot and the names of its A and B tensors.
+struct Pair<'n> {
+    slot: usize,
+    a: &'n str,
+    b: &'n str,
+}
+
+/// Writes one pair as `<target>.lora_a` and `.lora_b`, converted to `out_type`, B's rows
+/// permuted for q and k as llama.cpp's converter permutes Llama's.
+fn write_pair(
+    writer: &mut GgufWriter,
+    tensors: &SafeTensors,
+    model: &Model,
+    config: &Config,
+    out_type: Option<GgmlType>,
+    pair: Pair,
+    target: &str,
+) -> Result<()> {
+    let hp = &model.hparams;
+    let Pair { slot, a, b } = pair;
+    let w = model.weights.slot(slot);
+    let a = read(tensors, a, config.rank, w.cols)?.convert(out_type, a)?;
+    let mut b = read(tensors, b, w.rows, config.rank)?.convert(out_type, b)?;
+    if hp.arch == Arch::Llama {
+        let per = PROJECTIONS.len();
+        match slot % per {
+            0 if slot / per < hp.n_layer => b.bytes = permute_rows(&b.bytes, w.rows, hp.n_head)?,
+            1 if slot / per < hp.n_layer => b.bytes = permute_rows(&b.bytes, w.rows, hp.n_head_kv)?,
+            _ => {}
+        }
+    }
+    writer.tensor(
+        &format!("{target}.lora_a"),
+        &[w.cols, config.rank],
+        a.ty,
+        a.bytes,
+    );
+    writer.tensor(
+        &format!("{target}.lora_b"),
+        &[config.rank, w.rows],
+        b.ty,
+        b.bytes,
+    );
+    Ok(())
 }
 
 /// The parts of `adapter_config.json` the conversion needs; anything it cannot represent is
