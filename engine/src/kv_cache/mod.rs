@@ -30,6 +30,8 @@ use kostant_kernels::attention_q8::{KvBlockQ8_0, Q8_0_BLOCK};
 use crate::limits::PREFILL_CHUNK;
 use crate::{EngineError, Result};
 
+mod attend;
+mod rotation;
 mod snapshot;
 mod store;
 
@@ -38,6 +40,7 @@ mod store;
 pub(crate) const KV_BLOCK: usize = Q8_0_BLOCK;
 const _: () = assert!(Q4_0_BLOCK == KV_BLOCK);
 
+pub(crate) use attend::{HeadBuffers, HeadSpan};
 pub(crate) use snapshot::{piece_bytes, read_piece};
 pub use snapshot::{SnapshotHeader, SNAPSHOT_FORMAT};
 use store::{Shape, Store};
@@ -373,6 +376,16 @@ impl KvCache {
         l.make_room(k.len() / l.shape.kv_dim);
         l.store.write(l.shape, l.filled - l.first, k, v);
         l.filled += k.len() / l.shape.kv_dim;
+    }
+
+    /// Appends this pass's keys and values to one layer as the cache's format keeps them: a
+    /// Q4_0 cache stores them rotated (see `rotation`), so `k` and `v` are rotated in place.
+    pub(crate) fn store(&mut self, layer: usize, k: &mut [f32], v: &mut [f32]) {
+        if self.kv_type() == KvType::Q4_0 {
+            rotation::rotate(k);
+            rotation::rotate(v);
+        }
+        self.append(layer, k, v);
     }
 
     /// Marks `n` positions as written in every layer.

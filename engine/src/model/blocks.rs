@@ -10,25 +10,18 @@
 use kostant_kernels::rope::PairLayout;
 use rayon::prelude::*;
 
-use kostant_kernels::attention::{hsum8, F16SumOrder};
-use kostant_kernels::attention_group::{
-    dot_f16_rows_group, round_to_f16, weighted_sum_f16_rows_group,
-};
-use kostant_kernels::attention_q4::{dot_q4_0_rows, weighted_sum_q4_0_rows};
-use kostant_kernels::attention_q8::{
-    dot_q8_0_rows, quantize_q8_0_kv, weighted_sum_q8_0_rows, KvBlockQ8_0, Q8_0_BLOCK,
-};
+use kostant_kernels::attention::F16SumOrder;
+use kostant_kernels::attention_q8::{KvBlockQ8_0, Q8_0_BLOCK};
 use kostant_kernels::norm::{rms_norm_row, rms_scale};
 use kostant_kernels::{
     dequantize_row, exp_f32, matmul_input, matvec_fused, matvec_fused_then, Input, PackedWeights,
 };
 
 use super::hparams::{HParams, RopeLayout};
-use super::kv_rotation;
 use super::weights::{LayerWeights, TensorRef};
 use super::Model;
 use crate::adapter::{add_side_paths, with_side_paths_one_token, ActiveAdapter};
-use crate::kv_cache::{HeadView, KvCache, KvType};
+use crate::kv_cache::{HeadBuffers, HeadSpan, KvCache};
 use crate::{EngineError, Result};
 
 /// Looks up each token's row of the embedding table into `x`: (n, n_embd).
@@ -472,12 +465,7 @@ pub(super) fn attention<'s>(
         }
         false => hp.attn_scale,
     };
-    if kv.kv_type() == KvType::Q4_0 {
-        // Stored rotated (see kv_rotation): the queries and the output are rotated to match.
-        kv_rotation::rotate(k);
-        kv_rotation::rotate(v);
-    }
-    kv.append(l, k, v);
+    kv.store(l, k, v);
     let q = &*q;
 
     // Positions cached.first..pos + n of keys and values: every position for a global layer,
@@ -513,79 +501,80 @@ pub(super) fn attention<'s>(
             hd / Q8_0_BLOCK,
         );
         // The head's rows from the window's start, one after another.
-        let skip = start - cached.first;
-        match cached.head(g) {
-            HeadView::F16 { k, v } => {
-                // The queries meet the f16 keys at f16 precision, as in llama.cpp. The
-                // group shares each key and value row as it is read (the same bits as
-                // head by head).
-                q_h.copy_from_slice(q_group);
-                round_to_f16(q_h);
-                let (k, v) = (&k[skip * hd..], &v[skip * hd..]);
-                dot_f16_rows_group(q_h, hd, k, hd, 0, scale, order, probs);
-                probs.chunks_exact_mut(visible).for_each(softmax);
-                weighted_sum_f16_rows_group(probs, hd, v, hd, 0, order, lanes, o);
-            }
-            HeadView::Q8_0 { k, v } => {
-                let probs = &mut probs[..visible];
-                let stride = hd / Q8_0_BLOCK;
-                let (k, v) = (&k[skip * stride..], &v[skip * stride..]);
-                for (q_src, o_h) in q_group.chunks_exact(hd).zip(o.chunks_exact_mut(hd)) {
-                    // The query is quantized like the keys, so each block's dot is exact
-                    // in integers (as llama.cpp does with a q8_0 K cache). The cache made
-                    // sure heads are whole blocks.
-                    quantize_q8_0_kv(q_src, q_blocks);
-                    dot_q8_0_rows(q_blocks, k, stride, 0, scale, probs);
-                    softmax(probs);
-                    weighted_sum_q8_0_rows(probs, v, stride, 0, o_h);
-                }
-            }
-            HeadView::Q4_0 { k, v } => {
-                // As for Q8_0: the query as Q8_0 blocks, so each block's dot against the
-                // 4-bit keys is exact in integers (llama.cpp's pairing for a q4_0 K cache).
-                let probs = &mut probs[..visible];
-                let stride = hd / Q8_0_BLOCK;
-                let (k, v) = (&k[skip * stride..], &v[skip * stride..]);
-                let q_rot = &mut q_h[..hd];
-                for (q_src, o_h) in q_group.chunks_exact(hd).zip(o.chunks_exact_mut(hd)) {
-                    q_rot.copy_from_slice(q_src);
-                    kv_rotation::rotate(q_rot);
-                    quantize_q8_0_kv(q_rot, q_blocks);
-                    dot_q4_0_rows(q_blocks, k, stride, 0, scale, probs);
-                    softmax(probs);
-                    weighted_sum_q4_0_rows(probs, v, stride, 0, o_h);
-                    kv_rotation::unrotate(o_h);
-                }
-            }
-        }
+        let span = HeadSpan {
+            hd,
+            skip: start - cached.first,
+            visible,
+            scale,
+            order,
+        };
+        let buf = HeadBuffers {
+            q_h,
+            probs,
+            lanes,
+            q_blocks,
+        };
+        cached.head(g).attend(q_group, span, buf, o);
     };
-    let task = group * hd;
-    if n * hp.n_head * visible_max * hd < ATTENTION_PAR_MIN_MACS {
-        // Decode over a short context is a few microseconds of work: splitting it cost more
-        // than it saved.
-        out.chunks_mut(task).enumerate().for_each(|c| body(head, c));
-    } else if n == 1 {
-        // One token: every task costs the same, so each worker's planned scratch takes an
-        // equal run of tasks, and nothing is allocated.
-        let per = hp.n_head_kv.div_ceil(per_thread.len().max(1));
-        out.par_chunks_mut(per * task)
-            .zip(per_thread.par_iter_mut())
-            .enumerate()
-            .for_each(|(c, (o, s))| {
-                for (j, o) in o.chunks_mut(task).enumerate() {
-                    body(s, (c * per + j, o));
-                }
-            });
-    } else {
-        // A prompt: later tokens see more positions, so rayon balances the tasks, and each of
-        // its jobs makes its own scratch (once per pass, not per token).
-        let init = || HeadScratch::new(hp, visible_max, order.lanes());
-        out.par_chunks_mut(task)
-            .enumerate()
-            .for_each_init(init, body);
-    }
+    let tasks = HeadTasks {
+        hp,
+        n,
+        visible_max,
+        lanes: order.lanes(),
+    };
+    tasks.run(out, head, per_thread, body);
 
     linear_into(model, &layer.wo, out, n, att)
+}
+
+/// How one pass's attention tasks (one per token and kv head) are spread over the threads.
+struct HeadTasks<'h> {
+    hp: &'h HParams,
+    n: usize,
+    /// Positions the pass's last token sees.
+    visible_max: usize,
+    /// Summing lanes of the pass's f16 order.
+    lanes: usize,
+}
+
+impl HeadTasks<'_> {
+    /// Runs `body` on every task's slice of `out` (group query heads wide), with a scratch.
+    fn run<B>(
+        &self,
+        out: &mut [f32],
+        head: &mut HeadScratch,
+        per_thread: &mut [HeadScratch],
+        body: B,
+    ) where
+        B: Fn(&mut HeadScratch, (usize, &mut [f32])) + Sync + Send,
+    {
+        let (hp, n) = (self.hp, self.n);
+        let task = hp.n_head / hp.n_head_kv * hp.head_dim;
+        if n * hp.n_head * self.visible_max * hp.head_dim < ATTENTION_PAR_MIN_MACS {
+            // Decode over a short context is a few microseconds of work: splitting it cost more
+            // than it saved.
+            out.chunks_mut(task).enumerate().for_each(|c| body(head, c));
+        } else if n == 1 {
+            // One token: every task costs the same, so each worker's planned scratch takes an
+            // equal run of tasks, and nothing is allocated.
+            let per = hp.n_head_kv.div_ceil(per_thread.len().max(1));
+            out.par_chunks_mut(per * task)
+                .zip(per_thread.par_iter_mut())
+                .enumerate()
+                .for_each(|(c, (o, s))| {
+                    for (j, o) in o.chunks_mut(task).enumerate() {
+                        body(s, (c * per + j, o));
+                    }
+                });
+        } else {
+            // A prompt: later tokens see more positions, so rayon balances the tasks, and each
+            // of its jobs makes its own scratch (once per pass, not per token).
+            let init = || HeadScratch::new(hp, self.visible_max, self.lanes);
+            out.par_chunks_mut(task)
+                .enumerate()
+                .for_each_init(init, body);
+        }
+    }
 }
 
 /// Rotary position embedding (Su et al. 2021) on every head of each row of `x`: (n, width),
@@ -674,27 +663,6 @@ impl Rope {
             sin[i] = s;
             theta *= self.theta_scale;
         }
-    }
-}
-
-/// Softmax in place, subtracting the max for stability, computed as ggml computes it: its
-/// polynomial exp ([`exp_f32`]), each group of 8 terms added in f32 in its SIMD lane order, the
-/// group sums accumulated in f64, then one multiply by the f32 reciprocal.
-pub(super) fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    for v in x.iter_mut() {
-        *v -= max;
-    }
-    exp_f32(x);
-    let mut sum = 0.0f64;
-    for chunk in x.chunks(8) {
-        let mut lanes = [0.0f32; 8]; // ggml's rows are padded with masked (zero) terms
-        lanes[..chunk.len()].copy_from_slice(chunk);
-        sum += hsum8(&lanes) as f64;
-    }
-    let inv = (1.0 / sum) as f32;
-    for v in x.iter_mut() {
-        *v *= inv;
     }
 }
 

@@ -6,7 +6,6 @@ mod arch;
 mod blocks;
 mod forward;
 pub mod hparams;
-mod kv_rotation;
 pub mod weights;
 
 use std::path::Path;
