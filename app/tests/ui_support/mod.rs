@@ -64,32 +64,55 @@ pub fn last_value(ui: &impl ElementRoot, label: &str) -> String {
 
 /// Runs the event loop until `cond` holds. The 10-minute cap only turns a hang into a
 /// failure; it is not a timing assertion.
+///
+/// The loop is quit exactly once per wait. The testing backend's `quit_event_loop` queues a
+/// quit event, and its loop runs due timers before it acts on the event it popped: a repeated
+/// timer that asked to quit could fire again before the loop ended (an event that took longer
+/// than the period, a loaded machine) and queue a second quit, which then ended the *next*
+/// wait before it had looked at its condition once.
 pub fn run_until(what: &str, cond: impl Fn() -> bool + 'static) {
     if cond() {
         return;
     }
-    let met = Rc::new(Cell::new(false));
+    #[derive(Clone, Copy, PartialEq)]
+    enum Wait {
+        Waiting,
+        Met,
+        TimedOut,
+    }
+    let state = Rc::new(Cell::new(Wait::Waiting));
     // A ceiling on the wait, not a speed check: counted in real time, because the testing
     // backend may fire the timer faster than its period when the machine is loaded (counting
     // polls gave up early under a concurrent benchmark).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
     let timer = slint::Timer::default();
-    let m = met.clone();
+    let s = state.clone();
     timer.start(
         slint::TimerMode::Repeated,
         std::time::Duration::from_millis(5),
         move || {
-            if cond() {
-                m.set(true);
-                let _ = slint::quit_event_loop();
-            } else if std::time::Instant::now() > deadline {
-                let _ = slint::quit_event_loop();
+            if s.get() != Wait::Waiting {
+                return;
             }
+            if cond() {
+                s.set(Wait::Met);
+            } else if std::time::Instant::now() > deadline {
+                s.set(Wait::TimedOut);
+            } else {
+                return;
+            }
+            let _ = slint::quit_event_loop();
         },
     );
     slint::run_event_loop().expect("the testing event loop runs");
     timer.stop();
-    assert!(met.get(), "gave up waiting for: {what}");
+    match state.get() {
+        Wait::Met => {}
+        Wait::TimedOut => panic!("gave up waiting for: {what}"),
+        Wait::Waiting => {
+            panic!("the event loop was quit by something else while waiting for: {what}")
+        }
+    }
 }
 
 /// A fresh data directory and a key directory apart from it, removed at the end; the key
