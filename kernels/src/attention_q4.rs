@@ -12,15 +12,20 @@
 //!   multiply-add (`mul_add` in the reference, FMA lanes in SIMD).
 //!
 //! There is no AVX-512 variant: `attention_q8` has none either, and both x86 SIMD paths run the
-//! AVX2 code here.
+//! AVX2 code of `attention_kv`, where both formats' paths live.
 //!
 //! [`quantize_q8_0_kv`]: crate::attention_q8::quantize_q8_0_kv
 
 use half::f16;
 
+#[cfg(all(test, target_arch = "x86_64"))]
+use crate::attention_kv::avx2;
+#[cfg(all(test, target_arch = "aarch64"))]
+use crate::attention_kv::neon;
+use crate::attention_kv::{self, KvBlock};
+#[cfg(test)]
+use crate::attention_kv::{dot_rows_scalar, weighted_sum_rows_scalar};
 use crate::attention_q8::KvBlockQ8_0;
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-use crate::dispatch::kernels;
 
 /// Values per block.
 pub const Q4_0_BLOCK: usize = 32;
@@ -131,21 +136,7 @@ pub fn dot_q4_0_rows(
     scale: f32,
     scores: &mut [f32],
 ) {
-    check_rows(cache.len(), stride, offset, q.len(), scores.len());
-    #[cfg(target_arch = "x86_64")]
-    if kernels().path.is_x86_simd() {
-        // SAFETY: an x86 SIMD table is only selected after detecting avx2+fma+f16c; every row's
-        // blocks were checked to lie inside `cache` above.
-        unsafe { avx2::dot_rows(q, cache, stride, offset, scale, scores) };
-        return;
-    }
-    #[cfg(target_arch = "aarch64")]
-    if kernels().path.is_neon() {
-        // SAFETY: the NEON tables are only selected after detecting neon; rows checked above.
-        unsafe { neon::dot_rows(q, cache, stride, offset, scale, scores) };
-        return;
-    }
-    dot_rows_scalar(q, cache, stride, offset, scale, scores);
+    attention_kv::dot_rows(q, cache, stride, offset, scale, scores);
 }
 
 /// `out = Σ_p probs[p] * dequantized row p` (rows as in [`dot_q4_0_rows`], `out.len() / 32`
@@ -160,255 +151,46 @@ pub fn weighted_sum_q4_0_rows(
     offset: usize,
     out: &mut [f32],
 ) {
-    assert!(
-        out.len().is_multiple_of(Q4_0_BLOCK),
-        "q4_0 weighted sum: {} outputs is not whole blocks",
-        out.len()
-    );
-    check_rows(
-        cache.len(),
-        stride,
-        offset,
-        out.len() / Q4_0_BLOCK,
-        probs.len(),
-    );
-    out.fill(0.0);
+    attention_kv::weighted_sum_rows(probs, cache, stride, offset, out);
+}
+
+/// The codes are the nibbles minus 8; value `i < 16` is the low nibble of byte `i`.
+impl KvBlock for KvBlockQ4_0 {
+    const NAME: &'static str = "q4_0";
+
+    fn scale(&self) -> f32 {
+        self.d.to_f32()
+    }
+
+    fn codes(&self) -> [i32; Q4_0_BLOCK] {
+        let mut c = [0i32; Q4_0_BLOCK];
+        for (j, &q) in self.qs.iter().enumerate() {
+            c[j] = i32::from(q & 0x0F) - 8;
+            c[j + Q4_0_BLOCK / 2] = i32::from(q >> 4) - 8;
+        }
+        c
+    }
+
+    /// Low nibbles in the low 128-bit lane.
     #[cfg(target_arch = "x86_64")]
-    if kernels().path.is_x86_simd() {
-        // SAFETY: as in `dot_q4_0_rows`.
-        unsafe { avx2::weighted_sum_rows(probs, cache, stride, offset, out) };
-        return;
-    }
-    #[cfg(target_arch = "aarch64")]
-    if kernels().path.is_neon() {
-        // SAFETY: as in `dot_q4_0_rows`.
-        unsafe { neon::weighted_sum_rows(probs, cache, stride, offset, out) };
-        return;
-    }
-    weighted_sum_rows_scalar(probs, cache, stride, offset, out);
-}
-
-fn check_rows(len: usize, stride: usize, offset: usize, width: usize, rows: usize) {
-    if rows > 0 {
-        let end = (rows - 1) * stride + offset + width;
-        assert!(
-            end <= len,
-            "q4_0 attention rows: {rows} rows of {width} blocks at offset {offset}, stride {stride}, run past a cache of {len}"
-        );
-    }
-}
-
-/// A block's 32 codes minus 8, in value order.
-fn centred(qs: &[u8; Q4_0_BLOCK / 2]) -> [i32; Q4_0_BLOCK] {
-    let mut c = [0i32; Q4_0_BLOCK];
-    for (j, &q) in qs.iter().enumerate() {
-        c[j] = i32::from(q & 0x0F) - 8;
-        c[j + Q4_0_BLOCK / 2] = i32::from(q >> 4) - 8;
-    }
-    c
-}
-
-fn dot_rows_scalar(
-    q: &[KvBlockQ8_0],
-    cache: &[KvBlockQ4_0],
-    stride: usize,
-    offset: usize,
-    scale: f32,
-    scores: &mut [f32],
-) {
-    let nb = q.len();
-    for (p, s) in scores.iter_mut().enumerate() {
-        let k = &cache[p * stride + offset..p * stride + offset + nb];
-        let mut acc = 0.0f32;
-        for (kb, qb) in k.iter().zip(q) {
-            let sumi: i32 = centred(&kb.qs)
-                .iter()
-                .zip(&qb.qs)
-                .map(|(&a, &b)| a * i32::from(b))
-                .sum();
-            acc += (kb.d.to_f32() * qb.d.to_f32()) * sumi as f32;
-        }
-        *s = acc * scale;
-    }
-}
-
-fn weighted_sum_rows_scalar(
-    probs: &[f32],
-    cache: &[KvBlockQ4_0],
-    stride: usize,
-    offset: usize,
-    out: &mut [f32],
-) {
-    let nb = out.len() / Q4_0_BLOCK;
-    for (p, &prob) in probs.iter().enumerate() {
-        let v = &cache[p * stride + offset..p * stride + offset + nb];
-        for (vb, o) in v.iter().zip(out.chunks_exact_mut(Q4_0_BLOCK)) {
-            let w = prob * vb.d.to_f32();
-            for (o, &q) in o.iter_mut().zip(&centred(&vb.qs)) {
-                *o = w.mul_add(q as f32, *o);
-            }
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use std::arch::x86_64::*;
-
-    use super::{KvBlockQ4_0, Q4_0_BLOCK};
-    use crate::attention_q8::KvBlockQ8_0;
-    use crate::x86::{hsum_epi32, load_i8x32, mul_sum_i8_i8, unpack_nibbles_32};
-
-    /// The block's 32 codes minus 8 as signed bytes, in value order (low nibbles in the low
-    /// 128-bit lane).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn centred(qs: &[u8; Q4_0_BLOCK / 2]) -> __m256i {
-        _mm256_sub_epi8(unpack_nibbles_32(qs), _mm256_set1_epi8(8))
+    unsafe fn codes_avx2(&self) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::*;
+        _mm256_sub_epi8(crate::x86::unpack_nibbles_32(&self.qs), _mm256_set1_epi8(8))
     }
 
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn dot_rows(
-        q: &[KvBlockQ8_0],
-        cache: &[KvBlockQ4_0],
-        stride: usize,
-        offset: usize,
-        scale: f32,
-        scores: &mut [f32],
-    ) {
-        let nb = q.len();
-        for (p, s) in scores.iter_mut().enumerate() {
-            let k = &cache[p * stride + offset..p * stride + offset + nb];
-            let mut acc = 0.0f32;
-            for (kb, qb) in k.iter().zip(q) {
-                // Key codes within [-8, 7] and query codes within ±127: the bounds
-                // `mul_sum_i8_i8` needs.
-                let sumi = hsum_epi32(mul_sum_i8_i8(centred(&kb.qs), load_i8x32(&qb.qs)));
-                acc += (kb.d.to_f32() * qb.d.to_f32()) * sumi as f32;
-            }
-            *s = acc * scale;
-        }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn weighted_sum_rows(
-        probs: &[f32],
-        cache: &[KvBlockQ4_0],
-        stride: usize,
-        offset: usize,
-        out: &mut [f32],
-    ) {
-        let nb = out.len() / Q4_0_BLOCK;
-        for (p, &prob) in probs.iter().enumerate() {
-            let v = &cache[p * stride + offset..p * stride + offset + nb];
-            for (vb, o) in v.iter().zip(out.chunks_exact_mut(Q4_0_BLOCK)) {
-                let w = _mm256_set1_ps(prob * vb.d.to_f32());
-                let codes = centred(&vb.qs);
-                let lo = _mm256_castsi256_si128(codes);
-                let hi = _mm256_extracti128_si256::<1>(codes);
-                let parts = [
-                    _mm256_cvtepi8_epi32(lo),
-                    _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo)),
-                    _mm256_cvtepi8_epi32(hi),
-                    _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi)),
-                ];
-                for (i, part) in parts.into_iter().enumerate() {
-                    // SAFETY: 8i + 8 <= 32 = o.len().
-                    unsafe {
-                        let ptr = o.as_mut_ptr().add(8 * i);
-                        let a = _mm256_fmadd_ps(w, _mm256_cvtepi32_ps(part), _mm256_loadu_ps(ptr));
-                        _mm256_storeu_ps(ptr, a);
-                    }
-                }
-            }
-        }
-    }
-}
-
-#[cfg(target_arch = "aarch64")]
-mod neon {
-    use std::arch::aarch64::*;
-
-    use super::{KvBlockQ4_0, Q4_0_BLOCK};
-    use crate::attention_q8::KvBlockQ8_0;
-    use crate::neon::{load_i8x32, load_u8x16, sum_i8x32};
-
-    /// The block's codes minus 8 as signed bytes: values 0..16 (low nibbles), then 16..32.
+    #[cfg(target_arch = "aarch64")]
     #[inline]
     #[target_feature(enable = "neon")]
-    fn centred(qs: &[u8; Q4_0_BLOCK / 2]) -> (int8x16_t, int8x16_t) {
-        let q = load_u8x16(qs);
+    unsafe fn codes_neon(&self) -> (std::arch::aarch64::int8x16_t, std::arch::aarch64::int8x16_t) {
+        use std::arch::aarch64::*;
+        let q = crate::neon::load_u8x16(&self.qs);
         let eight = vdupq_n_s8(8);
         (
             vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0F))), eight),
             vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(q)), eight),
         )
-    }
-
-    #[target_feature(enable = "neon")]
-    pub(super) fn dot_rows(
-        q: &[KvBlockQ8_0],
-        cache: &[KvBlockQ4_0],
-        stride: usize,
-        offset: usize,
-        scale: f32,
-        scores: &mut [f32],
-    ) {
-        let nb = q.len();
-        for (p, s) in scores.iter_mut().enumerate() {
-            let k = &cache[p * stride + offset..p * stride + offset + nb];
-            let mut acc = 0.0f32;
-            for (kb, qb) in k.iter().zip(q) {
-                let sumi = sum_i8x32(centred(&kb.qs), load_i8x32(&qb.qs));
-                acc += (kb.d.to_f32() * qb.d.to_f32()) * sumi as f32;
-            }
-            *s = acc * scale;
-        }
-    }
-
-    /// Eight codes widened to two f32x4.
-    #[inline]
-    #[target_feature(enable = "neon")]
-    fn widen8(c: int8x8_t) -> (float32x4_t, float32x4_t) {
-        let h = vmovl_s8(c);
-        (
-            vcvtq_f32_s32(vmovl_s16(vget_low_s16(h))),
-            vcvtq_f32_s32(vmovl_high_s16(h)),
-        )
-    }
-
-    #[target_feature(enable = "neon")]
-    pub(super) fn weighted_sum_rows(
-        probs: &[f32],
-        cache: &[KvBlockQ4_0],
-        stride: usize,
-        offset: usize,
-        out: &mut [f32],
-    ) {
-        let nb = out.len() / Q4_0_BLOCK;
-        for (p, &prob) in probs.iter().enumerate() {
-            let v = &cache[p * stride + offset..p * stride + offset + nb];
-            for (vb, o) in v.iter().zip(out.chunks_exact_mut(Q4_0_BLOCK)) {
-                let w = vdupq_n_f32(prob * vb.d.to_f32());
-                let (c0, c1) = centred(&vb.qs);
-                let eights = [
-                    vget_low_s8(c0),
-                    vget_high_s8(c0),
-                    vget_low_s8(c1),
-                    vget_high_s8(c1),
-                ];
-                for (i, c) in eights.into_iter().enumerate() {
-                    let (a, b) = widen8(c);
-                    // SAFETY: 8i + 8 <= 32 = o.len(); each access reads or writes 4 floats.
-                    unsafe {
-                        let ptr = o.as_mut_ptr().add(8 * i);
-                        vst1q_f32(ptr, vfmaq_f32(vld1q_f32(ptr), a, w));
-                        let ptr = ptr.add(4);
-                        vst1q_f32(ptr, vfmaq_f32(vld1q_f32(ptr), b, w));
-                    }
-                }
-            }
-        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! Attention over a Q8_0 kv cache: rows quantized into ggml's `block_q8_0` layout (32 values,
 //! an f16 scale `d = max|x| / 127` and i8 codes `round(x / d)`), read in place.
 //!
-//! Numerics, chosen so every path gives the scalar reference's bits:
+//! Its paths are `attention_kv`'s, shared with the Q4_0 cache. Numerics, chosen so
+//! every path gives the scalar reference's bits:
 //! - Scores: the query head is quantized to Q8_0 once (as ggml quantizes the query for a q8_0
 //!   K cache), each 32-block's dot is an exact i32, and the blocks are combined in f32 in block
 //!   order, `acc += (d_k * d_q) * sumi`, then times `scale`. Only the integer sums are SIMD, and
@@ -13,8 +14,9 @@
 
 use half::f16;
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-use crate::dispatch::kernels;
+use crate::attention_kv::{self, KvBlock};
+#[cfg(test)]
+use crate::attention_kv::{dot_rows_scalar, weighted_sum_rows_scalar};
 
 /// Values per block.
 pub const Q8_0_BLOCK: usize = 32;
@@ -113,21 +115,7 @@ pub fn dot_q8_0_rows(
     scale: f32,
     scores: &mut [f32],
 ) {
-    check_rows(cache.len(), stride, offset, q.len(), scores.len());
-    #[cfg(target_arch = "x86_64")]
-    if kernels().path.is_x86_simd() {
-        // SAFETY: an x86 SIMD table is only selected after detecting avx2+fma+f16c; every row's
-        // blocks were checked to lie inside `cache` above.
-        unsafe { avx2::dot_rows(q, cache, stride, offset, scale, scores) };
-        return;
-    }
-    #[cfg(target_arch = "aarch64")]
-    if kernels().path.is_neon() {
-        // SAFETY: the NEON tables are only selected after detecting neon; rows checked above.
-        unsafe { neon::dot_rows(q, cache, stride, offset, scale, scores) };
-        return;
-    }
-    dot_rows_scalar(q, cache, stride, offset, scale, scores);
+    attention_kv::dot_rows(q, cache, stride, offset, scale, scores);
 }
 
 /// `out = Σ_p probs[p] * dequantized row p` (rows as in [`dot_q8_0_rows`], `out.len() / 32`
@@ -142,223 +130,33 @@ pub fn weighted_sum_q8_0_rows(
     offset: usize,
     out: &mut [f32],
 ) {
-    assert!(
-        out.len().is_multiple_of(Q8_0_BLOCK),
-        "q8_0 weighted sum: {} outputs is not whole blocks",
-        out.len()
-    );
-    check_rows(
-        cache.len(),
-        stride,
-        offset,
-        out.len() / Q8_0_BLOCK,
-        probs.len(),
-    );
-    out.fill(0.0);
+    attention_kv::weighted_sum_rows(probs, cache, stride, offset, out);
+}
+
+/// The codes are the i8 values themselves.
+impl KvBlock for KvBlockQ8_0 {
+    const NAME: &'static str = "q8_0";
+
+    fn scale(&self) -> f32 {
+        self.d.to_f32()
+    }
+
+    fn codes(&self) -> [i32; Q8_0_BLOCK] {
+        self.qs.map(i32::from)
+    }
+
     #[cfg(target_arch = "x86_64")]
-    if kernels().path.is_x86_simd() {
-        // SAFETY: as in `dot_q8_0_rows`.
-        unsafe { avx2::weighted_sum_rows(probs, cache, stride, offset, out) };
-        return;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn codes_avx2(&self) -> std::arch::x86_64::__m256i {
+        crate::x86::load_i8x32(&self.qs)
     }
+
     #[cfg(target_arch = "aarch64")]
-    if kernels().path.is_neon() {
-        // SAFETY: as in `dot_q8_0_rows`.
-        unsafe { neon::weighted_sum_rows(probs, cache, stride, offset, out) };
-        return;
-    }
-    weighted_sum_rows_scalar(probs, cache, stride, offset, out);
-}
-
-fn check_rows(len: usize, stride: usize, offset: usize, width: usize, rows: usize) {
-    if rows > 0 {
-        let end = (rows - 1) * stride + offset + width;
-        assert!(
-            end <= len,
-            "q8_0 attention rows: {rows} rows of {width} blocks at offset {offset}, stride {stride}, run past a cache of {len}"
-        );
-    }
-}
-
-fn dot_rows_scalar(
-    q: &[KvBlockQ8_0],
-    cache: &[KvBlockQ8_0],
-    stride: usize,
-    offset: usize,
-    scale: f32,
-    scores: &mut [f32],
-) {
-    let nb = q.len();
-    for (p, s) in scores.iter_mut().enumerate() {
-        let k = &cache[p * stride + offset..p * stride + offset + nb];
-        let mut acc = 0.0f32;
-        for (kb, qb) in k.iter().zip(q) {
-            let sumi: i32 = kb
-                .qs
-                .iter()
-                .zip(&qb.qs)
-                .map(|(&a, &b)| i32::from(a) * i32::from(b))
-                .sum();
-            acc += (kb.d.to_f32() * qb.d.to_f32()) * sumi as f32;
-        }
-        *s = acc * scale;
-    }
-}
-
-fn weighted_sum_rows_scalar(
-    probs: &[f32],
-    cache: &[KvBlockQ8_0],
-    stride: usize,
-    offset: usize,
-    out: &mut [f32],
-) {
-    let nb = out.len() / Q8_0_BLOCK;
-    for (p, &prob) in probs.iter().enumerate() {
-        let v = &cache[p * stride + offset..p * stride + offset + nb];
-        for (vb, o) in v.iter().zip(out.chunks_exact_mut(Q8_0_BLOCK)) {
-            let w = prob * vb.d.to_f32();
-            for (o, &q) in o.iter_mut().zip(&vb.qs) {
-                *o = w.mul_add(f32::from(q), *o);
-            }
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use std::arch::x86_64::*;
-
-    use super::{KvBlockQ8_0, Q8_0_BLOCK};
-    use crate::x86::{hsum_epi32, load_i8x32, mul_sum_i8_i8};
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn dot_rows(
-        q: &[KvBlockQ8_0],
-        cache: &[KvBlockQ8_0],
-        stride: usize,
-        offset: usize,
-        scale: f32,
-        scores: &mut [f32],
-    ) {
-        let nb = q.len();
-        for (p, s) in scores.iter_mut().enumerate() {
-            let k = &cache[p * stride + offset..p * stride + offset + nb];
-            let mut acc = 0.0f32;
-            for (kb, qb) in k.iter().zip(q) {
-                // Codes stay within ±127, the bound `mul_sum_i8_i8` needs.
-                let sumi = hsum_epi32(mul_sum_i8_i8(load_i8x32(&kb.qs), load_i8x32(&qb.qs)));
-                acc += (kb.d.to_f32() * qb.d.to_f32()) * sumi as f32;
-            }
-            *s = acc * scale;
-        }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn weighted_sum_rows(
-        probs: &[f32],
-        cache: &[KvBlockQ8_0],
-        stride: usize,
-        offset: usize,
-        out: &mut [f32],
-    ) {
-        let nb = out.len() / Q8_0_BLOCK;
-        for (p, &prob) in probs.iter().enumerate() {
-            let v = &cache[p * stride + offset..p * stride + offset + nb];
-            for (vb, o) in v.iter().zip(out.chunks_exact_mut(Q8_0_BLOCK)) {
-                let w = _mm256_set1_ps(prob * vb.d.to_f32());
-                let codes = load_i8x32(&vb.qs);
-                let lo = _mm256_castsi256_si128(codes);
-                let hi = _mm256_extracti128_si256::<1>(codes);
-                let parts = [
-                    _mm256_cvtepi8_epi32(lo),
-                    _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo)),
-                    _mm256_cvtepi8_epi32(hi),
-                    _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi)),
-                ];
-                for (i, part) in parts.into_iter().enumerate() {
-                    // SAFETY: 8i + 8 <= 32 = o.len().
-                    unsafe {
-                        let ptr = o.as_mut_ptr().add(8 * i);
-                        let a = _mm256_fmadd_ps(w, _mm256_cvtepi32_ps(part), _mm256_loadu_ps(ptr));
-                        _mm256_storeu_ps(ptr, a);
-                    }
-                }
-            }
-        }
-    }
-}
-
-#[cfg(target_arch = "aarch64")]
-mod neon {
-    use std::arch::aarch64::*;
-
-    use super::{KvBlockQ8_0, Q8_0_BLOCK};
-    use crate::neon::{load_i8x32, sum_i8x32};
-
-    #[target_feature(enable = "neon")]
-    pub(super) fn dot_rows(
-        q: &[KvBlockQ8_0],
-        cache: &[KvBlockQ8_0],
-        stride: usize,
-        offset: usize,
-        scale: f32,
-        scores: &mut [f32],
-    ) {
-        let nb = q.len();
-        for (p, s) in scores.iter_mut().enumerate() {
-            let k = &cache[p * stride + offset..p * stride + offset + nb];
-            let mut acc = 0.0f32;
-            for (kb, qb) in k.iter().zip(q) {
-                let sumi = sum_i8x32(load_i8x32(&kb.qs), load_i8x32(&qb.qs));
-                acc += (kb.d.to_f32() * qb.d.to_f32()) * sumi as f32;
-            }
-            *s = acc * scale;
-        }
-    }
-
-    /// Eight codes widened to two f32x4.
     #[inline]
     #[target_feature(enable = "neon")]
-    fn widen8(c: int8x8_t) -> (float32x4_t, float32x4_t) {
-        let h = vmovl_s8(c);
-        (
-            vcvtq_f32_s32(vmovl_s16(vget_low_s16(h))),
-            vcvtq_f32_s32(vmovl_high_s16(h)),
-        )
-    }
-
-    #[target_feature(enable = "neon")]
-    pub(super) fn weighted_sum_rows(
-        probs: &[f32],
-        cache: &[KvBlockQ8_0],
-        stride: usize,
-        offset: usize,
-        out: &mut [f32],
-    ) {
-        let nb = out.len() / Q8_0_BLOCK;
-        for (p, &prob) in probs.iter().enumerate() {
-            let v = &cache[p * stride + offset..p * stride + offset + nb];
-            for (vb, o) in v.iter().zip(out.chunks_exact_mut(Q8_0_BLOCK)) {
-                let w = vdupq_n_f32(prob * vb.d.to_f32());
-                let (c0, c1) = load_i8x32(&vb.qs);
-                let eights = [
-                    vget_low_s8(c0),
-                    vget_high_s8(c0),
-                    vget_low_s8(c1),
-                    vget_high_s8(c1),
-                ];
-                for (i, c) in eights.into_iter().enumerate() {
-                    let (a, b) = widen8(c);
-                    // SAFETY: 8i + 8 <= 32 = o.len(); each access reads or writes 4 floats.
-                    unsafe {
-                        let ptr = o.as_mut_ptr().add(8 * i);
-                        vst1q_f32(ptr, vfmaq_f32(vld1q_f32(ptr), a, w));
-                        let ptr = ptr.add(4);
-                        vst1q_f32(ptr, vfmaq_f32(vld1q_f32(ptr), b, w));
-                    }
-                }
-            }
-        }
+    unsafe fn codes_neon(&self) -> (std::arch::aarch64::int8x16_t, std::arch::aarch64::int8x16_t) {
+        crate::neon::load_i8x32(&self.qs)
     }
 }
 

@@ -33,6 +33,7 @@ compile_error!(
 
 pub mod attention;
 pub mod attention_group;
+mod attention_kv;
 pub mod attention_q4;
 pub mod attention_q8;
 pub mod bandwidth;
