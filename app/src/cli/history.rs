@@ -3,19 +3,23 @@
 //! memory only for printing.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::history::{self, store::Conversation, store::Message, HistoryError};
+use crate::history::{
+    self, store::Conversation, store::Message, time::format_utc, HistoryError, Store,
+};
 
 #[derive(Args, Debug)]
 pub struct HistoryArgs {
     #[command(subcommand)]
     pub action: HistoryAction,
-    /// Where the history lives (default: $XDG_DATA_HOME/kostant or ~/.local/share/kostant).
+    /// Where the history lives.
+    ///
+    /// Default: $XDG_DATA_HOME/kostant or ~/.local/share/kostant.
     #[arg(long, env = "KOSTANT_DATA_DIR", global = true)]
     pub data_dir: Option<PathBuf>,
     /// Print one JSON object instead of text.
@@ -39,15 +43,21 @@ pub enum HistoryAction {
         #[arg(long)]
         yes: bool,
     },
-    /// Safety eval runs stored by `kostant eval`, newest first; with an id, that run's report.
+    /// Safety eval runs stored by `kostant eval`, newest first.
+    ///
+    /// With an id, that run's report as it was written.
     Evals { id: Option<i64> },
-    /// Write the whole history to FILE, encrypted under a passphrase (PBKDF2-HMAC-SHA256,
-    /// 600,000 iterations; ChaCha20-Poly1305).
+    /// Write the whole history to FILE, encrypted under a passphrase.
+    ///
+    /// The key is derived by PBKDF2-HMAC-SHA256 (600,000 iterations); the file is sealed with
+    /// ChaCha20-Poly1305.
     Export {
         /// The file to write; it must not exist.
         #[arg(long)]
         out: PathBuf,
-        /// Read the passphrase from the first line of this file (else KOSTANT_EXPORT_PASSPHRASE).
+        /// Read the passphrase from the first line of this file.
+        ///
+        /// Without it, the passphrase is KOSTANT_EXPORT_PASSPHRASE.
         #[arg(long)]
         passphrase_file: Option<PathBuf>,
     },
@@ -56,170 +66,211 @@ pub enum HistoryAction {
 pub fn run(args: HistoryArgs) -> Result<()> {
     let dir = history::data_dir(args.data_dir.as_deref())?;
     let mut store = history::open_default(&dir)?;
-    let mut out = std::io::stdout().lock();
+    let out = &mut std::io::stdout().lock();
     let j = args.json;
     match args.action {
-        HistoryAction::List => {
-            let list = store.list()?;
-            if j {
-                let items: Vec<_> = list.iter().map(conversation_json).collect();
-                writeln!(out, "{}", json!({ "conversations": items }))?;
-            } else if list.is_empty() {
-                writeln!(out, "(no saved conversations in {})", dir.display())?;
-            } else {
-                for c in &list {
-                    writeln!(
-                        out,
-                        "{:>5}  {}  {:>3} msgs  {}",
-                        c.id,
-                        utc(c.updated_at_ms),
-                        c.messages,
-                        title_text(c)
-                    )?;
-                }
-            }
-        }
-        HistoryAction::Evals { id } => {
-            let runs = store.eval_runs()?;
-            let bad = runs.iter().filter(|r| r.report.is_err()).count();
-            match id {
-                Some(id) => {
-                    let run = runs
-                        .iter()
-                        .find(|r| r.id == id)
-                        .with_context(|| format!("no eval run {id}"))?;
-                    match &run.report {
-                        Ok(r) => writeln!(out, "{r}")?,
-                        Err(e) => bail!("eval run {id}: {e}"),
-                    }
-                }
-                None => {
-                    let items: Vec<_> = runs.iter().map(eval_run_json).collect();
-                    if j {
-                        writeln!(out, "{}", json!({ "eval_runs": items }))?;
-                    } else if items.is_empty() {
-                        writeln!(out, "(no stored eval runs in {})", dir.display())?;
-                    } else {
-                        for (r, v) in runs.iter().zip(&items) {
-                            writeln!(
-                                out,
-                                "{:>5}  {}  {} {}  {}",
-                                r.id,
-                                utc(r.created_at_ms),
-                                v["model"].as_str().unwrap_or("?"),
-                                v["quantization"].as_str().unwrap_or("?"),
-                                v["suites"]
-                            )?;
-                        }
-                    }
-                    if bad > 0 {
-                        out.flush()?;
-                        bail!("{bad} eval run(s) failed their integrity check");
-                    }
-                }
-            }
-        }
-        HistoryAction::Show { id } => {
-            let c = store.conversation(id)?;
-            let msgs = store.messages(id)?;
-            let bad = msgs.iter().filter(|m| m.text.is_err()).count();
-            if j {
-                let mut v = conversation_json(&c);
-                v["messages"] = msgs.iter().map(message_json).collect();
-                writeln!(out, "{v}")?;
-            } else {
-                writeln!(out, "# {} · {}", title_text(&c), utc(c.created_at_ms))?;
-                for m in &msgs {
-                    writeln!(out, "\n[{}] {}", role(m), utc(m.created_at_ms))?;
-                    match &m.text {
-                        Ok(t) => writeln!(out, "{t}")?,
-                        Err(e) => writeln!(out, "<unreadable: {e}>")?,
-                    }
-                }
-            }
-            if bad > 0 {
-                out.flush()?;
-                bail!("conversation {id}: {bad} message(s) failed their integrity check");
-            }
-        }
-        HistoryAction::Search { text } => {
-            if text.trim().is_empty() {
-                bail!("the search text is empty");
-            }
-            let found = store.search(&text)?;
-            if j {
-                let hits: Vec<_> = found.hits.iter().map(message_json).collect();
-                let bad: Vec<_> = found.unreadable.iter().map(|e| e.to_string()).collect();
-                writeln!(
-                    out,
-                    "{}",
-                    json!({ "query": text, "hits": hits, "unreadable": bad })
-                )?;
-            } else {
-                for m in &found.hits {
-                    let t = m.text.as_deref().unwrap_or("");
-                    writeln!(
-                        out,
-                        "{:>5}/{:<5} [{}] {}",
-                        m.conversation_id,
-                        m.id,
-                        role(m),
-                        snippet(t, &text)
-                    )?;
-                }
-                writeln!(out, "({} match(es))", found.hits.len())?;
-            }
-            for e in &found.unreadable {
-                eprintln!("kostant: warning: {e}");
-            }
-        }
-        HistoryAction::Delete { id } => {
-            store.delete(id)?;
-            if j {
-                writeln!(out, "{}", json!({ "deleted": id }))?;
-            } else {
-                writeln!(out, "deleted conversation {id}")?;
-            }
-        }
-        HistoryAction::DeleteAll { yes } => {
-            if !yes {
-                bail!("delete-all removes every saved conversation; pass --yes to confirm");
-            }
-            let n = store.delete_all()?;
-            if j {
-                writeln!(out, "{}", json!({ "deleted_conversations": n }))?;
-            } else {
-                writeln!(
-                    out,
-                    "deleted {n} conversation(s); the history has new keys and its file is compacted"
-                )?;
-            }
-        }
+        HistoryAction::List => list(&store, out, &dir, j),
+        HistoryAction::Evals { id: Some(id) } => eval_report(&store, out, id),
+        HistoryAction::Evals { id: None } => list_evals(&store, out, &dir, j),
+        HistoryAction::Show { id } => show(&store, out, id, j),
+        HistoryAction::Search { text } => search(&store, out, &text, j),
+        HistoryAction::Delete { id } => delete(&mut store, out, id, j),
+        HistoryAction::DeleteAll { yes } => delete_all(&mut store, out, yes, j),
         HistoryAction::Export {
             out: file,
             passphrase_file,
-        } => {
-            let passphrase = match passphrase_file {
-                Some(p) => {
-                    let s = std::fs::read_to_string(&p)
-                        .with_context(|| format!("cannot read passphrase file {}", p.display()))?;
-                    s.lines().next().unwrap_or("").to_string()
-                }
-                None => std::env::var("KOSTANT_EXPORT_PASSPHRASE").map_err(|_| {
-                    anyhow::anyhow!("export needs KOSTANT_EXPORT_PASSPHRASE or --passphrase-file")
-                })?,
-            };
-            let n = history::export::export(&store, &passphrase, &file)?;
-            if j {
-                writeln!(
-                    out,
-                    "{}",
-                    json!({ "exported_conversations": n, "file": file.display().to_string() })
-                )?;
-            } else {
-                writeln!(out, "exported {n} conversation(s) to {}", file.display())?;
+        } => export(&store, out, &file, passphrase_file.as_deref(), j),
+    }
+}
+
+/// `history list`: one line (or JSON object) per conversation.
+fn list(store: &Store, out: &mut impl Write, dir: &Path, j: bool) -> Result<()> {
+    let list = store.list()?;
+    if j {
+        let items: Vec<_> = list.iter().map(conversation_json).collect();
+        writeln!(out, "{}", json!({ "conversations": items }))?;
+    } else if list.is_empty() {
+        writeln!(out, "(no saved conversations in {})", dir.display())?;
+    } else {
+        for c in &list {
+            writeln!(
+                out,
+                "{:>5}  {}  {:>3} msgs  {}",
+                c.id,
+                format_utc(c.updated_at_ms),
+                c.messages,
+                title_text(c)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// `history evals ID`: that run's stored report, as it was written.
+fn eval_report(store: &Store, out: &mut impl Write, id: i64) -> Result<()> {
+    let runs = store.eval_runs()?;
+    let run = runs
+        .iter()
+        .find(|r| r.id == id)
+        .with_context(|| format!("no eval run {id}"))?;
+    match &run.report {
+        Ok(r) => writeln!(out, "{r}")?,
+        Err(e) => bail!("eval run {id}: {e}"),
+    }
+    Ok(())
+}
+
+/// `history evals`: one line (or JSON object) per stored eval run; an error after the list
+/// when any failed its integrity check.
+fn list_evals(store: &Store, out: &mut impl Write, dir: &Path, j: bool) -> Result<()> {
+    let runs = store.eval_runs()?;
+    let bad = runs.iter().filter(|r| r.report.is_err()).count();
+    let items: Vec<_> = runs.iter().map(eval_run_json).collect();
+    if j {
+        writeln!(out, "{}", json!({ "eval_runs": items }))?;
+    } else if items.is_empty() {
+        writeln!(out, "(no stored eval runs in {})", dir.display())?;
+    } else {
+        for (r, v) in runs.iter().zip(&items) {
+            writeln!(
+                out,
+                "{:>5}  {}  {} {}  {}",
+                r.id,
+                format_utc(r.created_at_ms),
+                v["model"].as_str().unwrap_or("?"),
+                v["quantization"].as_str().unwrap_or("?"),
+                v["suites"]
+            )?;
+        }
+    }
+    if bad > 0 {
+        out.flush()?;
+        bail!("{bad} eval run(s) failed their integrity check");
+    }
+    Ok(())
+}
+
+/// `history show ID`: every message of the conversation; an error after them when any failed
+/// its integrity check.
+fn show(store: &Store, out: &mut impl Write, id: i64, j: bool) -> Result<()> {
+    let c = store.conversation(id)?;
+    let msgs = store.messages(id)?;
+    let bad = msgs.iter().filter(|m| m.text.is_err()).count();
+    if j {
+        let mut v = conversation_json(&c);
+        v["messages"] = msgs.iter().map(message_json).collect();
+        writeln!(out, "{v}")?;
+    } else {
+        writeln!(
+            out,
+            "# {} · {}",
+            title_text(&c),
+            format_utc(c.created_at_ms)
+        )?;
+        for m in &msgs {
+            writeln!(out, "\n[{}] {}", role(m), format_utc(m.created_at_ms))?;
+            match &m.text {
+                Ok(t) => writeln!(out, "{t}")?,
+                Err(e) => writeln!(out, "<unreadable: {e}>")?,
             }
         }
+    }
+    if bad > 0 {
+        out.flush()?;
+        bail!("conversation {id}: {bad} message(s) failed their integrity check");
+    }
+    Ok(())
+}
+
+/// `history search TEXT`: the matching messages, then a warning per unreadable one.
+fn search(store: &Store, out: &mut impl Write, text: &str, j: bool) -> Result<()> {
+    if text.trim().is_empty() {
+        bail!("the search text is empty");
+    }
+    let found = store.search(text)?;
+    if j {
+        let hits: Vec<_> = found.hits.iter().map(message_json).collect();
+        let bad: Vec<_> = found.unreadable.iter().map(|e| e.to_string()).collect();
+        writeln!(
+            out,
+            "{}",
+            json!({ "query": text, "hits": hits, "unreadable": bad })
+        )?;
+    } else {
+        for m in &found.hits {
+            let t = m.text.as_deref().unwrap_or("");
+            writeln!(
+                out,
+                "{:>5}/{:<5} [{}] {}",
+                m.conversation_id,
+                m.id,
+                role(m),
+                snippet(t, text)
+            )?;
+        }
+        writeln!(out, "({} match(es))", found.hits.len())?;
+    }
+    for e in &found.unreadable {
+        eprintln!("kostant: warning: {e}");
+    }
+    Ok(())
+}
+
+/// `history delete ID`.
+fn delete(store: &mut Store, out: &mut impl Write, id: i64, j: bool) -> Result<()> {
+    store.delete(id)?;
+    if j {
+        writeln!(out, "{}", json!({ "deleted": id }))?;
+    } else {
+        writeln!(out, "deleted conversation {id}")?;
+    }
+    Ok(())
+}
+
+/// `history delete-all --yes`: nothing without `--yes`.
+fn delete_all(store: &mut Store, out: &mut impl Write, yes: bool, j: bool) -> Result<()> {
+    if !yes {
+        bail!("delete-all removes every saved conversation; pass --yes to confirm");
+    }
+    let n = store.delete_all()?;
+    if j {
+        writeln!(out, "{}", json!({ "deleted_conversations": n }))?;
+    } else {
+        writeln!(
+            out,
+            "deleted {n} conversation(s); the history has new keys and its file is compacted"
+        )?;
+    }
+    Ok(())
+}
+
+/// `history export --out FILE`: the whole history sealed under a passphrase.
+fn export(
+    store: &Store,
+    out: &mut impl Write,
+    file: &Path,
+    passphrase_file: Option<&Path>,
+    j: bool,
+) -> Result<()> {
+    let passphrase = match passphrase_file {
+        Some(p) => {
+            let s = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read passphrase file {}", p.display()))?;
+            s.lines().next().unwrap_or("").to_string()
+        }
+        None => std::env::var("KOSTANT_EXPORT_PASSPHRASE").map_err(|_| {
+            anyhow::anyhow!("export needs KOSTANT_EXPORT_PASSPHRASE or --passphrase-file")
+        })?,
+    };
+    let n = history::export::export(store, &passphrase, file)?;
+    if j {
+        writeln!(
+            out,
+            "{}",
+            json!({ "exported_conversations": n, "file": file.display().to_string() })
+        )?;
+    } else {
+        writeln!(out, "exported {n} conversation(s) to {}", file.display())?;
     }
     Ok(())
 }
@@ -285,26 +336,6 @@ fn snippet(text: &str, needle: &str) -> String {
     s
 }
 
-/// `YYYY-MM-DD HH:MM` UTC from Unix milliseconds (civil-from-days, H. Hinnant's algorithm).
-fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60
-    )
-}
-
 /// What `history evals` lists of a stored report: its id, time, model and suites, or why it
 /// cannot be read.
 fn eval_run_json(r: &history::store::EvalRun) -> serde_json::Value {
@@ -328,13 +359,6 @@ fn eval_run_json(r: &history::store::EvalRun) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn utc_dates() {
-        assert_eq!(utc(0), "1970-01-01 00:00");
-        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00");
-        assert_eq!(utc(1_798_500_000_000), "2026-12-28 23:20");
-    }
 
     #[test]
     fn snippets_center_the_match() {

@@ -3,9 +3,10 @@
 //!
 //! Layout: `crypto.rs` seals and opens rows (AEAD bound to the row's place), `store.rs` owns the
 //! database (schema, pragmas, key unwrapping, reads and deletes), `export.rs` writes a
-//! passphrase-encrypted copy. The data key is random, wrapped by the platform
-//! [`KeyStore`](kostant_platform::keystore::KeyStore), and kept wrapped in the `meta` table; the
-//! key-encryption key lives elsewhere (see `paths`), so the data directory alone does not open.
+//! passphrase-encrypted copy, `time.rs` formats its dates. The data key is random, wrapped by the
+//! platform [`KeyStore`](kostant_platform::keystore::KeyStore), and kept wrapped in the `meta`
+//! table; the key-encryption key lives elsewhere (see `paths`), so the data directory alone does
+//! not open.
 //!
 //! Search decrypts every message and matches in memory: there is no plaintext index, by design.
 
@@ -15,6 +16,7 @@ pub mod export;
 pub mod store;
 #[cfg(test)]
 mod tests;
+pub mod time;
 
 use std::path::{Path, PathBuf};
 
