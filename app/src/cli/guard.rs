@@ -24,20 +24,26 @@ use super::{load_model, ModelArgs};
 
 #[derive(Args, Debug, Clone)]
 pub struct GuardArgs {
-    /// The guard's model (default: the embedded default model, shared with the chat model when
-    /// they are the same file).
+    /// The guard's model (default: the embedded default model).
+    ///
+    /// Shared with the chat model when they are the same file.
     #[arg(long, env = "KOSTANT_GUARD_MODEL")]
     pub guard_model: Option<PathBuf>,
-    /// The guard's trained head (default: the one built into this binary,
-    /// assets/safety/guard-head.bin).
+    /// The guard's trained head (default: the one built into this binary).
+    ///
+    /// The built-in head is assets/safety/guard-head.bin.
     #[arg(long, env = "KOSTANT_GUARD_HEAD")]
     pub guard_head: Option<PathBuf>,
-    /// A message judge's head, for experiments: it judges every message the guard reads in one
-    /// window, on a model of its own (`--message-model`), in place of the guard's head
-    /// (scripts/safety-data/round-5-rule.md: tried, not shipped). Default: none.
+    /// A message judge's head, for experiments (default: none).
+    ///
+    /// It judges every message the guard reads in one window, on a model of its own
+    /// (`--message-model`), in place of the guard's head. It is off by default; why:
+    /// scripts/safety-data/round-5-rule.md.
     #[arg(long, env = "KOSTANT_MESSAGE_HEAD", requires = "message_model")]
     pub message_head: Option<PathBuf>,
-    /// The message judge's model (shared with the chat or guard model when it is the same file).
+    /// The message judge's model.
+    ///
+    /// Shared with the chat or guard model when it is the same file.
     #[arg(long, env = "KOSTANT_MESSAGE_MODEL", requires = "message_head")]
     pub message_model: Option<PathBuf>,
 }
@@ -57,8 +63,10 @@ pub struct GuardCommandArgs {
 pub struct LongTextData {
     #[arg(long, default_value = "assets/safety")]
     data: PathBuf,
-    /// Pasted texts (a request line, a blank line, the text; one a line, newlines as \n); give
-    /// it again for more files, read in order (every third text of the whole is dev).
+    /// Files of pasted texts, read in order.
+    ///
+    /// A request line, a blank line, the text; one a line, newlines as \n. Give it again for
+    /// more files (every third text of the whole is dev).
     #[arg(
         long,
         default_value = "scripts/safety-data/authored/summarize_long_texts.txt"
@@ -87,8 +95,9 @@ pub struct HeadShape {
     hidden: usize,
     #[arg(long, default_value_t = 20)]
     epochs: usize,
-    /// Heads trained from consecutive seeds and averaged into one (stored as one head this
-    /// many times as wide).
+    /// Heads trained from consecutive seeds and averaged into one.
+    ///
+    /// They are stored as one head this many times as wide.
     #[arg(long, default_value_t = 3)]
     members: usize,
 }
@@ -103,169 +112,223 @@ impl HeadShape {
 
 #[derive(Subcommand, Debug)]
 pub enum GuardCommand {
-    /// Train the head from labelled data (train.jsonl, dev.jsonl, augment_templates.jsonl).
-    Train {
-        #[arg(long, default_value = "assets/safety")]
-        data: PathBuf,
-        #[arg(long, default_value = "assets/safety/guard-head.bin")]
-        out: PathBuf,
-        #[command(flatten)]
-        shape: HeadShape,
-        /// Highest share of dev safe prompts the chosen threshold may flag.
-        #[arg(long, default_value_t = 0.08)]
-        max_dev_false_positive: f64,
-        /// Lowest recall on the dev prompts: where the false-positive cap leaves it lower, the
-        /// threshold is lowered until it is reached, flagging more safe prompts (not in the
-        /// shipped recipe; scripts/safety-data/round-4-rule.md).
-        #[arg(long, value_parser = parse_share)]
-        min_dev_recall: Option<f64>,
-        /// Tokens of the chat model's greedy reply to each train and dev prompt that the head
-        /// also learns from (read as the screen reads a streaming reply); 0 learns messages only.
-        #[arg(long, default_value_t = 48)]
-        reply_tokens: usize,
-        /// Highest share of replies to safe dev prompts the chosen reply threshold may stop.
-        #[arg(long, default_value_t = 0.02)]
-        max_dev_reply_false_positive: f64,
-        /// Keep computed features here between runs (keyed by model, features and data).
-        #[arg(long)]
-        features_cache: Option<PathBuf>,
-        /// Also learn from copies of each window of a long safe text with an unsafe request of
-        /// the same split buried in it, this many per window (0: none, as the committed head).
-        #[arg(long, default_value_t = 0)]
-        buried_per_window: usize,
-        /// Most tokens of a message read in one window (a longer one is read in windows
-        /// overlapping by half, the worst deciding); the default is the spec new heads ship with.
-        #[arg(long)]
-        window: Option<usize>,
-        /// Layers whose hidden states the head reads, comma-separated (0 = the embeddings,
-        /// n_layer = after the final norm); the default is the spec new heads ship with.
-        #[arg(long, value_delimiter = ',')]
-        taps: Option<Vec<usize>>,
-        /// The features' data (DIR/<feature>/{train,dev}.jsonl): each feature's inputs are
-        /// learned as safe messages under its system prompt, and a share of the guard's own
-        /// texts is read under the features' prompts too.
-        #[arg(long, default_value = "assets/adapters")]
-        feature_data: PathBuf,
-        /// Train under the default system prompt alone, as heads before stop 22 were.
-        #[arg(long)]
-        no_feature_contexts: bool,
-        /// Also learn the chat model's replies to each feature's own inputs, under its prompt,
-        /// and keep the reply cap on each feature's dev replies apart (not in the shipped
-        /// recipe; scripts/safety-data/pending/README.md, stop 55).
-        #[arg(long, conflicts_with = "no_feature_contexts")]
-        feature_replies: bool,
-    },
-    /// Choose the threshold for screening replies on the dev prompts' replies and write it into
-    /// the head.
-    Calibrate {
-        #[arg(long, default_value = "assets/safety")]
-        data: PathBuf,
-        #[arg(long, default_value = "assets/safety/guard-head.bin")]
-        out: PathBuf,
-        /// Tokens generated per dev reply.
-        #[arg(long, default_value_t = 48)]
-        max_tokens: usize,
-        /// Highest share of replies to safe dev prompts the threshold may stop.
-        #[arg(long, default_value_t = 0.02)]
-        max_dev_false_positive: f64,
-    },
-    /// Pick when the head may name a hazard category to the user (a rule per category over its
-    /// category outputs, chosen on the dev split so that no flagged safe dev text is shown a
-    /// category), and write the head with them: same weights and thresholds.
-    PickCategories {
-        #[arg(long, default_value = "assets/safety")]
-        data: PathBuf,
-        #[arg(long, default_value = "assets/safety/guard-head.bin")]
-        out: PathBuf,
-        /// Tokens of the chat model's greedy reply to each dev prompt read as well, so the rule
-        /// also covers replies the guard withdraws (as training reads them); 0 reads messages
-        /// only.
-        #[arg(long, default_value_t = 48)]
-        reply_tokens: usize,
-        /// Keep computed features here between runs (shared with `guard train`).
-        #[arg(long)]
-        features_cache: Option<PathBuf>,
-    },
-    /// Screen text (--text, or one message per stdin line) and print the guard's judgement.
-    Screen {
-        #[arg(long)]
-        text: Option<String>,
-        /// Screen as an assistant's reply to this message rather than as a user's message.
-        #[arg(long, value_name = "MESSAGE")]
-        reply_to: Option<String>,
-        /// Read the text under this feature's system prompt, as the app's chip frames it
-        /// (default: the prompt the head was trained with).
-        #[arg(long, value_parser = super::parse_feature)]
-        feature: Option<kostant_app::features::Feature>,
-    },
-    /// Train the head that judges a message longer than one window part by part (lines, and
-    /// sentences of long lines), on the loaded head's taps, and write the loaded head with it
-    /// attached: same weights, thresholds and rules.
-    TrainParts {
-        #[command(flatten)]
-        texts: LongTextData,
-        #[command(flatten)]
-        shape: HeadShape,
-        /// Copies of each long train text with requests buried in it.
-        #[arg(long, default_value_t = 3)]
-        buried_copies: usize,
-        /// Requests buried in each copy.
-        #[arg(long, default_value_t = 3)]
-        requests_per_copy: usize,
-        /// Copies of each long train text with one request put inline, inside a paragraph
-        /// (0 in the shipped recipe; why: scripts/safety-data/pending/README.md, stop 54).
-        #[arg(long, default_value_t = 0)]
-        inline_copies: usize,
-        /// Highest share of clean dev texts the threshold may flag.
-        #[arg(long, default_value_t = 0.03)]
-        max_dev_false_positive: f64,
-    },
-    /// Train the head that judges the reply to a message the parts head judged (longer than
-    /// one window), on the loaded head's taps, and write the loaded head (which must have a
-    /// parts head) with it attached: everything else unchanged.
-    TrainLongReplies {
-        /// (The same texts and train/dev split as train-parts.)
-        #[command(flatten)]
-        texts: LongTextData,
-        #[command(flatten)]
-        shape: HeadShape,
-        /// Most tokens of each reply learned and judged (the eval's replies are 64).
-        #[arg(long, default_value_t = 64)]
-        reply_tokens: usize,
-        /// Train prompts whose replies are learned too, a random sample.
-        #[arg(long, default_value_t = 400)]
-        reply_prompts: usize,
-        /// Highest share of replies to clean dev texts the threshold may stop.
-        #[arg(long, default_value_t = 0.03)]
-        max_dev_false_positive: f64,
-    },
-    /// Write the loaded head with another head file's parts and long-reply heads in place of
-    /// its own (a main head retrained on short texts keeps the long-message heads it was
-    /// measured with); everything else unchanged.
-    CarryLongHeads {
-        /// The head file whose parts and long-reply heads are carried over.
-        #[arg(long, default_value = "assets/safety/guard-head.bin")]
-        from: PathBuf,
-        #[arg(long)]
-        out: PathBuf,
-        /// Carry only the long-reply head, keeping the loaded head's parts head (after
-        /// train-parts, which drops the long-reply head).
-        #[arg(long)]
-        long_replies_only: bool,
-    },
-    /// Write the loaded head with another head file's main head as its judge of replies to
-    /// messages read whole (that head's weights, reply threshold and category rules); the
-    /// loaded head keeps judging messages. A head retrained on the features' replies
+    /// Train the head from labelled data.
+    ///
+    /// It reads train.jsonl, dev.jsonl and augment_templates.jsonl in --data.
+    Train(TrainArgs),
+    /// Choose the threshold for screening replies and write it into the head.
+    ///
+    /// It is chosen on the replies to the dev prompts.
+    Calibrate(CalibrateArgs),
+    /// Pick when the head may name a hazard category to the user.
+    ///
+    /// A rule per category over its category outputs, chosen on the dev split so that no
+    /// flagged safe dev text is shown a category; the head is written with them, its weights
+    /// and thresholds unchanged.
+    PickCategories(PickCategoriesArgs),
+    /// Screen text and print the guard's judgement.
+    ///
+    /// The text is --text, or one message per stdin line.
+    Screen(ScreenArgs),
+    /// Train the head that judges a long message part by part.
+    ///
+    /// A message longer than one window is judged by its parts (lines, and sentences of long
+    /// lines), on the loaded head's taps; the loaded head is written with it attached, its
+    /// weights, thresholds and rules unchanged.
+    TrainParts(TrainPartsArgs),
+    /// Train the head that judges the replies to long messages.
+    ///
+    /// It judges the reply to a message the parts head judged (longer than one window), on the
+    /// loaded head's taps; the loaded head (which must have a parts head) is written with it
+    /// attached, everything else unchanged.
+    TrainLongReplies(TrainLongRepliesArgs),
+    /// Write the loaded head with another head file's long-message heads.
+    ///
+    /// That file's parts and long-reply heads take the place of the loaded head's own, so a
+    /// main head retrained on short texts keeps the long-message heads it was measured with;
+    /// everything else unchanged.
+    CarryLongHeads(CarryLongHeadsArgs),
+    /// Write the loaded head with another head file's main head judging replies.
+    ///
+    /// That head's weights, reply threshold and category rules judge replies to messages read
+    /// whole; the loaded head keeps judging messages. A head retrained on the features' replies
     /// (`train --feature-replies`) can so judge replies without changing what messages pass.
-    TakeReplyHead {
-        /// The head file whose main head judges the replies.
-        #[arg(long)]
-        from: PathBuf,
-        #[arg(long)]
-        out: PathBuf,
-    },
+    TakeReplyHead(TakeReplyHeadArgs),
     /// Show the loaded head: its model, features, threshold, training record, memory.
     Info,
+}
+
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    #[arg(long, default_value = "assets/safety")]
+    data: PathBuf,
+    #[arg(long, default_value = "assets/safety/guard-head.bin")]
+    out: PathBuf,
+    #[command(flatten)]
+    shape: HeadShape,
+    /// Highest share of dev safe prompts the chosen threshold may flag.
+    #[arg(long, default_value_t = 0.08)]
+    max_dev_false_positive: f64,
+    /// Lowest recall on the dev prompts, reached by flagging more safe prompts.
+    ///
+    /// Where the false-positive cap leaves the recall lower, the threshold is lowered until it
+    /// is reached (not in the shipped recipe; scripts/safety-data/round-4-rule.md).
+    #[arg(long, value_parser = parse_share)]
+    min_dev_recall: Option<f64>,
+    /// Tokens of the chat model's reply to each prompt that the head also learns from.
+    ///
+    /// The greedy reply to each train and dev prompt, read as the screen reads a streaming
+    /// reply; 0 learns messages only.
+    #[arg(long, default_value_t = 48)]
+    reply_tokens: usize,
+    /// Highest share of replies to safe dev prompts the reply threshold may stop.
+    #[arg(long, default_value_t = 0.02)]
+    max_dev_reply_false_positive: f64,
+    /// Keep computed features here between runs (keyed by model, features and data).
+    #[arg(long)]
+    features_cache: Option<PathBuf>,
+    /// Copies of each window of a long safe text with an unsafe request buried in it.
+    ///
+    /// This many per window, each request from the same split (0: none, as the committed
+    /// head).
+    #[arg(long, default_value_t = 0)]
+    buried_per_window: usize,
+    /// Most tokens of a message read in one window.
+    ///
+    /// A longer message is read in windows overlapping by half, the worst deciding; the
+    /// default is the spec new heads ship with.
+    #[arg(long)]
+    window: Option<usize>,
+    /// Layers whose hidden states the head reads, comma-separated.
+    ///
+    /// 0 is the embeddings, n_layer is after the final norm; the default is the spec new heads
+    /// ship with.
+    #[arg(long, value_delimiter = ',')]
+    taps: Option<Vec<usize>>,
+    /// The features' data, DIR/<feature>/{train,dev}.jsonl.
+    ///
+    /// Each feature's inputs are learned as safe messages under its system prompt, and a share
+    /// of the guard's own texts is read under the features' prompts too.
+    #[arg(long, default_value = "assets/adapters")]
+    feature_data: PathBuf,
+    /// Train under the default system prompt alone, not the features' prompts too.
+    #[arg(long)]
+    no_feature_contexts: bool,
+    /// Also learn the chat model's replies to each feature's own inputs.
+    ///
+    /// The replies are read under the feature's prompt, and the reply cap holds on each
+    /// feature's dev replies apart (not in the shipped recipe;
+    /// scripts/safety-data/pending/README.md).
+    #[arg(long, conflicts_with = "no_feature_contexts")]
+    feature_replies: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CalibrateArgs {
+    #[arg(long, default_value = "assets/safety")]
+    data: PathBuf,
+    #[arg(long, default_value = "assets/safety/guard-head.bin")]
+    out: PathBuf,
+    /// Tokens generated per dev reply.
+    #[arg(long, default_value_t = 48)]
+    max_tokens: usize,
+    /// Highest share of replies to safe dev prompts the threshold may stop.
+    #[arg(long, default_value_t = 0.02)]
+    max_dev_false_positive: f64,
+}
+
+#[derive(Args, Debug)]
+pub struct PickCategoriesArgs {
+    #[arg(long, default_value = "assets/safety")]
+    data: PathBuf,
+    #[arg(long, default_value = "assets/safety/guard-head.bin")]
+    out: PathBuf,
+    /// Tokens of the chat model's reply to each dev prompt read as well.
+    ///
+    /// The greedy reply, so that the rule also covers replies the guard withdraws (as
+    /// training reads them); 0 reads messages only.
+    #[arg(long, default_value_t = 48)]
+    reply_tokens: usize,
+    /// Keep computed features here between runs (shared with `guard train`).
+    #[arg(long)]
+    features_cache: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ScreenArgs {
+    #[arg(long)]
+    text: Option<String>,
+    /// Screen as an assistant's reply to this message rather than as a user's message.
+    #[arg(long, value_name = "MESSAGE")]
+    reply_to: Option<String>,
+    /// Read the text under this feature's system prompt, as the app's chip frames it.
+    ///
+    /// Default: the prompt the head was trained with.
+    #[arg(long, value_parser = super::parse_feature)]
+    feature: Option<kostant_app::features::Feature>,
+}
+
+#[derive(Args, Debug)]
+pub struct TrainPartsArgs {
+    #[command(flatten)]
+    texts: LongTextData,
+    #[command(flatten)]
+    shape: HeadShape,
+    /// Copies of each long train text with requests buried in it.
+    #[arg(long, default_value_t = 3)]
+    buried_copies: usize,
+    /// Requests buried in each copy.
+    #[arg(long, default_value_t = 3)]
+    requests_per_copy: usize,
+    /// Copies of each long train text with one request inline, inside a paragraph.
+    ///
+    /// 0 in the shipped recipe; why: scripts/safety-data/pending/README.md.
+    #[arg(long, default_value_t = 0)]
+    inline_copies: usize,
+    /// Highest share of clean dev texts the threshold may flag.
+    #[arg(long, default_value_t = 0.03)]
+    max_dev_false_positive: f64,
+}
+
+#[derive(Args, Debug)]
+pub struct TrainLongRepliesArgs {
+    // The same texts and train/dev split as train-parts.
+    #[command(flatten)]
+    texts: LongTextData,
+    #[command(flatten)]
+    shape: HeadShape,
+    /// Most tokens of each reply learned and judged (the eval's replies are 64).
+    #[arg(long, default_value_t = 64)]
+    reply_tokens: usize,
+    /// Train prompts whose replies are learned too, a random sample.
+    #[arg(long, default_value_t = 400)]
+    reply_prompts: usize,
+    /// Highest share of replies to clean dev texts the threshold may stop.
+    #[arg(long, default_value_t = 0.03)]
+    max_dev_false_positive: f64,
+}
+
+#[derive(Args, Debug)]
+pub struct CarryLongHeadsArgs {
+    /// The head file whose parts and long-reply heads are carried over.
+    #[arg(long, default_value = "assets/safety/guard-head.bin")]
+    from: PathBuf,
+    #[arg(long)]
+    out: PathBuf,
+    /// Carry only the long-reply head, keeping the loaded head's parts head.
+    ///
+    /// For a head just through train-parts, which drops the long-reply head.
+    #[arg(long)]
+    long_replies_only: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TakeReplyHeadArgs {
+    /// The head file whose main head judges the replies.
+    #[arg(long)]
+    from: PathBuf,
+    #[arg(long)]
+    out: PathBuf,
 }
 
 /// Which head a guard runs: the one built into the binary or a file given by `--guard-head` /
@@ -481,317 +544,311 @@ fn parse_share(s: &str) -> std::result::Result<f64, String> {
 }
 
 pub fn run(args: GuardCommandArgs) -> Result<()> {
+    let (model, guard) = (&args.model, &args.guard);
     match args.command {
-        GuardCommand::Train {
-            data,
-            out,
-            shape,
-            max_dev_false_positive,
-            min_dev_recall,
-            reply_tokens,
-            max_dev_reply_false_positive,
-            features_cache,
-            buried_per_window,
-            window,
-            taps,
-            feature_data,
-            no_feature_contexts,
-            feature_replies,
-        } => {
-            if feature_replies && reply_tokens == 0 {
-                bail!("--feature-replies learns replies: it needs --reply-tokens above 0");
-            }
-            let model = load_model(&args.model)?;
-            let mut opts = TrainOptions::new(data);
-            if !no_feature_contexts {
-                opts.contexts = feature_contexts(&feature_data, feature_replies.then_some(&model))?;
-            }
-            opts.context_replies = feature_replies;
-            opts.buried_per_window = buried_per_window;
-            if let Some(taps) = taps {
-                opts.spec.taps = taps;
-            }
-            if let Some(window) = window {
-                opts.spec.window = window;
-            }
-            shape.apply(&mut opts.config);
-            opts.max_dev_false_positive = max_dev_false_positive;
-            opts.min_dev_recall = min_dev_recall;
-            opts.max_dev_reply_false_positive = max_dev_reply_false_positive;
-            opts.replies = opts
-                .replies
-                .filter(|_| reply_tokens > 0)
-                .map(|plan| ReplyPlan {
-                    max_tokens: reply_tokens,
-                    ..plan
-                });
-            opts.cache = features_cache;
-            let start = std::time::Instant::now();
-            let trained = train_head(model, &opts, &mut progress_printer())?;
-            trained.head.save(&out)?;
-            eprintln!(
-                "wrote {} in {:.0} s: threshold {:.3}; dev recall {:.3}, dev false positives {:.3} ({} unsafe, {} safe)",
-                out.display(),
-                start.elapsed().as_secs_f64(),
-                trained.head.info.threshold,
-                trained.dev.recall,
-                trained.dev.false_positive_rate,
-                trained.dev.n_unsafe,
-                trained.dev.n_safe
-            );
-            if let (Some(t), Some(r)) = (trained.head.info.output_threshold, &trained.dev_replies) {
-                eprintln!(
-                    "reply threshold {t:.3}; dev replies stopped: {:.3} of unsafe, {:.3} of safe ({} unsafe, {} safe)",
-                    r.recall, r.false_positive_rate, r.n_unsafe, r.n_safe
-                );
-            }
-            print_category_rules(&trained.head, &trained.categories);
-            Ok(())
-        }
-        GuardCommand::PickCategories {
-            data,
-            out,
-            reply_tokens,
-            features_cache,
-        } => {
-            let guard = guard_of(&args.model, &args.guard)?;
-            let mut head = guard.head().clone();
-            let replies = (reply_tokens > 0).then_some(ReplyPlan {
-                max_tokens: reply_tokens,
-                every_tokens: kostant_safety::pipeline::OUTPUT_CHECK_EVERY,
-            });
-            let report = pick_categories(
-                guard.model().clone(),
-                &mut head,
-                &data,
-                replies,
-                features_cache.as_deref(),
-                &mut progress_printer(),
-            )?;
-            head.save(&out)?;
-            eprintln!("wrote {}", out.display());
-            print_category_rules(&head, &report);
-            Ok(())
-        }
-        GuardCommand::Calibrate {
-            data,
-            out,
-            max_tokens,
-            max_dev_false_positive,
-        } => {
-            let path = crate::model_path::resolve(args.model.model.as_deref())?;
-            let model = load_model(&args.model)?;
-            let guard = load_guard(&args.guard, &model, &path)?;
-            super::guard_calibrate::run(
-                &model,
-                guard,
-                &data,
-                &out,
-                max_tokens,
-                max_dev_false_positive,
-            )
-        }
-        GuardCommand::Screen {
-            text,
-            reply_to,
-            feature,
-        } => {
-            let mut guard = guard_of(&args.model, &args.guard)?;
-            if let Some(f) = feature {
-                guard.read_under(&f.system_prompt())?;
-            }
-            let mut screen = |t: &str| -> Result<()> {
-                let s = match &reply_to {
-                    Some(message) => guard.screen_output(message, t)?,
-                    None => guard.screen_input(t)?,
-                };
-                println!(
-                    "{}",
-                    json!({"flagged": s.flagged, "score": s.score, "category": s.category, "category_guess": s.category_guess, "tokens": s.tokens, "ms": s.ms})
-                );
-                Ok(())
-            };
-            match text {
-                Some(t) => screen(&t),
-                None => {
-                    for (i, line) in std::io::stdin().lock().split(b'\n').enumerate() {
-                        let line = line?;
-                        match String::from_utf8(line) {
-                            Ok(l) => screen(&l)?,
-                            Err(_) => bail!("stdin line {} is not valid UTF-8", i + 1),
-                        }
-                    }
-                    Ok(())
+        GuardCommand::Train(a) => train(model, a),
+        GuardCommand::PickCategories(a) => pick_head_categories(model, guard, a),
+        GuardCommand::Calibrate(a) => calibrate(model, guard, a),
+        GuardCommand::Screen(a) => screen(model, guard, a),
+        GuardCommand::TrainParts(a) => train_parts(model, guard, a),
+        GuardCommand::TrainLongReplies(a) => train_long_replies(model, guard, a),
+        GuardCommand::CarryLongHeads(a) => carry_long_heads(model, guard, a),
+        GuardCommand::TakeReplyHead(a) => take_reply_head(model, guard, a),
+        GuardCommand::Info => info(model, guard),
+    }
+}
+
+/// Saves `head` to `out` and says so on stderr: "wrote OUT" followed by `report`'s text, made
+/// once the file is written (so a time in it counts the writing).
+pub(super) fn write_head(
+    head: &Head,
+    out: &Path,
+    report: impl FnOnce() -> Result<String>,
+) -> Result<()> {
+    head.save(out)?;
+    eprintln!("wrote {}{}", out.display(), report()?);
+    Ok(())
+}
+
+/// `write_head`'s report for a long-message head: the time since `start`, then the training
+/// report as pretty JSON.
+fn timed_report(start: std::time::Instant, report: &impl serde::Serialize) -> Result<String> {
+    Ok(format!(
+        " in {:.0} s\n{}",
+        start.elapsed().as_secs_f64(),
+        serde_json::to_string_pretty(report)?
+    ))
+}
+
+/// `kostant guard train`: trains a head on the chat model and writes it.
+fn train(model_args: &ModelArgs, a: TrainArgs) -> Result<()> {
+    if a.feature_replies && a.reply_tokens == 0 {
+        bail!("--feature-replies learns replies: it needs --reply-tokens above 0");
+    }
+    let model = load_model(model_args)?;
+    let opts = train_options(&a, &model)?;
+    let start = std::time::Instant::now();
+    let trained = train_head(model, &opts, &mut progress_printer())?;
+    write_head(&trained.head, &a.out, || {
+        Ok(format!(
+            " in {:.0} s: threshold {:.3}; dev recall {:.3}, dev false positives {:.3} ({} unsafe, {} safe)",
+            start.elapsed().as_secs_f64(),
+            trained.head.info.threshold,
+            trained.dev.recall,
+            trained.dev.false_positive_rate,
+            trained.dev.n_unsafe,
+            trained.dev.n_safe
+        ))
+    })?;
+    if let (Some(t), Some(r)) = (trained.head.info.output_threshold, &trained.dev_replies) {
+        eprintln!(
+            "reply threshold {t:.3}; dev replies stopped: {:.3} of unsafe, {:.3} of safe ({} unsafe, {} safe)",
+            r.recall, r.false_positive_rate, r.n_unsafe, r.n_safe
+        );
+    }
+    print_category_rules(&trained.head, &trained.categories);
+    Ok(())
+}
+
+/// `guard train`'s arguments as the trainer's options (the features' contexts read here).
+fn train_options(a: &TrainArgs, model: &Arc<Model>) -> Result<TrainOptions> {
+    let mut opts = TrainOptions::new(a.data.clone());
+    if !a.no_feature_contexts {
+        opts.contexts = feature_contexts(&a.feature_data, a.feature_replies.then_some(model))?;
+    }
+    opts.context_replies = a.feature_replies;
+    opts.buried_per_window = a.buried_per_window;
+    if let Some(taps) = &a.taps {
+        opts.spec.taps = taps.clone();
+    }
+    if let Some(window) = a.window {
+        opts.spec.window = window;
+    }
+    a.shape.apply(&mut opts.config);
+    opts.max_dev_false_positive = a.max_dev_false_positive;
+    opts.min_dev_recall = a.min_dev_recall;
+    opts.max_dev_reply_false_positive = a.max_dev_reply_false_positive;
+    opts.replies = opts
+        .replies
+        .filter(|_| a.reply_tokens > 0)
+        .map(|plan| ReplyPlan {
+            max_tokens: a.reply_tokens,
+            ..plan
+        });
+    opts.cache = a.features_cache.clone();
+    Ok(opts)
+}
+
+/// `kostant guard pick-categories`: the loaded head with new category rules.
+fn pick_head_categories(model: &ModelArgs, guard: &GuardArgs, a: PickCategoriesArgs) -> Result<()> {
+    let guard = guard_of(model, guard)?;
+    let mut head = guard.head().clone();
+    let replies = (a.reply_tokens > 0).then_some(ReplyPlan {
+        max_tokens: a.reply_tokens,
+        every_tokens: kostant_safety::pipeline::OUTPUT_CHECK_EVERY,
+    });
+    let report = pick_categories(
+        guard.model().clone(),
+        &mut head,
+        &a.data,
+        replies,
+        a.features_cache.as_deref(),
+        &mut progress_printer(),
+    )?;
+    write_head(&head, &a.out, || Ok(String::new()))?;
+    print_category_rules(&head, &report);
+    Ok(())
+}
+
+/// `kostant guard calibrate`: the loaded head with a reply threshold chosen on dev replies.
+fn calibrate(model_args: &ModelArgs, guard: &GuardArgs, a: CalibrateArgs) -> Result<()> {
+    let path = crate::model_path::resolve(model_args.model.as_deref())?;
+    let model = load_model(model_args)?;
+    let guard = load_guard(guard, &model, &path)?;
+    super::guard_calibrate::run(
+        &model,
+        guard,
+        &a.data,
+        &a.out,
+        a.max_tokens,
+        a.max_dev_false_positive,
+    )
+}
+
+/// `kostant guard screen`: one JSON line of judgement per text.
+fn screen(model: &ModelArgs, guard: &GuardArgs, a: ScreenArgs) -> Result<()> {
+    let mut guard = guard_of(model, guard)?;
+    if let Some(f) = a.feature {
+        guard.read_under(&f.system_prompt())?;
+    }
+    let mut screen = |t: &str| -> Result<()> {
+        let s = match &a.reply_to {
+            Some(message) => guard.screen_output(message, t)?,
+            None => guard.screen_input(t)?,
+        };
+        println!(
+            "{}",
+            json!({"flagged": s.flagged, "score": s.score, "category": s.category, "category_guess": s.category_guess, "tokens": s.tokens, "ms": s.ms})
+        );
+        Ok(())
+    };
+    match a.text {
+        Some(t) => screen(&t),
+        None => {
+            for (i, line) in std::io::stdin().lock().split(b'\n').enumerate() {
+                let line = line?;
+                match String::from_utf8(line) {
+                    Ok(l) => screen(&l)?,
+                    Err(_) => bail!("stdin line {} is not valid UTF-8", i + 1),
                 }
             }
-        }
-        GuardCommand::TrainParts {
-            texts: data,
-            shape,
-            buried_copies,
-            requests_per_copy,
-            inline_copies,
-            max_dev_false_positive,
-        } => {
-            let guard = guard_of(&args.model, &args.guard)?;
-            let mut head = guard.head().clone();
-            let (texts, train, dev) = data.read()?;
-            let mut opts = PartsOptions {
-                buried_copies,
-                requests_per_copy,
-                inline_copies,
-                max_dev_false_positive,
-                config: TrainConfig::default(),
-            };
-            shape.apply(&mut opts.config);
-            let start = std::time::Instant::now();
-            let trained = train_parts_head(
-                guard.model().clone(),
-                &head.info.spec,
-                PartsData {
-                    long_texts: &texts,
-                    train: &train,
-                    dev: &dev,
-                },
-                &opts,
-                guard.head().parts.as_deref(),
-                |msg| eprintln!("[parts] {msg}"),
-            )?;
-            head.parts = Some(Box::new(trained.head));
-            if head.long_replies.take().is_some() {
-                eprintln!(
-                    "the long-reply head was dropped: its threshold was picked behind the old \
-                     parts head (retrain it: kostant guard train-long-replies)"
-                );
-            }
-            head.save(&data.out)?;
-            eprintln!(
-                "wrote {} in {:.0} s\n{}",
-                data.out.display(),
-                start.elapsed().as_secs_f64(),
-                serde_json::to_string_pretty(&trained.report)?
-            );
-            Ok(())
-        }
-        GuardCommand::TrainLongReplies {
-            texts: data,
-            shape,
-            reply_tokens,
-            reply_prompts,
-            max_dev_false_positive,
-        } => {
-            let guard = guard_of(&args.model, &args.guard)?;
-            let mut head = guard.head().clone();
-            if head.parts.is_none() {
-                bail!("the head has no parts head: train one first (kostant guard train-parts)");
-            }
-            if reply_tokens == 0 {
-                bail!("--reply-tokens must be at least 1");
-            }
-            let (texts, train, dev) = data.read()?;
-            let mut opts = LongReplyOptions {
-                plan: ReplyPlan {
-                    max_tokens: reply_tokens,
-                    every_tokens: kostant_safety::pipeline::OUTPUT_CHECK_EVERY,
-                },
-                prompts: reply_prompts,
-                max_dev_false_positive,
-                config: TrainConfig::default(),
-            };
-            shape.apply(&mut opts.config);
-            let start = std::time::Instant::now();
-            let trained = train_long_reply_head(
-                guard.model().clone(),
-                &head,
-                &texts,
-                &train,
-                &dev,
-                &opts,
-                |msg| eprintln!("[long replies] {msg}"),
-            )?;
-            head.long_replies = Some(Box::new(trained.head));
-            head.save(&data.out)?;
-            eprintln!(
-                "wrote {} in {:.0} s\n{}",
-                data.out.display(),
-                start.elapsed().as_secs_f64(),
-                serde_json::to_string_pretty(&trained.report)?
-            );
-            Ok(())
-        }
-        GuardCommand::CarryLongHeads {
-            from,
-            out,
-            long_replies_only,
-        } => {
-            let guard = guard_of(&args.model, &args.guard)?;
-            let mut head = guard.head().clone();
-            let (source, _) = read_head_file(&from)?;
-            let (carried, what) = match long_replies_only {
-                true => (head.carry_long_reply_head(&source), "the long-reply head"),
-                false => (
-                    head.carry_long_heads(&source),
-                    "the parts and long-reply heads",
-                ),
-            };
-            carried.map_err(|e| anyhow::anyhow!("cannot carry {}'s heads: {e}", from.display()))?;
-            head.save(&out)?;
-            eprintln!("wrote {} with {what} of {}", out.display(), from.display());
-            Ok(())
-        }
-        GuardCommand::TakeReplyHead { from, out } => {
-            let guard = guard_of(&args.model, &args.guard)?;
-            let mut head = guard.head().clone();
-            let (source, _) = read_head_file(&from)?;
-            head.take_reply_head(&source).map_err(|e| {
-                anyhow::anyhow!("cannot take the reply head of {}: {e}", from.display())
-            })?;
-            head.save(&out)?;
-            eprintln!(
-                "wrote {} with the main head of {} judging replies",
-                out.display(),
-                from.display()
-            );
-            Ok(())
-        }
-        GuardCommand::Info => {
-            let guard = guard_of(&args.model, &args.guard)?;
-            let info = &guard.head().info;
-            let mut out = std::io::stdout().lock();
-            writeln!(
-                out,
-                "{}",
-                serde_json::to_string_pretty(&json!({
-                    "model": info.model_name,
-                    "features": guard.head().dim(),
-                    "taps": info.spec.taps,
-                    "hidden": info.hidden,
-                    "threshold": info.threshold,
-                    "reply_threshold": guard.thresholds().1,
-                    "category_rules": info.category_rules,
-                    "resident_bytes": guard.resident_bytes(),
-                    "training": info.training,
-                    "parts": guard.head().parts.as_ref().map(|p| json!({
-                        "threshold": p.info.threshold,
-                        "hidden": p.info.hidden,
-                        "max_tokens_a_part": p.info.spec.window,
-                        "training": p.info.training,
-                    })),
-                    "long_replies": guard.head().long_replies.as_ref().map(|h| json!({
-                        "reply_threshold": h.info.output_threshold,
-                        "training": h.info.training,
-                    })),
-                    "replies": guard.head().replies.as_ref().map(|h| json!({
-                        "reply_threshold": h.info.output_threshold,
-                        "hidden": h.info.hidden,
-                        "category_rules": h.info.category_rules,
-                        "training": h.info.training,
-                    })),
-                }))?
-            )?;
             Ok(())
         }
     }
+}
+
+/// `kostant guard train-parts`: the loaded head with a new parts head.
+fn train_parts(model: &ModelArgs, guard: &GuardArgs, a: TrainPartsArgs) -> Result<()> {
+    let guard = guard_of(model, guard)?;
+    let mut head = guard.head().clone();
+    let (texts, train, dev) = a.texts.read()?;
+    let mut opts = PartsOptions {
+        buried_copies: a.buried_copies,
+        requests_per_copy: a.requests_per_copy,
+        inline_copies: a.inline_copies,
+        max_dev_false_positive: a.max_dev_false_positive,
+        config: TrainConfig::default(),
+    };
+    a.shape.apply(&mut opts.config);
+    let start = std::time::Instant::now();
+    let trained = train_parts_head(
+        guard.model().clone(),
+        &head.info.spec,
+        PartsData {
+            long_texts: &texts,
+            train: &train,
+            dev: &dev,
+        },
+        &opts,
+        guard.head().parts.as_deref(),
+        |msg| eprintln!("[parts] {msg}"),
+    )?;
+    head.parts = Some(Box::new(trained.head));
+    if head.long_replies.take().is_some() {
+        eprintln!(
+            "the long-reply head was dropped: its threshold was picked behind the old \
+             parts head (retrain it: kostant guard train-long-replies)"
+        );
+    }
+    write_head(&head, &a.texts.out, || timed_report(start, &trained.report))
+}
+
+/// `kostant guard train-long-replies`: the loaded head with a new long-reply head.
+fn train_long_replies(model: &ModelArgs, guard: &GuardArgs, a: TrainLongRepliesArgs) -> Result<()> {
+    let guard = guard_of(model, guard)?;
+    let mut head = guard.head().clone();
+    if head.parts.is_none() {
+        bail!("the head has no parts head: train one first (kostant guard train-parts)");
+    }
+    if a.reply_tokens == 0 {
+        bail!("--reply-tokens must be at least 1");
+    }
+    let (texts, train, dev) = a.texts.read()?;
+    let mut opts = LongReplyOptions {
+        plan: ReplyPlan {
+            max_tokens: a.reply_tokens,
+            every_tokens: kostant_safety::pipeline::OUTPUT_CHECK_EVERY,
+        },
+        prompts: a.reply_prompts,
+        max_dev_false_positive: a.max_dev_false_positive,
+        config: TrainConfig::default(),
+    };
+    a.shape.apply(&mut opts.config);
+    let start = std::time::Instant::now();
+    let trained = train_long_reply_head(
+        guard.model().clone(),
+        &head,
+        &texts,
+        &train,
+        &dev,
+        &opts,
+        |msg| eprintln!("[long replies] {msg}"),
+    )?;
+    head.long_replies = Some(Box::new(trained.head));
+    write_head(&head, &a.texts.out, || timed_report(start, &trained.report))
+}
+
+/// `kostant guard carry-long-heads`: the loaded head with another file's long-message heads.
+fn carry_long_heads(model: &ModelArgs, guard: &GuardArgs, a: CarryLongHeadsArgs) -> Result<()> {
+    let guard = guard_of(model, guard)?;
+    let mut head = guard.head().clone();
+    let (source, _) = read_head_file(&a.from)?;
+    let (carried, what) = match a.long_replies_only {
+        true => (head.carry_long_reply_head(&source), "the long-reply head"),
+        false => (
+            head.carry_long_heads(&source),
+            "the parts and long-reply heads",
+        ),
+    };
+    carried.map_err(|e| anyhow::anyhow!("cannot carry {}'s heads: {e}", a.from.display()))?;
+    write_head(&head, &a.out, || {
+        Ok(format!(" with {what} of {}", a.from.display()))
+    })
+}
+
+/// `kostant guard take-reply-head`: the loaded head with another file's main head judging
+/// replies.
+fn take_reply_head(model: &ModelArgs, guard: &GuardArgs, a: TakeReplyHeadArgs) -> Result<()> {
+    let guard = guard_of(model, guard)?;
+    let mut head = guard.head().clone();
+    let (source, _) = read_head_file(&a.from)?;
+    head.take_reply_head(&source)
+        .map_err(|e| anyhow::anyhow!("cannot take the reply head of {}: {e}", a.from.display()))?;
+    write_head(&head, &a.out, || {
+        Ok(format!(
+            " with the main head of {} judging replies",
+            a.from.display()
+        ))
+    })
+}
+
+/// `kostant guard info`: the loaded head as pretty JSON.
+fn info(model: &ModelArgs, guard: &GuardArgs) -> Result<()> {
+    let guard = guard_of(model, guard)?;
+    let info = &guard.head().info;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{}",
+        serde_json::to_string_pretty(&json!({
+            "model": info.model_name,
+            "features": guard.head().dim(),
+            "taps": info.spec.taps,
+            "hidden": info.hidden,
+            "threshold": info.threshold,
+            "reply_threshold": guard.thresholds().1,
+            "category_rules": info.category_rules,
+            "resident_bytes": guard.resident_bytes(),
+            "training": info.training,
+            "parts": guard.head().parts.as_ref().map(|p| json!({
+                "threshold": p.info.threshold,
+                "hidden": p.info.hidden,
+                "max_tokens_a_part": p.info.spec.window,
+                "training": p.info.training,
+            })),
+            "long_replies": guard.head().long_replies.as_ref().map(|h| json!({
+                "reply_threshold": h.info.output_threshold,
+                "training": h.info.training,
+            })),
+            "replies": guard.head().replies.as_ref().map(|h| json!({
+                "reply_threshold": h.info.output_threshold,
+                "hidden": h.info.hidden,
+                "category_rules": h.info.category_rules,
+                "training": h.info.training,
+            })),
+        }))?
+    )?;
+    Ok(())
 }
 
 /// Prints a stage's progress every 100 texts and at its end.

@@ -91,14 +91,13 @@ pub fn run(
         "replies": scores.len(),
         "dev": &dev_scores,
     });
-    head.save(out)?;
-    eprintln!(
-        "wrote {}: reply threshold {threshold:.4} (message threshold {input_threshold:.4}); on dev replies: {:.3} of unsafe stopped, {:.3} of safe stopped ({} unsafe, {} safe)",
-        out.display(),
-        dev_scores.recall,
-        dev_scores.false_positive_rate,
-        dev_scores.n_unsafe,
-        dev_scores.n_safe
-    );
-    Ok(())
+    super::guard::write_head(&head, out, || {
+        Ok(format!(
+            ": reply threshold {threshold:.4} (message threshold {input_threshold:.4}); on dev replies: {:.3} of unsafe stopped, {:.3} of safe stopped ({} unsafe, {} safe)",
+            dev_scores.recall,
+            dev_scores.false_positive_rate,
+            dev_scores.n_unsafe,
+            dev_scores.n_safe
+        ))
+    })
 }
