@@ -3,6 +3,7 @@
 //! context, one token at a time; with `--depth N`, each after N random tokens of context, as
 //! llama-bench's `-d N`) so the two can be compared on the same file.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
@@ -10,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use kostant_engine::sampling::argmax;
-use kostant_engine::{Batch, Outputs, Session};
+use kostant_engine::{Batch, Model, Outputs, Session};
 
 use super::{load_model_kv, peak_rss_mb, BenchArgs};
 
@@ -31,13 +32,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
         return snapshot(&args, &model);
     }
     let load_ms = load_start.elapsed().as_secs_f64() * 1e3;
-    let threads = super::threads();
-    let n_vocab = model.hparams.n_vocab as u32;
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(1234);
-    let prompt: Vec<u32> = (0..args.prompt_tokens)
-        .map(|_| rng.gen_range(0..n_vocab))
-        .collect();
-    let context: Vec<u32> = (0..args.depth).map(|_| rng.gen_range(0..n_vocab)).collect();
     let mut session = Session::with_kv_type(model.clone(), args.model.ctx, kv_type)?;
     // Loading an adapter (mapping it, checking every pair and value, hashing it) is what a
     // switch to one not yet resident costs; switching between resident ones costs nothing but
@@ -47,6 +41,75 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let adapter_load_ms = adapter
         .is_some()
         .then(|| adapter_start.elapsed().as_secs_f64() * 1e3);
+    let timings = time_prefill_and_decode(&args, &model, &mut session)?;
+    let decode_tok_s = args.gen_tokens as f64 * 1e3 / timings.decode_ms;
+    let gb_s = model.weight_bytes_per_token() as f64 * decode_tok_s / 1e9;
+    let peak_rss_mb = peak_rss_mb();
+    // Measured after the model's runs so its peak above is the model's own.
+    let read_gb_s = args
+        .bandwidth
+        .then(|| kostant_kernels::bandwidth::read_bandwidth(1 << 30, 10).best_gb_s);
+    let guard = match args.guard {
+        true => Some(measure_guard(&args, &model)?),
+        false => None,
+    };
+    let speed = Speed {
+        load_ms,
+        adapter,
+        adapter_load_ms,
+        prefill_tok_s: args.prompt_tokens as f64 * 1e3 / timings.prefill_ms,
+        decode_tok_s,
+        ttft_ms: timings.ttft_ms,
+        gb_s,
+        peak_rss_mb,
+        read_gb_s,
+        guard,
+    };
+    if args.json {
+        println!("{}", speed_json(&args, &model, &session, &speed));
+    } else {
+        print_speed(&args, &model, &session, &speed);
+    }
+    Ok(())
+}
+
+/// Mean times of one measurement's runs, in ms.
+struct Timings {
+    prefill_ms: f64,
+    ttft_ms: f64,
+    decode_ms: f64,
+}
+
+/// What a speed run measured, for its report.
+struct Speed {
+    load_ms: f64,
+    adapter: Option<String>,
+    adapter_load_ms: Option<f64>,
+    prefill_tok_s: f64,
+    decode_tok_s: f64,
+    ttft_ms: f64,
+    /// The weights decoding reads, in GB/s.
+    gb_s: f64,
+    peak_rss_mb: Option<f64>,
+    /// The machine's read bandwidth (`--bandwidth`), in GB/s.
+    read_gb_s: Option<f64>,
+    /// What the guard costs (`--guard`): see `bench_guard`.
+    guard: Option<serde_json::Value>,
+}
+
+/// Prefill, time to first token and decode, each `--repetitions` times after `--depth` random
+/// tokens of context, as llama-bench runs its pp and tg tests.
+fn time_prefill_and_decode(
+    args: &BenchArgs,
+    model: &Model,
+    session: &mut Session,
+) -> Result<Timings> {
+    let n_vocab = model.hparams.n_vocab as u32;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1234);
+    let prompt: Vec<u32> = (0..args.prompt_tokens)
+        .map(|_| rng.gen_range(0..n_vocab))
+        .collect();
+    let context: Vec<u32> = (0..args.depth).map(|_| rng.gen_range(0..n_vocab)).collect();
     let longest = args.depth + args.prompt_tokens.max(args.gen_tokens);
     anyhow::ensure!(
         longest <= session.n_ctx(),
@@ -66,14 +129,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
     // Warm-up, as llama-bench warms up with the whole prompt: pages the weights and every kv
     // cache row the prefill will write in, and lets the thread pool spin up, so the first
     // measured run does not pay first-touch page faults the others do not.
-    start(&mut session, &mut out)?;
+    start(session, &mut out)?;
     session.decode(&Batch::prompt(&prompt), &mut out)?;
 
     let mut prefill_ms = Vec::new();
     let mut ttft_ms = Vec::new();
     let mut decode_ms = Vec::new();
     for _ in 0..args.repetitions {
-        start(&mut session, &mut out)?;
+        start(session, &mut out)?;
         let t = Instant::now();
         session.decode(&Batch::prompt(&prompt), &mut out)?;
         prefill_ms.push(t.elapsed().as_secs_f64() * 1e3);
@@ -81,7 +144,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         ttft_ms.push(t.elapsed().as_secs_f64() * 1e3);
 
         // Decode from the starting context, like llama-bench's tg test.
-        start(&mut session, &mut out)?;
+        start(session, &mut out)?;
         let mut token = prompt[0];
         let t = Instant::now();
         for _ in 0..args.gen_tokens {
@@ -91,50 +154,55 @@ pub fn run(args: BenchArgs) -> Result<()> {
         decode_ms.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let prefill_tok_s = args.prompt_tokens as f64 * 1e3 / mean(&prefill_ms);
-    let decode_tok_s = args.gen_tokens as f64 * 1e3 / mean(&decode_ms);
-    let gb_s = model.weight_bytes_per_token() as f64 * decode_tok_s / 1e9;
+    Ok(Timings {
+        prefill_ms: mean(&prefill_ms),
+        ttft_ms: mean(&ttft_ms),
+        decode_ms: mean(&decode_ms),
+    })
+}
+
+/// `--guard`: see `bench_guard`.
+fn measure_guard(args: &BenchArgs, model: &Arc<Model>) -> Result<serde_json::Value> {
+    let path = crate::model_path::resolve(args.model.model.as_deref())?;
+    super::bench_guard::measure(
+        model,
+        &path,
+        &args.guard_args,
+        &args.adapter,
+        Session::with_kv_type(model.clone(), args.model.ctx, args.kv.kv_type)?,
+        args.gen_tokens,
+        args.repetitions,
+    )
+}
+
+/// Megabytes (MiB) of `b` bytes.
+fn mb(b: usize) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+/// `--json`'s report of a speed run.
+fn speed_json(args: &BenchArgs, model: &Model, session: &Session, s: &Speed) -> serde_json::Value {
+    let kv_type = args.kv.kv_type;
     let plan = model.memory_plan_with_kv(session.n_ctx(), kv_type);
-    let peak = peak_rss_mb();
-    // Measured after the model's runs so its peak above is the model's own.
-    let bandwidth = args
-        .bandwidth
-        .then(|| kostant_kernels::bandwidth::read_bandwidth(1 << 30, 10));
-    let guard = match args.guard {
-        true => {
-            let path = crate::model_path::resolve(args.model.model.as_deref())?;
-            Some(super::bench_guard::measure(
-                &model,
-                &path,
-                &args.guard_args,
-                &args.adapter,
-                Session::with_kv_type(model.clone(), args.model.ctx, args.kv.kv_type)?,
-                args.gen_tokens,
-                args.repetitions,
-            )?)
-        }
-        false => None,
-    };
-    let mb = |b: usize| b as f64 / (1024.0 * 1024.0);
-    let report = json!({
+    json!({
         "model": model.name(),
-        "adapter": adapter,
-        "adapter_load_ms": adapter_load_ms,
+        "adapter": s.adapter,
+        "adapter_load_ms": s.adapter_load_ms,
         "adapter_mb": session.adapter().map(|a| a.adapter.file_bytes() as f64 / (1024.0 * 1024.0)),
         "quantization": model.quantization(),
         "file_mb": model.file_bytes() as f64 / (1024.0 * 1024.0),
-        "threads": threads,
+        "threads": super::threads(),
         "cpu": kostant_kernels::cpu_features().to_string(),
         "repacked_matrices": model.repacked_matrices(),
         "prompt_tokens": args.prompt_tokens,
         "gen_tokens": args.gen_tokens,
         "depth": args.depth,
         "repetitions": args.repetitions,
-        "load_ms": load_ms,
-        "prefill_tok_s": prefill_tok_s,
-        "decode_tok_s": decode_tok_s,
-        "ttft_ms": mean(&ttft_ms),
-        "decode_weight_gb_s": gb_s,
+        "load_ms": s.load_ms,
+        "prefill_tok_s": s.prefill_tok_s,
+        "decode_tok_s": s.decode_tok_s,
+        "ttft_ms": s.ttft_ms,
+        "decode_weight_gb_s": s.gb_s,
         "n_ctx": session.n_ctx(),
         "kv_type": kv_type.name(),
         "kv_cache_mb": session.kv_bytes() as f64 / (1024.0 * 1024.0),
@@ -142,93 +210,98 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "planned_weights_mb": mb(plan.weights),
         "planned_kv_mb": mb(plan.kv),
         "planned_scratch_mb": mb(plan.scratch),
-        "peak_rss_mb": peak,
-        "read_bandwidth_gb_s": bandwidth.map(|b| b.best_gb_s),
-        "decode_bandwidth_fraction": bandwidth.map(|b| gb_s / b.best_gb_s),
-        "guard": guard,
-    });
-    if args.json {
-        println!("{report}");
-    } else {
-        println!(
-            "model        {} ({}, {:.1} MB)",
-            model.name(),
-            model.quantization(),
-            model.file_bytes() as f64 / 1048576.0
-        );
-        println!(
-            "cpu          {} · {threads} threads · {} matrices repacked at load",
-            kostant_kernels::cpu_features(),
-            model.repacked_matrices()
-        );
-        let after = match args.depth {
-            0 => String::new(),
-            d => format!(", after {d}"),
-        };
-        println!(
-            "prefill      {:>8.1} tok/s  ({} tokens{after})",
-            prefill_tok_s, args.prompt_tokens
-        );
-        println!(
-            "decode       {:>8.1} tok/s  ({} tokens{after}, {:.1} GB/s of weights)",
-            decode_tok_s, args.gen_tokens, gb_s
-        );
-        println!(
-            "ttft         {:>8.1} ms     (prompt of {} tokens)",
-            mean(&ttft_ms),
-            args.prompt_tokens
-        );
-        println!(
-            "memory plan  {:>8.1} MiB    (weights {:.1}, kv cache {:.1} as {} for {} tokens, scratch {:.1})",
-            mb(plan.total()),
-            mb(plan.weights),
-            mb(plan.kv),
-            kv_type,
-            session.n_ctx(),
-            mb(plan.scratch)
-        );
-        match peak {
-            Some(mb) => println!("peak rss     {mb:>8.1} MiB"),
-            None => println!("peak rss     unavailable on this OS"),
-        }
-        if let Some(b) = bandwidth {
-            println!(
-                "bandwidth    {:>8.2} GB/s   (read, best of 10 over 1 GiB); decode streams {:.0}% of it",
-                b.best_gb_s,
-                100.0 * gb_s / b.best_gb_s
-            );
-        }
-        if let Some(g) = &guard {
-            let f = |k: &str| g[k].as_f64().unwrap_or(f64::NAN);
-            println!(
-                "guard ttft   {:>8.1} ms     (plain {:.1} ms, {:+.1}%; {} prompt tokens; screening {:.2} ms)",
-                f("ttft_ms_guarded"),
-                f("ttft_ms_plain"),
-                100.0 * f("input_overhead_fraction"),
-                g["prompt_tokens"],
-                f("input_screen_ms")
-            );
-            println!(
-                "guard decode {:>8.1} tok/s  (plain {:.1} tok/s, {:+.1}% time; screening {:.2} ms a reply)",
-                f("decode_tok_s_guarded"),
-                f("decode_tok_s_plain"),
-                100.0 * f("output_overhead_fraction"),
-                f("output_screen_ms")
-            );
-            println!(
-                "guard check  {:>8.3} ms     ({:.1} checks a reply; judging every token would add {:.1}% to a decode step)",
-                f("output_check_ms"),
-                f("output_checks"),
-                100.0 * f("per_token_check_fraction")
-            );
-            println!(
-                "guard shown  {:>8.1} ms     (first text shown, once judged; at most {} tokens held back)",
-                f("first_shown_ms_guarded"),
-                g["max_held_tokens"]
-            );
-        }
+        "peak_rss_mb": s.peak_rss_mb,
+        "read_bandwidth_gb_s": s.read_gb_s,
+        "decode_bandwidth_fraction": s.read_gb_s.map(|b| s.gb_s / b),
+        "guard": s.guard,
+    })
+}
+
+/// The text report of a speed run, one measurement a line.
+fn print_speed(args: &BenchArgs, model: &Model, session: &Session, s: &Speed) {
+    let plan = model.memory_plan_with_kv(session.n_ctx(), args.kv.kv_type);
+    println!(
+        "model        {} ({}, {:.1} MB)",
+        model.name(),
+        model.quantization(),
+        model.file_bytes() as f64 / 1048576.0
+    );
+    println!(
+        "cpu          {} · {} threads · {} matrices repacked at load",
+        kostant_kernels::cpu_features(),
+        super::threads(),
+        model.repacked_matrices()
+    );
+    let after = match args.depth {
+        0 => String::new(),
+        d => format!(", after {d}"),
+    };
+    println!(
+        "prefill      {:>8.1} tok/s  ({} tokens{after})",
+        s.prefill_tok_s, args.prompt_tokens
+    );
+    println!(
+        "decode       {:>8.1} tok/s  ({} tokens{after}, {:.1} GB/s of weights)",
+        s.decode_tok_s, args.gen_tokens, s.gb_s
+    );
+    println!(
+        "ttft         {:>8.1} ms     (prompt of {} tokens)",
+        s.ttft_ms, args.prompt_tokens
+    );
+    println!(
+        "memory plan  {:>8.1} MiB    (weights {:.1}, kv cache {:.1} as {} for {} tokens, scratch {:.1})",
+        mb(plan.total()),
+        mb(plan.weights),
+        mb(plan.kv),
+        args.kv.kv_type,
+        session.n_ctx(),
+        mb(plan.scratch)
+    );
+    match s.peak_rss_mb {
+        Some(mb) => println!("peak rss     {mb:>8.1} MiB"),
+        None => println!("peak rss     unavailable on this OS"),
     }
-    Ok(())
+    if let Some(b) = s.read_gb_s {
+        println!(
+            "bandwidth    {:>8.2} GB/s   (read, best of 10 over 1 GiB); decode streams {:.0}% of it",
+            b,
+            100.0 * s.gb_s / b
+        );
+    }
+    if let Some(g) = &s.guard {
+        print_guard_cost(g);
+    }
+}
+
+/// The text report's guard lines (`--guard`).
+fn print_guard_cost(g: &serde_json::Value) {
+    let f = |k: &str| g[k].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "guard ttft   {:>8.1} ms     (plain {:.1} ms, {:+.1}%; {} prompt tokens; screening {:.2} ms)",
+        f("ttft_ms_guarded"),
+        f("ttft_ms_plain"),
+        100.0 * f("input_overhead_fraction"),
+        g["prompt_tokens"],
+        f("input_screen_ms")
+    );
+    println!(
+        "guard decode {:>8.1} tok/s  (plain {:.1} tok/s, {:+.1}% time; screening {:.2} ms a reply)",
+        f("decode_tok_s_guarded"),
+        f("decode_tok_s_plain"),
+        100.0 * f("output_overhead_fraction"),
+        f("output_screen_ms")
+    );
+    println!(
+        "guard check  {:>8.3} ms     ({:.1} checks a reply; judging every token would add {:.1}% to a decode step)",
+        f("output_check_ms"),
+        f("output_checks"),
+        100.0 * f("per_token_check_fraction")
+    );
+    println!(
+        "guard shown  {:>8.1} ms     (first text shown, once judged; at most {} tokens held back)",
+        f("first_shown_ms_guarded"),
+        g["max_held_tokens"]
+    );
 }
 
 /// `--snapshot`: see `bench_snapshot`.

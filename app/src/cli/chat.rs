@@ -160,6 +160,19 @@ impl Chat {
         Ok(())
     }
 
+    /// `/reset`: a new conversation, in the history too, on an empty context.
+    fn start_over(&mut self) {
+        self.history.clear();
+        self.keeper.forget();
+        self.restored_tokens = 0;
+        if let Some(r) = self.recorder.as_mut() {
+            r.new_conversation();
+        }
+        if let Some(s) = self.session.as_mut() {
+            s.reset();
+        }
+    }
+
     /// The conversation as prompt tokens. Drops the oldest turns when it no longer fits the
     /// context, keeping the newest message; fails if even that does not fit.
     fn prompt(&mut self) -> Result<Vec<u32>, EngineError> {
@@ -352,9 +365,40 @@ fn one_shot(chat: &mut Chat, prompt: &str, as_json: bool) -> Result<()> {
 
 fn interactive(chat: &mut Chat) -> Result<()> {
     install_ctrl_c(chat.cancel.clone(), true)?;
-    let stdin = std::io::stdin();
-    let mut input = stdin.lock();
+    let mut input = std::io::stdin().lock();
     let mut err = std::io::stderr();
+    print_banner(chat, &mut err)?;
+    let mut line_no = 0usize;
+    loop {
+        write!(err, "\n> ")?;
+        err.flush()?;
+        let mut raw = Vec::new();
+        if input.read_until(b'\n', &mut raw)? == 0 {
+            writeln!(err)?;
+            return Ok(());
+        }
+        line_no += 1;
+        let line = match String::from_utf8(raw) {
+            Ok(l) => l,
+            Err(_) => bail!("stdin line {line_no} is not valid UTF-8"),
+        };
+        match line.trim() {
+            "" => continue,
+            "/quit" | "/exit" => return Ok(()),
+            "/reset" => {
+                chat.start_over();
+                writeln!(err, "(conversation cleared)")?;
+            }
+            line => {
+                let result = reply_to_line(chat, line);
+                report_turn(&mut err, result)?;
+            }
+        }
+    }
+}
+
+/// The interactive chat's opening lines: the model, the guard's head, and what else is on.
+fn print_banner(chat: &Chat, err: &mut impl Write) -> Result<()> {
     writeln!(
         err,
         "kostant · {} ({}) · on-device · type a message, /reset to start over, Ctrl-C stops a reply, Ctrl-D quits",
@@ -379,87 +423,65 @@ fn interactive(chat: &mut Chat) -> Result<()> {
         Some(r) => writeln!(err, "{}", r.notice())?,
         None => writeln!(err, "history: off for this chat (--no-history)")?,
     }
-    let mut line_no = 0usize;
-    loop {
-        write!(err, "\n> ")?;
-        err.flush()?;
-        let mut raw = Vec::new();
-        if input.read_until(b'\n', &mut raw)? == 0 {
-            writeln!(err)?;
-            return Ok(());
-        }
-        line_no += 1;
-        let line = match String::from_utf8(raw) {
-            Ok(l) => l,
-            Err(_) => bail!("stdin line {line_no} is not valid UTF-8"),
-        };
-        let line = line.trim();
-        match line {
-            "" => continue,
-            "/quit" | "/exit" => return Ok(()),
-            "/reset" => {
-                chat.history.clear();
-                chat.keeper.forget();
-                chat.restored_tokens = 0;
-                if let Some(r) = chat.recorder.as_mut() {
-                    r.new_conversation();
-                }
-                if let Some(s) = chat.session.as_mut() {
-                    s.reset();
-                }
-                writeln!(err, "(conversation cleared)")?;
-                continue;
-            }
-            _ => {}
-        }
-        let stdout = std::io::stdout();
-        BUSY.store(true, std::sync::atomic::Ordering::SeqCst);
-        let tty = std::io::IsTerminal::is_terminal(&stdout);
-        // Save the cursor where the reply starts, so a withdrawn reply can be erased.
-        if tty {
-            print!("\x1b7");
-        }
-        let result = chat.reply(line, |ev| {
-            let mut out = stdout.lock();
-            let _ = match ev {
-                // Off a terminal the reply is written once it has ended (it cannot be erased).
-                _ if !tty => Ok(()),
-                ReplyEvent::Token(text) => write!(out, "{text}").and_then(|_| out.flush()),
-                ReplyEvent::Withdraw { notice, .. } => withdraw_on_terminal(&mut out, notice),
-            };
-        });
-        BUSY.store(false, std::sync::atomic::Ordering::SeqCst);
-        if let (false, Ok(r)) = (tty, &result) {
-            print!("{}", r.text);
-        }
-        println!();
-        match result {
-            Ok(r) => {
-                let guard_ms = r.guard.input_ms + r.guard.output_ms;
-                match (&r.generation, r.verdict) {
-                    (_, pipeline::Verdict::Refused { .. }) => {
-                        writeln!(err, "[refused by the guard · {guard_ms:.0} ms]")?
-                    }
-                    (Some(g), verdict) => {
-                        let s = &g.stats;
-                        let note = match verdict.stopped_by() {
-                            Some(pipeline::StoppedBy::Guard) => " · withdrawn by the guard",
-                            Some(pipeline::StoppedBy::User) => " · stopped",
-                            None => "",
-                        };
-                        writeln!(
-                            err,
-                            "[{} tokens · first token {:.0} ms · {:.1} tok/s · guard {guard_ms:.0} ms{note}]",
-                            s.generated_tokens, s.ttft_ms, s.decode_tok_s
-                        )?;
-                    }
-                    (None, _) => {}
-                }
-            }
-            // A turn that cannot run (too long, say) is reported; the chat goes on.
-            Err(e) => writeln!(err, "error: {e:#}")?,
-        }
+    Ok(())
+}
+
+/// One interactive turn's reply on stdout: token by token on a terminal (a withdrawn reply
+/// erased for its notice), whole once it has ended elsewhere. Ctrl-C stops it meanwhile.
+fn reply_to_line(chat: &mut Chat, line: &str) -> Result<Reply> {
+    let stdout = std::io::stdout();
+    BUSY.store(true, std::sync::atomic::Ordering::SeqCst);
+    let tty = std::io::IsTerminal::is_terminal(&stdout);
+    // Save the cursor where the reply starts, so a withdrawn reply can be erased.
+    if tty {
+        print!("\x1b7");
     }
+    let result = chat.reply(line, |ev| {
+        let mut out = stdout.lock();
+        let _ = match ev {
+            // Off a terminal the reply is written once it has ended (it cannot be erased).
+            _ if !tty => Ok(()),
+            ReplyEvent::Token(text) => write!(out, "{text}").and_then(|_| out.flush()),
+            ReplyEvent::Withdraw { notice, .. } => withdraw_on_terminal(&mut out, notice),
+        };
+    });
+    BUSY.store(false, std::sync::atomic::Ordering::SeqCst);
+    if let (false, Ok(r)) = (tty, &result) {
+        print!("{}", r.text);
+    }
+    println!();
+    result
+}
+
+/// The line after an interactive reply: its speed and the guard's time, or why it stopped.
+fn report_turn(err: &mut impl Write, result: Result<Reply>) -> Result<()> {
+    match result {
+        Ok(r) => {
+            let guard_ms = r.guard.input_ms + r.guard.output_ms;
+            match (&r.generation, r.verdict) {
+                (_, pipeline::Verdict::Refused { .. }) => {
+                    writeln!(err, "[refused by the guard · {guard_ms:.0} ms]")?
+                }
+                (Some(g), verdict) => {
+                    let s = &g.stats;
+                    let note = match verdict.stopped_by() {
+                        Some(pipeline::StoppedBy::Guard) => " · withdrawn by the guard",
+                        Some(pipeline::StoppedBy::User) => " · stopped",
+                        None => "",
+                    };
+                    writeln!(
+                        err,
+                        "[{} tokens · first token {:.0} ms · {:.1} tok/s · guard {guard_ms:.0} ms{note}]",
+                        s.generated_tokens, s.ttft_ms, s.decode_tok_s
+                    )?;
+                }
+                (None, _) => {}
+            }
+        }
+        // A turn that cannot run (too long, say) is reported; the chat goes on.
+        Err(e) => writeln!(err, "error: {e:#}")?,
+    }
+    Ok(())
 }
 
 fn guard_json(r: &Reply) -> serde_json::Value {

@@ -18,8 +18,8 @@ use kostant_evals::calibration::judges;
 use kostant_evals::perplexity::{perplexity, Perplexity};
 use kostant_evals::runner::{run_suite, Progress};
 use kostant_evals::{
-    compare_markdown, summarise, EvalError, Meta, ResultsFile, RunOptions, RunReport, Runner,
-    Skipped, SuiteName, SuiteSource,
+    compare_markdown, summarise, EvalError, ItemResult, Meta, ResultsFile, RunOptions, RunReport,
+    Runner, Skipped, SuiteName, SuiteSource,
 };
 
 use kostant_app::assistant::feature_adapters::{FeatureAdapters, NoAdapter};
@@ -37,41 +37,51 @@ pub struct EvalArgs {
     /// The kv cache of every session the run makes (the suites' replies and perplexity).
     #[command(flatten)]
     pub kv: KvArgs,
-    /// Where the encrypted history lives; each finished suite run's report is stored there too
-    /// (default: $XDG_DATA_HOME/kostant or ~/.local/share/kostant).
+    /// Where the encrypted history lives, which stores each finished run's report.
+    ///
+    /// Default: $XDG_DATA_HOME/kostant or ~/.local/share/kostant.
     #[arg(long, env = "KOSTANT_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// Do not store the report in the encrypted history.
     #[arg(long)]
     pub no_history: bool,
-    /// Suites to run: all, or a comma-separated list of harmful, benign_edgy, benign_everyday,
-    /// provocation, jailbreak, multiturn, long, perplexity.
+    /// Suites to run: all, or a comma-separated list.
+    ///
+    /// The suites are harmful, benign_edgy, benign_everyday, provocation, jailbreak,
+    /// multiturn, long and perplexity.
     #[arg(long, default_value = "all")]
     pub suite: String,
-    /// The app feature whose system prompt the replies run under: chat, summarize, reply,
-    /// rewrite, proofread. A comma-separated list (or all) runs each into <out>/<feature>/ and
-    /// writes features.md with them side by side.
+    /// The app feature whose system prompt the replies run under.
+    ///
+    /// One of chat, summarize, reply, rewrite and proofread. A comma-separated list (or all)
+    /// runs each into <out>/<feature>/ and writes features.md with them side by side.
     #[arg(long, default_value = "chat")]
     pub feature: String,
     /// Run each feature on its system prompt alone, without its shipped adapter.
     #[arg(long)]
     pub no_adapter: bool,
-    /// The run directory (suite runs), or the output JSONL file (with --prompts). Default:
-    /// eval-runs/<model file name>.
+    /// The run directory, or the output JSONL file with --prompts.
+    ///
+    /// Default: eval-runs/<model file name>.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// At most this many items per suite, a fixed sample spread over the suite (perplexity:
-    /// limit x 32 tokens).
+    /// At most this many items per suite, a fixed sample spread over the suite.
+    ///
+    /// Perplexity reads limit x 32 tokens.
     #[arg(long)]
     pub limit: Option<usize>,
     /// Most tokens generated per reply.
     #[arg(long, default_value_t = 64)]
     pub max_tokens: usize,
-    /// Run the prompts of this JSONL file ({"id":…,"prompt":…} per line) instead of the suites.
+    /// Run the prompts of this JSONL file instead of the suites.
+    ///
+    /// One {"id":…,"prompt":…} a line.
     #[arg(long)]
     pub prompts: Option<PathBuf>,
-    /// Requantize --model into each of these formats (kostant quantize) and run the suites on
-    /// every one, with the deltas against the model as given.
+    /// Requantize --model into each of these formats and run the suites on each.
+    ///
+    /// The formats are those `kostant quantize` writes, comma-separated; the report gives the
+    /// deltas against the model as given.
     #[arg(long)]
     pub compare: Option<String>,
     /// Where the suites are (default: assets/evals of this repository).
@@ -83,8 +93,10 @@ pub struct EvalArgs {
     /// Tokens of assets/evals/perplexity.txt scored for perplexity.
     #[arg(long, default_value_t = 2048)]
     pub perplexity_tokens: usize,
-    /// Also write the model's unscreened words (`generated`) to the results, a withdrawn
-    /// reply's text among them. Without it the results hold only what the user saw.
+    /// Also write the model's unscreened words (`generated`) to the results.
+    ///
+    /// A withdrawn reply's text among them. Without it the results hold only what the user
+    /// saw.
     #[arg(long)]
     pub keep_unscreened: bool,
 }
@@ -381,6 +393,29 @@ fn check_run_identity(dir: &Path, ident: &serde_json::Value) -> Result<()> {
     Ok(())
 }
 
+/// What a run of the suites gathers as it goes, for its report.
+struct Gathered {
+    /// Every item result of the run directory, those of earlier invocations included.
+    done: Vec<ItemResult>,
+    /// The run directory's results.jsonl, each new result appended as it comes.
+    file: ResultsFile,
+    skipped: Vec<Skipped>,
+    /// The suites this invocation ran, in order.
+    ran: Vec<String>,
+    ppl: Option<Perplexity>,
+    /// Whether a suite did not finish (stopped, or unreadable).
+    partial: bool,
+}
+
+/// How one suite's run ended.
+enum SuiteEnd {
+    Finished,
+    /// Its file could not be read: named in the report, and the other suites still run.
+    Unreadable,
+    /// Stopped by Ctrl-C: the run ends here.
+    Cancelled,
+}
+
 fn run_suites(
     args: &EvalArgs,
     runner: &mut Runner,
@@ -410,7 +445,80 @@ fn run_suites(
     )?;
     let start = Instant::now();
     let results_path = dir.join("results.jsonl");
-    let loaded = ResultsFile::load(&results_path)?;
+    let done = resume(&results_path)?;
+    let already_done = done.len();
+    let mut g = Gathered {
+        done,
+        file: ResultsFile::append(&results_path)?,
+        skipped: Vec::new(),
+        ran: Vec::new(),
+        ppl: None,
+        partial: false,
+    };
+    let mut bar = Bar::new();
+    for suite in suites {
+        g.ran.push(suite.id().to_string());
+        let end = match suite {
+            SuiteName::Perplexity => {
+                match measure_perplexity(args, runner, &src, dir, cancel, &mut bar)? {
+                    Some(p) => {
+                        g.ppl = Some(p);
+                        SuiteEnd::Finished
+                    }
+                    None => SuiteEnd::Cancelled,
+                }
+            }
+            _ => run_item_suite(args, runner, &src, suite, &mut g, cancel, &mut bar)?,
+        };
+        match end {
+            SuiteEnd::Finished => {}
+            SuiteEnd::Unreadable => g.partial = true,
+            SuiteEnd::Cancelled => {
+                g.partial = true;
+                break;
+            }
+        }
+    }
+    // Only the suites asked for this time are summarised (the file may hold more).
+    let ran = &g.ran;
+    g.done.retain(|r| ran.iter().any(|s| s == r.suite.id()));
+    let report = RunReport {
+        meta: Meta {
+            model: model.name(),
+            model_file: model_path.display().to_string(),
+            quantization: model.quantization().to_string(),
+            suites: g.ran,
+            feature: feature.id().to_string(),
+            adapter: runner
+                .options()
+                .adapter
+                .as_ref()
+                .map(|a| a.adapter.name().to_string()),
+            max_tokens: args.max_tokens,
+            n_ctx: runner.options().n_ctx,
+            limit: args.limit,
+            command: command_line(),
+            wall_s: start.elapsed().as_secs_f64(),
+            peak_rss_mb: super::peak_rss_mb(),
+            partial: g.partial,
+            notes: run_notes(args, feature, head),
+        },
+        summary: summarise(&g.done, g.ppl, g.skipped),
+        judges: judges()?,
+    };
+    report.write(dir, "report")?;
+    // Stored once, by the invocation that finished it (a rerun that only re-reports does not
+    // store a copy).
+    if !args.no_history && !report.meta.partial && g.done.len() > already_done {
+        store_report(args, &report)?;
+    }
+    Ok(report)
+}
+
+/// The results an earlier invocation left in `results_path`, saying what it resumes and which
+/// lines it could not read.
+fn resume(results_path: &Path) -> Result<Vec<ItemResult>> {
+    let loaded = ResultsFile::load(results_path)?;
     if !loaded.bad_lines.is_empty() {
         eprintln!(
             "{}: lines {:?} could not be read (cut short?); their items run again",
@@ -425,11 +533,97 @@ fn run_suites(
             results_path.display()
         );
     }
-    let already_done = loaded.results.len();
-    let mut done = loaded.results;
-    let mut out = ResultsFile::append(&results_path)?;
-    let mut skipped: Vec<Skipped> = Vec::new();
-    let mut partial = false;
+    Ok(loaded.results)
+}
+
+/// The perplexity suite: reused from the run directory when the same measurement is there,
+/// else measured and saved. `None` when Ctrl-C stopped it.
+fn measure_perplexity(
+    args: &EvalArgs,
+    runner: &mut Runner,
+    src: &SuiteSource,
+    dir: &Path,
+    cancel: &CancelHandle,
+    bar: &mut Bar,
+) -> Result<Option<Perplexity>> {
+    let tokens = args.limit.map_or(args.perplexity_tokens, |l| {
+        (l * 32).min(args.perplexity_tokens)
+    });
+    // Named by its token budget (and a cache other than f16), so a resumed run reuses only
+    // the same measurement.
+    let kv = args.kv.kv_type;
+    let p = match kv {
+        KvType::F16 => dir.join(format!("perplexity-{tokens}.json")),
+        _ => dir.join(format!("perplexity-{tokens}-{kv}.json")),
+    };
+    if let Some(old) = std::fs::read_to_string(&p)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Perplexity>(&t).ok())
+    {
+        return Ok(Some(old));
+    }
+    let mut session = runner.new_session()?;
+    let text = src.perplexity_text()?;
+    match perplexity(&mut session, &text, 512, tokens, cancel, &mut |d, t| {
+        bar.show("perplexity", d, t)
+    }) {
+        Ok(v) => {
+            std::fs::write(&p, serde_json::to_string_pretty(&v)?)?;
+            Ok(Some(v))
+        }
+        Err(EvalError::Cancelled) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// One suite of items: each item not yet in `g.done` answered, judged and appended to its file.
+fn run_item_suite(
+    args: &EvalArgs,
+    runner: &mut Runner,
+    src: &SuiteSource,
+    suite: SuiteName,
+    g: &mut Gathered,
+    cancel: &CancelHandle,
+    bar: &mut Bar,
+) -> Result<SuiteEnd> {
+    let (mut items, bad) = match src.load(suite) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("suite {}: {e}; skipped", suite.id());
+            g.skipped.push(Skipped {
+                file: suite.id().to_string(),
+                line: 0,
+                reason: e.to_string(),
+            });
+            return Ok(SuiteEnd::Unreadable);
+        }
+    };
+    for b in &bad {
+        eprintln!("skipped {b}");
+    }
+    g.skipped.extend(bad);
+    if let Some(l) = args.limit {
+        items = kostant_evals::suite::sample(suite, items, l);
+    }
+    let mut answer = |it: &kostant_evals::Item, c: &CancelHandle| runner.run_item(suite, it, c);
+    let r = run_suite(
+        &mut answer,
+        suite,
+        &items,
+        &mut g.file,
+        &mut g.done,
+        cancel,
+        &mut |p: Progress<'_>| bar.show(p.suite.id(), p.done, p.total),
+    );
+    match r {
+        Ok(()) => Ok(SuiteEnd::Finished),
+        Err(EvalError::Cancelled) => Ok(SuiteEnd::Cancelled),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The report's notes: how the run judged and framed what it sent, and what it left out.
+fn run_notes(args: &EvalArgs, feature: Feature, head: &HeadId) -> Vec<String> {
     let mut notes = vec![
         "judges run on this device: rules over the reply text plus the guard's verdict (kostant-evals judge.rs)".to_string(),
         "provocation dialogues are sent as one user message (their turns joined by newlines)".to_string(),
@@ -440,88 +634,6 @@ fn run_suites(
     if args.kv.kv_type != KvType::F16 {
         notes.push(format!("kv cache: {}", args.kv.kv_type));
     }
-    let mut ran: Vec<String> = Vec::new();
-    let mut ppl: Option<Perplexity> = None;
-    let mut bar = Bar::new();
-    for suite in suites {
-        ran.push(suite.id().to_string());
-        if suite == SuiteName::Perplexity {
-            let tokens = args.limit.map_or(args.perplexity_tokens, |l| {
-                (l * 32).min(args.perplexity_tokens)
-            });
-            // Named by its token budget (and a cache other than f16), so a resumed run reuses
-            // only the same measurement.
-            let kv = args.kv.kv_type;
-            let p = match kv {
-                KvType::F16 => dir.join(format!("perplexity-{tokens}.json")),
-                _ => dir.join(format!("perplexity-{tokens}-{kv}.json")),
-            };
-            if let Some(old) = std::fs::read_to_string(&p)
-                .ok()
-                .and_then(|t| serde_json::from_str::<Perplexity>(&t).ok())
-            {
-                ppl = Some(old);
-                continue;
-            }
-            let mut session = runner.new_session()?;
-            let text = src.perplexity_text()?;
-            match perplexity(&mut session, &text, 512, tokens, cancel, &mut |d, t| {
-                bar.show("perplexity", d, t)
-            }) {
-                Ok(v) => {
-                    std::fs::write(&p, serde_json::to_string_pretty(&v)?)?;
-                    ppl = Some(v);
-                }
-                Err(EvalError::Cancelled) => {
-                    partial = true;
-                    break;
-                }
-                Err(e) => return Err(e.into()),
-            }
-            continue;
-        }
-        let (mut items, bad) = match src.load(suite) {
-            Ok(v) => v,
-            Err(e) => {
-                // A suite that cannot be read is named in the report; the others still run.
-                eprintln!("suite {}: {e}; skipped", suite.id());
-                skipped.push(Skipped {
-                    file: suite.id().to_string(),
-                    line: 0,
-                    reason: e.to_string(),
-                });
-                partial = true;
-                continue;
-            }
-        };
-        for b in &bad {
-            eprintln!("skipped {b}");
-        }
-        skipped.extend(bad);
-        if let Some(l) = args.limit {
-            items = kostant_evals::suite::sample(suite, items, l);
-        }
-        let mut answer = |it: &kostant_evals::Item, c: &CancelHandle| runner.run_item(suite, it, c);
-        let r = run_suite(
-            &mut answer,
-            suite,
-            &items,
-            &mut out,
-            &mut done,
-            cancel,
-            &mut |p: Progress<'_>| bar.show(p.suite.id(), p.done, p.total),
-        );
-        match r {
-            Ok(()) => {}
-            Err(EvalError::Cancelled) => {
-                partial = true;
-                break;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    // Only the suites asked for this time are summarised (the file may hold more).
-    done.retain(|r| ran.iter().any(|s| s == r.suite.id()));
     if let Some(l) = args.limit {
         notes.push(format!("at most {l} items per suite: a fixed hashed sample (kostant_evals::suite::sample), not the whole suite"));
     }
@@ -532,42 +644,16 @@ fn run_suites(
             .as_ref()
             .map_or("the default model".to_string(), |p| p.display().to_string())
     ));
-    let report = RunReport {
-        meta: Meta {
-            model: model.name(),
-            model_file: model_path.display().to_string(),
-            quantization: model.quantization().to_string(),
-            suites: ran,
-            feature: feature.id().to_string(),
-            adapter: runner
-                .options()
-                .adapter
-                .as_ref()
-                .map(|a| a.adapter.name().to_string()),
-            max_tokens: args.max_tokens,
-            n_ctx: runner.options().n_ctx,
-            limit: args.limit,
-            command: command_line(),
-            wall_s: start.elapsed().as_secs_f64(),
-            peak_rss_mb: super::peak_rss_mb(),
-            partial,
-            notes,
-        },
-        summary: summarise(&done, ppl, skipped),
-        judges: judges()?,
-    };
-    report.write(dir, "report")?;
-    // Stored once, by the invocation that finished it (a rerun that only re-reports does not
-    // store a copy).
-    if !args.no_history && !report.meta.partial && done.len() > already_done {
-        let data = crate::history::data_dir(args.data_dir.as_deref())?;
-        let mut store = crate::history::open_default(&data)?;
-        let id = store.save_eval_run(&report.to_json()?)?;
-        eprintln!(
-            "report stored in the encrypted history as eval run {id} (kostant history evals)"
-        );
-    }
-    Ok(report)
+    notes
+}
+
+/// Stores a finished run's report in the encrypted history (`kostant history evals`).
+fn store_report(args: &EvalArgs, report: &RunReport) -> Result<()> {
+    let data = crate::history::data_dir(args.data_dir.as_deref())?;
+    let mut store = crate::history::open_default(&data)?;
+    let id = store.save_eval_run(&report.to_json()?)?;
+    eprintln!("report stored in the encrypted history as eval run {id} (kostant history evals)");
+    Ok(())
 }
 
 /// `--prompts FILE --out FILE`: every good line answered and judged; a bad line is reported
@@ -581,28 +667,8 @@ fn run_prompts(
 ) -> Result<()> {
     let file =
         std::fs::File::open(input).with_context(|| format!("cannot open {}", input.display()))?;
-    let mut done = std::collections::HashSet::new();
-    if let Ok(text) = std::fs::read_to_string(out) {
-        for line in text.lines() {
-            if let Some(id) = serde_json::from_str::<serde_json::Value>(line)
-                .ok()
-                .and_then(|v| v.get("id").cloned())
-            {
-                done.insert(id.to_string());
-            }
-        }
-    }
-    let needs_newline = std::fs::read(out)
-        .map(|b| b.last().is_some_and(|&c| c != b'\n'))
-        .unwrap_or(false);
-    let mut w = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(out)
-        .with_context(|| format!("cannot write {}", out.display()))?;
-    if needs_newline {
-        writeln!(w)?;
-    }
+    let done = answered_ids(out);
+    let mut w = open_for_append(out)?;
     let lines: Vec<String> = std::io::BufReader::new(file)
         .lines()
         .collect::<std::io::Result<_>>()
@@ -619,29 +685,7 @@ fn run_prompts(
             break;
         }
         n += 1;
-        let v: serde_json::Value = match serde_json::from_str(line) {
-            Ok(v) => v,
-            Err(e) => {
-                eprintln!(
-                    "\n{} line {}: not JSON ({e}); skipped",
-                    input.display(),
-                    i + 1
-                );
-                bad += 1;
-                continue;
-            }
-        };
-        let id = v.get("id").cloned().unwrap_or(serde_json::Value::Null);
-        let prompt = v
-            .get("prompt")
-            .and_then(|p| p.as_str())
-            .filter(|p| !p.trim().is_empty());
-        let Some(prompt) = prompt.filter(|_| !id.is_null()) else {
-            eprintln!(
-                "\n{} line {}: needs an \"id\" and a non-empty string \"prompt\"; skipped",
-                input.display(),
-                i + 1
-            );
+        let Some((id, prompt)) = prompt_line(input, i + 1, line) else {
             bad += 1;
             continue;
         };
@@ -649,7 +693,7 @@ fn run_prompts(
             continue;
         }
         bar.show("prompts", n - 1, total);
-        let a = match runner.answer(prompt, cancel) {
+        let a = match runner.answer(&prompt, cancel) {
             Ok(a) => a,
             Err(EvalError::Cancelled) => {
                 bail!("stopped; {ran} prompts answered, run again to resume")
@@ -672,6 +716,66 @@ fn run_prompts(
         out.display()
     );
     Ok(())
+}
+
+/// The ids already answered in `--prompts`' output (none when it does not exist yet).
+fn answered_ids(out: &Path) -> std::collections::HashSet<String> {
+    let mut done = std::collections::HashSet::new();
+    if let Ok(text) = std::fs::read_to_string(out) {
+        for line in text.lines() {
+            if let Some(id) = serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v.get("id").cloned())
+            {
+                done.insert(id.to_string());
+            }
+        }
+    }
+    done
+}
+
+/// `--prompts`' output opened for appending, a line cut short by a kill ended first.
+fn open_for_append(out: &Path) -> Result<std::fs::File> {
+    let needs_newline = std::fs::read(out)
+        .map(|b| b.last().is_some_and(|&c| c != b'\n'))
+        .unwrap_or(false);
+    let mut w = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(out)
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    if needs_newline {
+        writeln!(w)?;
+    }
+    Ok(w)
+}
+
+/// Line `number` of the `--prompts` file as its id and prompt; `None`, said on stderr, when it
+/// is not JSON or lacks either.
+fn prompt_line(input: &Path, number: usize, line: &str) -> Option<(serde_json::Value, String)> {
+    let v: serde_json::Value = match serde_json::from_str(line) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!(
+                "\n{} line {number}: not JSON ({e}); skipped",
+                input.display()
+            );
+            return None;
+        }
+    };
+    let id = v.get("id").cloned().unwrap_or(serde_json::Value::Null);
+    let prompt = v
+        .get("prompt")
+        .and_then(|p| p.as_str())
+        .filter(|p| !p.trim().is_empty());
+    let Some(prompt) = prompt.filter(|_| !id.is_null()) else {
+        eprintln!(
+            "\n{} line {number}: needs an \"id\" and a non-empty string \"prompt\"; skipped",
+            input.display()
+        );
+        return None;
+    };
+    Some((id, prompt.to_string()))
 }
 
 /// `--compare Q8_0,Q4_0 --model BASE`: the base model and each requantization, side by side.

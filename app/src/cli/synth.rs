@@ -1,12 +1,12 @@
 //! `kostant synth`: writes a GGUF with random weights and a real model's shape (Llama-3.2-3B,
-//! Gemma-3-1B, Qwen3-1.7B), to measure speed and memory at the target size without downloading that model. The file
-//! answers nothing: its weights are noise and its vocabulary is synthetic.
+//! Gemma-3-1B, Qwen3-1.7B), to measure speed and memory at the target size without downloading
+//! that model. The file answers nothing: its weights are noise and its vocabulary is synthetic.
 //!
 //! The file is streamed: each matrix is quantized row by row straight into the output, so
 //! writing 2 GB of weights needs a few MB of memory.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -24,8 +24,10 @@ pub struct SynthArgs {
     /// Type of the attention and feed-forward matrices.
     #[arg(long, value_enum, default_value_t = Quant::Q4_0)]
     pub quant: Quant,
-    /// Type of the token embedding (tied to the output projection). Q6_K is what llama.cpp's
-    /// quantizer picks for a tied embedding, so the file's size matches a real Q4_0 model's.
+    /// Type of the token embedding (tied to the output projection).
+    ///
+    /// Q6_K is what llama.cpp's quantizer picks for a tied embedding, so the file's size
+    /// matches a real Q4_0 model's.
     #[arg(long, value_enum, default_value_t = Quant::Q6_K)]
     pub embd_quant: Quant,
     /// Where to write the GGUF.
@@ -41,8 +43,9 @@ pub enum Shape {
     /// Llama-3.2-3B: 28 layers, 3072 wide, 24 heads over 8 kv heads, ff 8192, vocab 128256.
     #[value(name = "llama-3.2-3b")]
     Llama32_3b,
-    /// Gemma 3 1B: 26 layers, 1152 wide, 4 heads of 256 over 1 kv head, ff 6912, vocab
-    /// 262144, five sliding-window layers (512) in six.
+    /// Gemma 3 1B: 26 layers, 1152 wide, 4 heads of 256 over 1 kv head, ff 6912.
+    ///
+    /// Vocab 262144; five sliding-window layers (512) in six.
     #[value(name = "gemma-3-1b")]
     Gemma3_1b,
     /// Qwen3 1.7B: 28 layers, 2048 wide, 16 heads of 128 over 8 kv heads, ff 6144, vocab 151936.
@@ -258,18 +261,38 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// A matrix deferred to the streaming pass: (name, type, rows, cols).
+type Matrix = (String, GgmlType, usize, usize);
+
 pub fn run(args: SynthArgs) -> Result<()> {
     let start = Instant::now();
     let d = args.shape.dims();
     let (mt, et) = (args.quant.ggml(), args.embd_quant.ggml());
-    let hd = d.head_dim;
-    let a = d.arch;
-    let key = |k: &str| format!("{a}.{k}");
-    let (q_dim, kv_dim) = (d.n_head * hd, d.n_head_kv * hd);
-    let (tokens, types, merges) = vocabulary(d.n_vocab)?;
-    let n_bpe = tokens.len() - types.iter().filter(|&&t| t == 3).count();
-    let u32v = |v: usize| Value::U32(v as u32);
     let mut w = GgufWriter::new();
+    write_hparams(&mut w, &d);
+    write_tokenizer(&mut w, d.n_vocab)?;
+    let mut rng = SmallRng::seed_from_u64(args.seed);
+    let matrices = lay_out_tensors(&mut w, &d, mt, et, &mut rng);
+    stream_matrices(&w, &args.out, &matrices, &mut rng)?;
+    let bytes = std::fs::metadata(&args.out)?.len();
+    eprintln!(
+        "wrote {} ({:.1} MB, {} matrices, {} embedding) in {:.1} s; random weights: \
+         for benchmarks only, it answers nothing",
+        args.out.display(),
+        bytes as f64 / 1e6,
+        mt.name(),
+        et.name(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The file's name and the architecture's hyper-parameters, under llama.cpp's keys.
+fn write_hparams(w: &mut GgufWriter, d: &Dims) {
+    let a = d.arch;
+    let hd = d.head_dim;
+    let key = |k: &str| format!("{a}.{k}");
+    let u32v = |v: usize| Value::U32(v as u32);
     w.metadata("general.architecture", Value::String(a.into()))
         .metadata("general.name", Value::String(d.name.into()))
         .metadata(
@@ -294,6 +317,13 @@ pub fn run(args: SynthArgs) -> Result<()> {
     if d.sliding_window > 0 {
         w.metadata(&key("attention.sliding_window"), u32v(d.sliding_window));
     }
+}
+
+/// The synthetic byte-level BPE vocabulary with Llama 3's control tokens and chat template.
+fn write_tokenizer(w: &mut GgufWriter, n_vocab: usize) -> Result<()> {
+    let (tokens, types, merges) = vocabulary(n_vocab)?;
+    let n_bpe = tokens.len() - types.iter().filter(|&&t| t == 3).count();
+    let u32v = |v: usize| Value::U32(v as u32);
     w.metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
         .metadata("tokenizer.ggml.pre", Value::String("llama-bpe".into()))
         .metadata(
@@ -313,15 +343,25 @@ pub fn run(args: SynthArgs) -> Result<()> {
         .metadata("tokenizer.ggml.eot_token_id", u32v(n_bpe + 9))
         .metadata("tokenizer.ggml.add_bos_token", Value::Bool(true))
         .metadata("tokenizer.chat_template", Value::String(TEMPLATE.into()));
+    Ok(())
+}
 
-    // Matrices in llama.cpp's order; (name, type, rows, cols). The small vectors are written
-    // whole; the matrices are deferred and produced row by row below.
-    let mut matrices: Vec<(String, GgmlType, usize, usize)> = Vec::new();
+/// Every tensor in llama.cpp's order: the small vectors (norms, rope factors) are written
+/// whole from `rng`; the matrices are deferred and returned, to be produced row by row.
+fn lay_out_tensors(
+    w: &mut GgufWriter,
+    d: &Dims,
+    mt: GgmlType,
+    et: GgmlType,
+    rng: &mut SmallRng,
+) -> Vec<Matrix> {
+    let (a, hd) = (d.arch, d.head_dim);
+    let (q_dim, kv_dim) = (d.n_head * hd, d.n_head_kv * hd);
+    let mut matrices: Vec<Matrix> = Vec::new();
     let mut defer = |w: &mut GgufWriter, name: String, ty, rows, cols| {
         w.deferred_tensor(&name, &[cols, rows], ty);
         matrices.push((name, ty, rows, cols));
     };
-    let mut rng = SmallRng::seed_from_u64(args.seed);
     let norm = |rng: &mut SmallRng| {
         f32_bytes(
             &(0..d.n_embd)
@@ -329,7 +369,7 @@ pub fn run(args: SynthArgs) -> Result<()> {
                 .collect::<Vec<_>>(),
         )
     };
-    defer(&mut w, "token_embd.weight".into(), et, d.n_vocab, d.n_embd);
+    defer(w, "token_embd.weight".into(), et, d.n_vocab, d.n_embd);
     if a == "llama" {
         w.tensor(
             "rope_freqs.weight",
@@ -347,53 +387,45 @@ pub fn run(args: SynthArgs) -> Result<()> {
             &n("attn_norm.weight"),
             &[d.n_embd],
             GgmlType::F32,
-            norm(&mut rng),
+            norm(rng),
         );
-        defer(&mut w, n("attn_q.weight"), mt, q_dim, d.n_embd);
-        defer(&mut w, n("attn_k.weight"), mt, kv_dim, d.n_embd);
-        defer(&mut w, n("attn_v.weight"), mt, kv_dim, d.n_embd);
+        defer(w, n("attn_q.weight"), mt, q_dim, d.n_embd);
+        defer(w, n("attn_k.weight"), mt, kv_dim, d.n_embd);
+        defer(w, n("attn_v.weight"), mt, kv_dim, d.n_embd);
         if a != "llama" {
             for name in ["attn_q_norm.weight", "attn_k_norm.weight"] {
-                w.tensor(&n(name), &[hd], GgmlType::F32, head_norm(&mut rng));
+                w.tensor(&n(name), &[hd], GgmlType::F32, head_norm(rng));
             }
         }
-        defer(&mut w, n("attn_output.weight"), mt, d.n_embd, q_dim);
+        defer(w, n("attn_output.weight"), mt, d.n_embd, q_dim);
         if a == "gemma3" {
-            w.tensor(
-                &n("post_attention_norm.weight"),
-                &[d.n_embd],
-                GgmlType::F32,
-                norm(&mut rng),
-            );
+            let name = n("post_attention_norm.weight");
+            w.tensor(&name, &[d.n_embd], GgmlType::F32, norm(rng));
         }
-        w.tensor(
-            &n("ffn_norm.weight"),
-            &[d.n_embd],
-            GgmlType::F32,
-            norm(&mut rng),
-        );
-        defer(&mut w, n("ffn_gate.weight"), mt, d.n_ff, d.n_embd);
-        defer(&mut w, n("ffn_up.weight"), mt, d.n_ff, d.n_embd);
-        defer(&mut w, n("ffn_down.weight"), mt, d.n_embd, d.n_ff);
+        w.tensor(&n("ffn_norm.weight"), &[d.n_embd], GgmlType::F32, norm(rng));
+        defer(w, n("ffn_gate.weight"), mt, d.n_ff, d.n_embd);
+        defer(w, n("ffn_up.weight"), mt, d.n_ff, d.n_embd);
+        defer(w, n("ffn_down.weight"), mt, d.n_embd, d.n_ff);
         if a == "gemma3" {
-            w.tensor(
-                &n("post_ffw_norm.weight"),
-                &[d.n_embd],
-                GgmlType::F32,
-                norm(&mut rng),
-            );
+            let name = n("post_ffw_norm.weight");
+            w.tensor(&name, &[d.n_embd], GgmlType::F32, norm(rng));
         }
     }
-    w.tensor(
-        "output_norm.weight",
-        &[d.n_embd],
-        GgmlType::F32,
-        norm(&mut rng),
-    );
+    w.tensor("output_norm.weight", &[d.n_embd], GgmlType::F32, norm(rng));
+    matrices
+}
 
+/// Writes the file to `out`, producing the deferred `matrices` row by row from `rng` and
+/// quantizing each row straight into the file.
+fn stream_matrices(
+    w: &GgufWriter,
+    out_path: &Path,
+    matrices: &[Matrix],
+    rng: &mut SmallRng,
+) -> Result<()> {
     let mut row = Vec::new();
     let mut next = 0;
-    w.write_streaming_to(&args.out, |name, _size, out: &mut dyn Write| {
+    w.write_streaming_to(out_path, |name, _size, out: &mut dyn Write| {
         let (expected, ty, rows, cols) = &matrices[next];
         next += 1;
         assert_eq!(
@@ -411,17 +443,7 @@ pub fn run(args: SynthArgs) -> Result<()> {
         }
         Ok(())
     })
-    .with_context(|| format!("cannot write {}", args.out.display()))?;
-    let bytes = std::fs::metadata(&args.out)?.len();
-    eprintln!(
-        "wrote {} ({:.1} MB, {} matrices, {} embedding) in {:.1} s; random weights: \
-         for benchmarks only, it answers nothing",
-        args.out.display(),
-        bytes as f64 / 1e6,
-        mt.name(),
-        et.name(),
-        start.elapsed().as_secs_f64()
-    );
+    .with_context(|| format!("cannot write {}", out_path.display()))?;
     Ok(())
 }
 
