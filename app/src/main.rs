@@ -15,10 +15,12 @@ use cli::{Cli, Command};
 /// `kostant app`: the windowed app (the default when there is a display).
 #[derive(Args, Debug, Default)]
 struct AppArgs {
-    /// GGUF model to run (default: the embedded default model installed by scripts/setup.sh).
+    /// GGUF model to run (default: the one scripts/setup.sh installs).
     #[arg(long, env = "KOSTANT_MODEL")]
     model: Option<std::path::PathBuf>,
-    /// Where the history lives (default: $XDG_DATA_HOME/kostant or ~/.local/share/kostant).
+    /// Where the history lives.
+    ///
+    /// Default: $XDG_DATA_HOME/kostant or ~/.local/share/kostant.
     #[arg(long, env = "KOSTANT_DATA_DIR")]
     data_dir: Option<std::path::PathBuf>,
     /// Do not save chats to the encrypted history.

@@ -107,8 +107,8 @@ fn proofread_runs_its_adapter_and_corrects_what_the_prompt_alone_does_not() {
             missed_without.push(without);
         }
     }
-    // The prompt alone gets the first right since the repetition penalty stopped counting the
-    // user's words (stop 42); the adapter still fixes what it does not.
+    // The prompt alone gets the first right (the repetition penalty does not count the user's
+    // words); the adapter still fixes what it does not.
     assert!(
         !missed_without.is_empty(),
         "the prompt alone fixed every sentence: the adapter's part is untested"

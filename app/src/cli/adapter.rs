@@ -24,8 +24,10 @@ use super::{load_model, ModelArgs};
 /// A LoRA adapter over the model, for chat, complete and bench.
 #[derive(Args, Debug, Clone, Default)]
 pub struct AdapterArgs {
-    /// Apply this GGUF LoRA adapter over the model (llama.cpp's format; `kostant adapter
-    /// import` converts PEFT ones), its side paths scaled by SCALE (default 1, as trained).
+    /// Apply this GGUF LoRA adapter over the model, scaled by SCALE (default 1).
+    ///
+    /// The adapter is in llama.cpp's format (`kostant adapter import` converts PEFT ones); its
+    /// side paths are scaled by SCALE, 1 as trained.
     #[arg(long, value_name = "FILE[:SCALE]")]
     pub adapter: Option<String>,
 }
@@ -91,20 +93,27 @@ pub struct AdapterCommandArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum AdapterCommand {
-    /// Convert a PEFT LoRA directory (adapter_config.json + adapter_model.safetensors) into a
-    /// GGUF adapter for the model.
+    /// Convert a PEFT LoRA directory into a GGUF adapter for the model.
+    ///
+    /// The directory holds adapter_config.json and adapter_model.safetensors.
     Import(ImportArgs),
-    /// Describe GGUF adapters (name, rank, alpha, targets, size, sha256) and check each
-    /// against the model.
+    /// Describe GGUF adapters and check each against the model.
+    ///
+    /// Each with its name, rank, alpha, targets, size and sha256.
     Info(InfoArgs),
-    /// Write a GGUF adapter with random weights for the model: for measuring what an adapter
-    /// costs and for comparing with llama.cpp's --lora. Its replies mean nothing.
+    /// Write a GGUF adapter with random weights for the model.
+    ///
+    /// For measuring what an adapter costs and for comparing with llama.cpp's --lora. Its
+    /// replies mean nothing.
     Synth(SynthArgs),
-    /// List the feature adapters built into Kostant (feature, rank, layers, size, sha256, the
-    /// model each was trained on) and whether each applies to the model.
+    /// List the feature adapters built in and whether each applies to the model.
+    ///
+    /// Each with its feature, rank, layers, size, sha256 and the model it was trained on.
     List(ListArgs),
-    /// Score each feature's test split with its prompt alone and with its adapter, through
-    /// the guarded pipeline (docs/adapters-report.md is its output).
+    /// Score each feature with its prompt alone and with its adapter.
+    ///
+    /// Each feature's test split runs through the guarded pipeline; docs/adapters-report.md is
+    /// its output.
     Eval(super::adapter_eval::AdapterEvalArgs),
 }
 
@@ -129,8 +138,10 @@ pub struct ImportArgs {
     /// Its name (default: the directory's name).
     #[arg(long)]
     pub name: Option<String>,
-    /// The matrices' type: F16 (half the size of F32; llama.cpp's converter's default), F32,
-    /// or auto (each as the PEFT file stores it).
+    /// The matrices' type: F16, F32, or auto.
+    ///
+    /// F16 is half the size of F32 and llama.cpp's converter's default; auto keeps each as the
+    /// PEFT file stores it.
     #[arg(long, default_value = "F16")]
     pub r#type: String,
 }

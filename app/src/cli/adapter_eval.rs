@@ -23,8 +23,9 @@ pub struct AdapterEvalArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub guard: GuardArgs,
-    /// Features to score: all, or a comma-separated list of summarize, proofread, reply,
-    /// rewrite.
+    /// Features to score: all, or a comma-separated list.
+    ///
+    /// The features are summarize, proofread, reply and rewrite.
     #[arg(long, default_value = "all")]
     pub feature: String,
     /// The split to score: test (the report's) or dev.
@@ -39,11 +40,15 @@ pub struct AdapterEvalArgs {
     /// Where the features' data is (default: assets/adapters of this repository).
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Write the report here (.md, and .json beside it). Without it, print the Markdown.
+    /// Write the report here (.md, and .json beside it).
+    ///
+    /// Without it, the Markdown is printed.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Score this GGUF LoRA adapter (a candidate, say, before it ships) in place of the
-    /// feature's shipped one, its side paths scaled by SCALE (default 1). One --feature only.
+    /// Score this GGUF LoRA adapter in place of the feature's shipped one.
+    ///
+    /// A candidate, say, before it ships; its side paths are scaled by SCALE (default 1). One
+    /// --feature only.
     #[arg(long, value_name = "FILE[:SCALE]")]
     pub adapter: Option<String>,
 }

@@ -16,7 +16,9 @@ pub struct DoctorArgs {
     /// GGUF model to check (default: the one `kostant chat` would run).
     #[arg(long, env = "KOSTANT_MODEL")]
     pub model: Option<PathBuf>,
-    /// Print one JSON object: {"ok": bool, "checks": [{"name", "ok", "required", "detail"}]}.
+    /// Print one JSON object.
+    ///
+    /// {"ok": bool, "checks": [{"name", "ok", "required", "detail"}]}.
     #[arg(long)]
     pub json: bool,
 }

@@ -37,26 +37,36 @@ pub struct Cli {
 pub enum Command {
     /// Chat with the model: interactive, or one answer with --prompt.
     Chat(ChatArgs),
-    /// Continue a text as it is, with no chat template and no system prompt (as llama.cpp's
-    /// llama-completion): how to check a model file against another engine.
+    /// Continue a text as it is, with no chat template and no system prompt.
+    ///
+    /// As llama.cpp's llama-completion does: how to check a model file against another engine.
     Complete(complete::CompleteArgs),
-    /// List the model files in the models directory: architecture, size, quantization,
-    /// licence, and whether they run here (and why not).
+    /// List the model files in the models directory and whether they run here.
+    ///
+    /// Each with its architecture, size, quantization and licence, and why it does not run
+    /// when it does not.
     Models(models::ModelsArgs),
     /// Measure prefill and decode speed, time to first token and peak memory.
     Bench(BenchArgs),
     /// List, show, search, delete or export the encrypted chat history.
     History(history::HistoryArgs),
-    /// Check that the network is denied, local files and sockets work, and the model is intact.
+    /// Check that the network is denied and the model is intact.
+    ///
+    /// Also that local files and sockets still work.
     Doctor(doctor::DoctorArgs),
-    /// Write a GGUF with random weights and a real model's shape, for speed and memory
-    /// benchmarks only: it is never used to answer anything.
+    /// Write a GGUF with random weights and a real model's shape, for benchmarks.
+    ///
+    /// For speed and memory benchmarks only: it is never used to answer anything.
     Synth(synth::SynthArgs),
     /// Train, inspect or try the guard that screens every message and reply.
     Guard(guard::GuardCommandArgs),
-    /// Run the safety eval suites (or a prompt file) through the guarded pipeline and report.
+    /// Run the safety eval suites through the guarded pipeline and report.
+    ///
+    /// With --prompts, a prompt file instead of the suites.
     Eval(eval::EvalArgs),
-    /// Requantize a GGUF into another weight format (Q8_0, Q4_0, Q4_K, IQ4_XS, ...): for the safety evals across quantizations and the per-format checks against llama.cpp.
+    /// Requantize a GGUF into another weight format (Q8_0, Q4_0, Q4_K, IQ4_XS, ...).
+    ///
+    /// For the safety evals across quantizations and the per-format checks against llama.cpp.
     Quantize(quantize::QuantizeArgs),
     /// Import, describe or synthesize LoRA adapters for the model.
     Adapter(adapter::AdapterCommandArgs),
@@ -64,18 +74,21 @@ pub enum Command {
 
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// GGUF model to run (default: the embedded default model installed by scripts/setup.sh).
+    /// GGUF model to run (default: the one scripts/setup.sh installs).
     #[arg(long, env = "KOSTANT_MODEL")]
     pub model: Option<PathBuf>,
-    /// Worker threads for the matrix kernels (default: the performance cores, those within 75%
-    /// of the fastest core's top speed; every core where the system does not say).
+    /// Worker threads for the matrix kernels (default: the performance cores).
+    ///
+    /// The performance cores are those within 75% of the fastest core's top speed; every core
+    /// where the system does not say.
     #[arg(long)]
     pub threads: Option<usize>,
     /// Context window in tokens (capped at the model's training context).
     #[arg(long, default_value_t = 4096)]
     pub ctx: usize,
-    /// Refuse to load a model whose planned footprint (weights read, kv cache for --ctx,
-    /// scratch) exceeds this many MB.
+    /// Refuse to load a model whose planned footprint exceeds this many MB.
+    ///
+    /// The footprint is the weights read, the kv cache for --ctx and the scratch buffers.
     #[arg(long, env = "KOSTANT_MEMORY_BUDGET_MB", default_value_t = 3072)]
     pub memory_budget: usize,
 }
@@ -83,11 +96,13 @@ pub struct ModelArgs {
 /// The kv cache's storage, for the commands that run a model (chat, complete, bench, eval).
 #[derive(Args, Debug, Clone)]
 pub struct KvArgs {
-    /// How the kv cache stores keys and values: f16 (as llama.cpp by default; greedy replies
-    /// match it token for token), q8_0 (17/32 of the memory; replies barely change) or q4_0
-    /// (9/32 of the memory; replies change noticeably: on the default model perplexity rises
-    /// about a twelfth, BENCHMARKS.md issue 23). q8_0 and q4_0 need heads a multiple of 32 wide;
-    /// with them the guard reads on its own f16 session, which slows decoding a little.
+    /// How the kv cache stores keys and values: f16, q8_0 or q4_0.
+    ///
+    /// f16 is llama.cpp's default (greedy replies match it token for token); q8_0 takes 17/32
+    /// of the memory (replies barely change); q4_0 takes 9/32 (replies change noticeably: on
+    /// the default model perplexity rises about a twelfth, BENCHMARKS.md). q8_0 and q4_0 need
+    /// heads a multiple of 32 wide; with them the guard reads on its own f16 session, which
+    /// slows decoding a little.
     #[arg(long, default_value_t = KvType::F16)]
     pub kv_type: KvType,
 }
@@ -121,28 +136,37 @@ pub struct ChatArgs {
     /// Random seed (default: a new one each run).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// System prompt (default: Kostant's own). The tone rules are always added to it. A
-    /// prompt of your own runs without the chat's shipped adapter, which learned under Kostant's.
+    /// System prompt (default: Kostant's own).
+    ///
+    /// The tone rules are always added to it. A prompt of your own runs without the chat's
+    /// shipped adapter, which learned under Kostant's.
     #[arg(long, conflicts_with = "feature")]
     pub system: Option<String>,
-    /// What to do, as the app's feature chips do: chat, summarize, proofread, reply or
-    /// rewrite. The feature's system prompt, and its shipped adapter when the model is the one
-    /// it was trained on (see `kostant adapter list`).
+    /// What to do, as the app's chips: chat, summarize, proofread, reply or rewrite.
+    ///
+    /// The feature's system prompt, and its shipped adapter when the model is the one it was
+    /// trained on (see `kostant adapter list`).
     #[arg(long, value_parser = parse_feature)]
     pub feature: Option<kostant_app::features::Feature>,
-    /// The feature's system prompt only, not its shipped adapter (plain chat's included).
+    /// The feature's system prompt only, not its shipped adapter.
+    ///
+    /// Plain chat's adapter included.
     #[arg(long, conflicts_with = "adapter")]
     pub no_adapter: bool,
     /// One JSON object per line on stdout: a line per token, then a final "done" line.
     #[arg(long)]
     pub json: bool,
-    /// Draft tokens by looking the conversation's last words up earlier in it ('lookup') and
-    /// verify them in one pass, or decode one token per pass ('off'). Replies are the same
-    /// either way (greedy: token for token; sampled: in distribution).
+    /// Speculative decoding: 'lookup' drafts tokens, 'off' decodes one per pass.
+    ///
+    /// 'lookup' drafts tokens by looking the conversation's last words up earlier in it and
+    /// verifies them in one pass. Replies are the same either way (greedy: token for token;
+    /// sampled: in distribution).
     #[arg(long, default_value_t = Speculation::default())]
     pub speculative: Speculation,
-    /// A smaller model of the same vocabulary (a smaller file of the same family) drafts the
-    /// tokens instead of lookup; the reply is the one the main model would write alone.
+    /// A smaller model of the same vocabulary drafts the tokens instead of lookup.
+    ///
+    /// A smaller file of the same family, say; the reply is the one the main model would write
+    /// alone.
     #[arg(long, value_name = "FILE", conflicts_with = "speculative")]
     pub draft_model: Option<PathBuf>,
     #[command(flatten)]
@@ -150,11 +174,15 @@ pub struct ChatArgs {
     /// Do not save this conversation to the encrypted history.
     #[arg(long)]
     pub no_history: bool,
-    /// Go on with conversation ID from the history (`kostant history list`): its saved
-    /// context is restored instead of re-read, and new exchanges are appended to it.
+    /// Go on with conversation ID from the history (`kostant history list`).
+    ///
+    /// Its saved context is restored instead of read again, and new exchanges are appended to
+    /// it.
     #[arg(long = "continue", value_name = "ID", conflicts_with = "no_history")]
     pub continue_id: Option<i64>,
-    /// Where the history lives (default: $XDG_DATA_HOME/kostant or ~/.local/share/kostant).
+    /// Where the history lives.
+    ///
+    /// Default: $XDG_DATA_HOME/kostant or ~/.local/share/kostant.
     #[arg(long, env = "KOSTANT_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
 }
@@ -174,9 +202,10 @@ pub struct BenchArgs {
     /// Tokens generated for the decode measurement.
     #[arg(long, default_value_t = 128)]
     pub gen_tokens: usize,
-    /// Tokens already in the context when each measurement starts (a later turn of a long
-    /// chat), as llama-bench's --n-depth: prefill, time to first token and decode all run
-    /// after this many random tokens.
+    /// Tokens already in the context when each measurement starts (llama-bench's -d).
+    ///
+    /// A later turn of a long chat: prefill, time to first token and decode all run after this
+    /// many random tokens.
     #[arg(long, default_value_t = 0)]
     pub depth: usize,
     /// Runs of each measurement; the report gives their mean.
@@ -185,38 +214,50 @@ pub struct BenchArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
-    /// Also measure the machine's read bandwidth (STREAM-style, 1 GiB) and report decode's
-    /// weight traffic as a fraction of it.
+    /// Also measure the machine's read bandwidth and decode's share of it.
+    ///
+    /// The bandwidth is measured STREAM-style over 1 GiB; decode's weight traffic is reported
+    /// as a fraction of it.
     #[arg(long)]
     pub bandwidth: bool,
-    /// Also measure what the guard costs: time to first token and decode speed of a chat
-    /// reply to a 64-token prompt, with the guard and without.
+    /// Also measure what the guard costs.
+    ///
+    /// Time to first token and decode speed of a chat reply to a 64-token prompt, with the
+    /// guard and without.
     #[arg(long)]
     pub guard: bool,
     #[command(flatten)]
     pub guard_args: guard::GuardArgs,
-    /// Instead of the above: answer each prompt of the prompt sets greedily, plain and with
-    /// this drafter, back to back, and report the speedup per set (replies must be identical).
-    /// --gen-tokens caps each reply.
+    /// Instead of the above: the speedup of this drafter on the prompt sets.
+    ///
+    /// Each prompt of the sets is answered greedily, plain and with the drafter, back to back,
+    /// and the speedup is reported per set (replies must be identical). --gen-tokens caps each
+    /// reply.
     #[arg(long)]
     pub speculative: Option<Speculation>,
-    /// The prompt sets for --speculative: a JSONL file of {"id", "prompt"} or a directory of
-    /// them (default: assets/evals/speculative).
+    /// The prompt sets for --speculative (default: assets/evals/speculative).
+    ///
+    /// A JSONL file of {"id", "prompt"} or a directory of them.
     #[arg(long)]
     pub prompt_set: Option<PathBuf>,
     /// Use only the first N prompts of each set.
     #[arg(long)]
     pub limit: Option<usize>,
-    /// Also write each rendered prompt to DIR/<id>.txt (to give other engines the same text).
+    /// Also write each rendered prompt to DIR/<id>.txt.
+    ///
+    /// To give other engines the same text.
     #[arg(long)]
     pub dump_prompts: Option<PathBuf>,
-    /// Instead of the above: time one pass over a token and k drafts (k = 1..16) against one
-    /// decode step, after --depth tokens of context.
+    /// Instead of the above: time a verify pass against one decode step.
+    ///
+    /// One pass over a token and k drafts (k = 1..16), after --depth tokens of context.
     #[arg(long)]
     pub verify_cost: bool,
-    /// Instead of the above: restoring a saved context (opened sealed, rows copied in) against
-    /// reading its tokens again, at 512, 2,000 and 4,000 tokens (those that fit --ctx), with
-    /// its bytes per token and the time a reply adds to save its new rows.
+    /// Instead of the above: time restoring a saved context against reading it again.
+    ///
+    /// The context is opened sealed and its rows copied in, at 512, 2,000 and 4,000 tokens
+    /// (those that fit --ctx); also its bytes per token and the time a reply adds to save its
+    /// new rows.
     #[arg(long)]
     pub snapshot: bool,
 }

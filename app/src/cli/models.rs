@@ -15,8 +15,10 @@ use kostant_engine::Model;
 
 #[derive(Args, Debug)]
 pub struct ModelsArgs {
-    /// The directory to list (default: the first models directory that exists: $KOSTANT_MODELS_DIR,
-    /// ./models, then models/ beside the binary).
+    /// The directory to list (default: the first models directory that exists).
+    ///
+    /// The models directories are $KOSTANT_MODELS_DIR, ./models, then models/ beside the
+    /// binary.
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// One JSON object per model, one per line.

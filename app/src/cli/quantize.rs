@@ -20,8 +20,10 @@ pub struct QuantizeArgs {
     /// Where to write the requantized GGUF.
     #[arg(long)]
     pub out: PathBuf,
-    /// Target format: F16, BF16, Q8_0, Q6_K, Q5_K, Q5_1, Q5_0, Q4_K, Q4_1, Q4_0, IQ4_NL,
-    /// IQ4_XS, Q3_K or Q2_K.
+    /// Target format, Q4_0 say.
+    ///
+    /// One of F16, BF16, Q8_0, Q6_K, Q5_K, Q5_1, Q5_0, Q4_K, Q4_1, Q4_0, IQ4_NL, IQ4_XS, Q3_K
+    /// or Q2_K.
     #[arg(long = "type")]
     pub ty: String,
 }
