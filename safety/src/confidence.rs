@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::head::Scores;
+use crate::scores::Scores;
 use crate::Category;
 
 /// The head names a category only when its top category is likely on its own (`min_prob`) and

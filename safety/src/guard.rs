@@ -16,10 +16,11 @@ use kostant_engine::{Judgement, KvType, Model, Observer, Session};
 use serde::Serialize;
 
 use crate::confidence::{shown_category, CategoryRules};
-use crate::head::{Head, Scores};
+use crate::head::Head;
 use crate::normalize::{hidden_payloads, normalize};
 use crate::parts::{part_features, part_ranges};
 use crate::reader::{frame_message, window_ranges, Features, Reader, REPLY_ROOM};
+use crate::scores::Scores;
 use crate::{Category, Result, SafetyError};
 
 /// The guard's judgement of one text.

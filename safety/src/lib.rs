@@ -17,6 +17,7 @@ pub mod pipeline;
 pub mod policy;
 pub mod reader;
 pub mod replies;
+pub mod scores;
 pub mod taxonomy;
 pub mod train;
 pub mod train_long_replies;
@@ -25,7 +26,7 @@ pub mod train_parts;
 pub use error::{Result, SafetyError};
 pub use guard::{Guard, ReplyScreen, Screening};
 pub use pipeline::{
-    close_exchange, respond, GuardReport, Reply, ReplyEvent, RunningReply, StoppedBy, StreamEvent,
-    Verdict,
+    close_exchange, respond, verdict_fields, GuardReport, Reply, ReplyEvent, RunningReply,
+    StoppedBy, StreamEvent, Verdict,
 };
 pub use taxonomy::Category;

@@ -6,7 +6,7 @@ use kostant_engine::{
     generate_observed, CancelHandle, GenerateRequest, Generation, Message, Role, Session,
     StopReason,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::policy;
@@ -33,7 +33,7 @@ pub enum Verdict {
     },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StoppedBy {
     Guard,
@@ -112,6 +112,66 @@ impl Verdict {
 impl Serialize for Verdict {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         s.serialize_str(self.kind())
+    }
+}
+
+/// A [`Verdict`] as fields of a JSON record, beside the record's own: `verdict` ("answered",
+/// "refused" or "stopped"), `stopped_by` ("guard" or "user" when stopped, null otherwise) and
+/// `shown_category`, the category the user was shown (absent when none). The evals' results
+/// files hold verdicts this way: `#[serde(flatten, with = "kostant_safety::verdict_fields")]`.
+/// A record without `stopped_by` (or `shown_category`) reads as one with it null.
+pub mod verdict_fields {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::{StoppedBy, Verdict};
+    use crate::Category;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum Kind {
+        Answered,
+        Refused,
+        Stopped,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct Fields {
+        verdict: Kind,
+        #[serde(default)]
+        stopped_by: Option<StoppedBy>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        shown_category: Option<Category>,
+    }
+
+    pub fn serialize<S: Serializer>(v: &Verdict, s: S) -> Result<S::Ok, S::Error> {
+        let verdict = match v {
+            Verdict::Answered => Kind::Answered,
+            Verdict::Refused { .. } => Kind::Refused,
+            Verdict::Stopped { .. } => Kind::Stopped,
+        };
+        Fields {
+            verdict,
+            stopped_by: v.stopped_by(),
+            shown_category: v.category(),
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Verdict, D::Error> {
+        let f = Fields::deserialize(d)?;
+        match (f.verdict, f.stopped_by, f.shown_category) {
+            (Kind::Answered, None, None) => Ok(Verdict::Answered),
+            (Kind::Refused, None, category) => Ok(Verdict::Refused { category }),
+            (Kind::Stopped, Some(by), category) => Ok(Verdict::Stopped { by, category }),
+            (Kind::Stopped, None, _) => Err(D::Error::custom("verdict stopped without stopped_by")),
+            (Kind::Answered, _, Some(_)) => {
+                Err(D::Error::custom("verdict answered with a shown_category"))
+            }
+            (_, Some(_), _) => Err(D::Error::custom(
+                "stopped_by on a verdict that did not stop",
+            )),
+        }
     }
 }
 
@@ -333,5 +393,87 @@ pub fn spawn(
         events: rx,
         cancel,
         join,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A results line: the verdict's fields sit beside the record's own `category`.
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Line {
+        category: Option<String>,
+        #[serde(flatten, with = "verdict_fields")]
+        verdict: Verdict,
+        score: f32,
+    }
+
+    fn line(verdict: Verdict) -> Line {
+        Line {
+            category: Some("hate".into()),
+            verdict,
+            score: 0.5,
+        }
+    }
+
+    #[test]
+    fn every_verdict_round_trips_through_its_fields() {
+        for verdict in [
+            Verdict::Answered,
+            Verdict::Refused { category: None },
+            Verdict::Refused {
+                category: Some(Category::Hate),
+            },
+            Verdict::Stopped {
+                by: StoppedBy::Guard,
+                category: Some(Category::Privacy),
+            },
+            Verdict::Stopped {
+                by: StoppedBy::User,
+                category: None,
+            },
+        ] {
+            let json = serde_json::to_string(&line(verdict)).unwrap();
+            let back: Line = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, line(verdict), "{json}");
+        }
+    }
+
+    #[test]
+    fn verdict_fields_keep_the_results_file_names() {
+        let stopped = Verdict::Stopped {
+            by: StoppedBy::Guard,
+            category: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&line(stopped)).unwrap(),
+            r#"{"category":"hate","verdict":"stopped","stopped_by":"guard","score":0.5}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&line(Verdict::Answered)).unwrap(),
+            r#"{"category":"hate","verdict":"answered","stopped_by":null,"score":0.5}"#
+        );
+        let refused = Verdict::Refused {
+            category: Some(Category::Hate),
+        };
+        let json = serde_json::to_value(line(refused)).unwrap();
+        assert_eq!(json["verdict"], "refused");
+        assert_eq!(json["shown_category"], "hate");
+    }
+
+    #[test]
+    fn an_older_line_without_stopped_by_reads_and_a_contradiction_is_refused() {
+        let old: Line =
+            serde_json::from_str(r#"{"category":null,"verdict":"refused","score":1.0}"#).unwrap();
+        assert_eq!(old.verdict, Verdict::Refused { category: None });
+        for bad in [
+            r#"{"category":null,"verdict":"stopped","score":1.0}"#,
+            r#"{"category":null,"verdict":"answered","stopped_by":"guard","score":1.0}"#,
+            r#"{"category":null,"verdict":"answered","shown_category":"hate","score":1.0}"#,
+            r#"{"category":null,"verdict":"withdrawn","score":1.0}"#,
+        ] {
+            assert!(serde_json::from_str::<Line>(bad).is_err(), "{bad}");
+        }
     }
 }
