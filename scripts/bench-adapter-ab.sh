@@ -6,7 +6,7 @@
 #   [REPS=N] scripts/bench-adapter-ab.sh MODEL ADAPTER OLD_BIN NEW_BIN [ROUNDS] [PROMPT] [GEN]
 #
 # REPS: `kostant bench --repetitions` of each run (default 2).
-# Numbers from it: BENCHMARKS.md, "One side-path call per input" and "The B stages in the
+# Numbers from it: docs/benchmarks-log.md, "One side-path call per input" and "The B stages in the
 # matmul's tasks".
 set -euo pipefail
 model=$1 adapter=$2 old=$3 new=$4 rounds=${5:-8} prompt=${6:-4} gen=${7:-96} reps=${REPS:-2}

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """llama.cpp's llama-lookup over the prompts `kostant bench --speculative lookup --dump-prompts DIR`
-wrote, for the comparison in BENCHMARKS.md (issue 24). Per set (the prompt id's prefix) and per
+wrote, for the comparison in docs/benchmarks-log.md (issue 24). Per set (the prompt id's prefix) and per
 draft length, the decode speed over all prompts (decoded tokens / decode seconds, as llama-lookup
 reports them) and its acceptance; the best draft length per set is what the table quotes.
 

@@ -88,7 +88,7 @@ fn new_chats_start_after_their_system_prompt_and_inherit_nothing() {
             .tokens;
         assert_eq!(reused(o), system.len(), "{feature:?}");
     }
-    // What it saves a new chat's first reply (BENCHMARKS, issue 23: shared system prefix).
+    // What it saves a new chat's first reply (docs/benchmarks-log.md, issue 23: shared system prefix).
     // (The first chat also pays for paging the weights in.)
     for (name, read, kept) in [("chat", a_ms, c_ms), ("summarize", b_ms, d_ms)] {
         eprintln!(

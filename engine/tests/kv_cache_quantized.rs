@@ -280,7 +280,7 @@ fn real_model_perplexity_q8_0_within_two_percent_of_f16() {
 
 /// The q4_0 cache costs far more than 2% on this model: measured +19.0% over these 192
 /// tokens (28.3201 to 33.7022, x86 SIMD order; +17.1% in scalar order), which misses issue
-/// 23's 2% target (BENCHMARKS.md, issue 23, has the suite's figure). The bound guards what
+/// 23's 2% target (docs/benchmarks-log.md, issue 23, has the suite's figure). The bound guards what
 /// the format gives: a misread nibble, scale or head sends perplexity up by multiples, not
 /// by a fifth.
 #[test]

@@ -1,7 +1,7 @@
 //! What one fork-join of a rayon pool costs when called from a thread outside the pool (the
 //! work is handed over and waited for) and from one of the pool's own threads, as
 //! `kostant_kernels::in_pool` runs a forward pass: 20,000 `par_chunks_mut` calls over trivial
-//! work, twice each. BENCHMARKS.md, issue 21, "One side-path call per input".
+//! work, twice each. docs/benchmarks-log.md, issue 21, "One side-path call per input".
 //!
 //!   cargo run --release -p kostant-kernels --example fork_join [THREADS]
 

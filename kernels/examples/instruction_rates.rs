@@ -1,6 +1,6 @@
 //! How many 512-bit and 256-bit `vpdpbusd`, and 512-bit `vdpbf16ps`, this core runs a second:
 //! twelve independent accumulators each, so the rate is the instruction's throughput, not its
-//! latency. The figures BENCHMARKS.md quotes for the paired prompt kernels.
+//! latency. The figures docs/benchmarks-log.md quotes for the paired prompt kernels.
 //!
 //!   cargo run --release -p kostant-kernels --example instruction_rates
 

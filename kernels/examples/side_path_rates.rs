@@ -3,7 +3,7 @@
 //! F16, too large for the caches as a 3B model's 28 layers of side paths are, on one thread.
 //! Then, as a sketch of a layout the kernels do not have yet, the same B stage over B stored
 //! transposed in groups of eight rows (a column of a group one 16-byte load, no shuffles),
-//! checked to give the same bits. BENCHMARKS.md, issue 21, "The B stages in the matmul's tasks".
+//! checked to give the same bits. docs/benchmarks-log.md, issue 21, "The B stages in the matmul's tasks".
 //!
 //!   cargo run --release -p kostant-kernels --example side_path_rates
 

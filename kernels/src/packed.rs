@@ -157,7 +157,7 @@ const THEN_PAR_MIN_ROWS: usize = 1024;
 
 /// [`matvec_fused`], and `then` on every run of rows as soon as they are written, by the task
 /// that wrote them: an adapter's B stage rides in the matmul's own tasks (one fork-join of the
-/// pool for the set, not two; BENCHMARKS.md, issue 21), each row added to after its base value
+/// pool for the set, not two; docs/benchmarks-log.md, issue 21), each row added to after its base value
 /// is final, as a separate call would.
 pub fn matvec_fused_then(
     ws: &[&PackedWeights],

@@ -2,7 +2,7 @@
 //! `MIB` MiB (default 460, a 3B model's 4,000-token snapshot) allocated and filled, `REPS`
 //! times (default 6), each freed before the next. The first write to a page faults it in; in a
 //! VM that hands freed pages back to its host (Linux free page reporting), the host faults it
-//! in again, so the rate varies from run to run. BENCHMARKS.md, issue 23, quotes it.
+//! in again, so the rate varies from run to run. docs/benchmarks-log.md, issue 23, quotes it.
 //!
 //! `cargo run --release -p kostant-platform --example first_touch [MIB] [REPS]`
 

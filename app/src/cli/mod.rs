@@ -100,7 +100,7 @@ pub struct KvArgs {
     ///
     /// f16 is llama.cpp's default (greedy replies match it token for token); q8_0 takes 17/32
     /// of the memory (replies barely change); q4_0 takes 9/32 (replies change noticeably: on
-    /// the default model perplexity rises about a twelfth, BENCHMARKS.md). q8_0 and q4_0 need
+    /// the default model perplexity rises about a twelfth, docs/benchmarks-log.md). q8_0 and q4_0 need
     /// heads a multiple of 32 wide; with them the guard reads on its own f16 session, which
     /// slows decoding a little.
     #[arg(long, default_value_t = KvType::F16)]

@@ -106,7 +106,7 @@ fn base_matmul(model: &Pass, w: &TensorRef, x: Input, n: usize, out: &mut [f32])
 /// Several [`linear_into`]s of the same input. For one token with every matrix repacked they
 /// run as one kernel call ([`matvec_fused`]): one quantization of `x` and one fork-join of the
 /// pool for the set instead of one each (an A/B at 2 threads could not tell it from the
-/// unfused calls through this machine's noise; see BENCHMARKS.md run 5), and an adapter's B
+/// unfused calls through this machine's noise; see docs/benchmarks-log.md run 5), and an adapter's B
 /// stages ride in that call's tasks. Otherwise an adapter's side paths on them run as one
 /// call after the matmuls, `x` normalised once for all of them.
 pub(super) fn linear_fused<'a, const N: usize>(

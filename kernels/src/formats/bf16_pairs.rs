@@ -25,7 +25,7 @@ pub(crate) const STEP: usize = 32;
 /// Rows of one batch-kernel call (tinyBLAS's tile height on 32 vector registers).
 pub(crate) const TILE_ROWS: usize = 4;
 /// At most this many tokens per batch-kernel call: a 4×4 tile keeps its 16 accumulators in
-/// registers (tinyBLAS's 4×6, and 4×5, spilled them to the stack here: BENCHMARKS).
+/// registers (tinyBLAS's 4×6, and 4×5, spilled them to the stack here: docs/benchmarks-log.md).
 pub(crate) const TILE_TOKENS: usize = 4;
 // The tile kernel loads its rows by hand.
 const _: () = assert!(TILE_ROWS == 4);
@@ -172,7 +172,7 @@ pub(crate) mod avx512bf16 {
 
     /// [`super::vec_dot_rows_scalar`] bit for bit: `out.len()` rows of `w` against the token
     /// `x`, one row after another, so the matrix is one sequential stream the prefetcher
-    /// follows (four rows side by side decoded slower: 94 against 129 tok/s, BENCHMARKS).
+    /// follows (four rows side by side decoded slower: 94 against 129 tok/s, docs/benchmarks-log.md).
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub(crate) fn vec_dot_rows(w: &[BF16], x: &[BF16], out: &mut [f32]) {
         let n = x.len();

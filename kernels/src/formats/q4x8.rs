@@ -510,7 +510,7 @@ pub(crate) mod avx512vnni {
     }
 
     // Four tokens a pass as on AVX2: eight (registers enough with AVX-512) made a Q4_0 prompt
-    // 8% slower (BENCHMARKS).
+    // 8% slower (docs/benchmarks-log.md).
     x86_kernels!("avx2,fma,f16c,avx512f,avx512vl,avx512vnni", 4);
 }
 

@@ -216,7 +216,7 @@ pub(crate) mod avx512vnni {
     }
 
     /// Many rows against one token (decode), one whole row after another (two rows side by
-    /// side decoded slower: see BENCHMARKS.md).
+    /// side decoded slower: see docs/benchmarks-log.md).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
     pub(crate) fn dot_rows(w: &[BlockQ5_1], a: &[BlockQ8_1], out: &mut [f32]) {
         crate::formats::each_row(|w, a| dot(w, a), w, a, out)

@@ -138,7 +138,7 @@ pub(crate) mod avx2 {
 }
 
 /// Decode on 512-bit registers, one group of 8 rows after another (one sequential stream:
-/// pairing groups made decode slower, BENCHMARKS): each register holds quads k and k + 1 of
+/// pairing groups made decode slower, docs/benchmarks-log.md): each register holds quads k and k + 1 of
 /// the 8 rows, against activation quad k broadcast to the low half and k + 1 to the high half.
 /// Each lane's integer is [`avx2`]'s (the sign moved onto the activations by a masked
 /// negation, as in [`avx512vnni_pairs`]), then the same FMA per lane and block into the same

@@ -5,7 +5,7 @@
 //! lane does the 256-bit VNNI kernel's very operations (the same integers, then the format's
 //! own float steps), with half the instructions and one broadcast of each activation quad for
 //! 16 rows. On a CPU that runs 512-bit `vpdpbusd` as often as 256-bit (Zen 5, measured by
-//! `examples/instruction_rates.rs`) that is twice the multiply-adds an instruction (BENCHMARKS);
+//! `examples/instruction_rates.rs`) that is twice the multiply-adds an instruction (docs/benchmarks-log.md);
 //! measured on Zen 5 only.
 
 use super::iq4_nlx8::BlockIq4Nlx8;

@@ -35,7 +35,7 @@ const PAR_MIN_WORK: usize = 256 * 1024;
 
 /// For one token, the A matrices of a call when they total at least this many bytes, and each
 /// B matrix of at least this many, have their rows split over the pool: one core reads a 3B
-/// model's side paths far slower than the memory bus allows (BENCHMARKS.md, issue 21), while the
+/// model's side paths far slower than the memory bus allows (docs/benchmarks-log.md, issue 21), while the
 /// default model's (q, k and v's A: 54 KiB; its largest B: 48 KiB) are done before a fork-join
 /// would be.
 const PAR_MIN_BYTES: usize = 64 * 1024;
