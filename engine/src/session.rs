@@ -8,6 +8,7 @@ use crate::adapter::ActiveAdapter;
 use crate::batch::{Batch, LogitRows, Outputs};
 use crate::kv_cache::{piece_bytes, read_piece, KvCache, KvType, SnapshotHeader};
 use crate::limits::PREFILL_CHUNK;
+use crate::model::side_path::SidePaths;
 use crate::model::{forward, Model, Pass, Workspace};
 use crate::speculative::Drafter;
 use crate::{EngineError, Result};
@@ -342,7 +343,7 @@ impl Session {
         let (kv, ws) = (&mut self.kv, &mut self.ws);
         let pass = Pass {
             model: &self.model,
-            adapter: self.adapter.as_ref(),
+            adapter: self.adapter.as_ref().map(|a| a as &dyn SidePaths),
             order: batch.sum_order(),
         };
         // On a pool worker the pass's matmuls split their rows in place instead of waking the

@@ -13,21 +13,19 @@
 //! when alpha is 0), as llama.cpp computes it.
 
 pub mod peft;
-mod side_path;
 pub mod synth;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use kostant_kernels::GgmlType;
+use kostant_kernels::{GgmlType, Weights};
 
 use crate::gguf::Gguf;
+use crate::model::side_path::SidePaths;
 use crate::model::weights::{linear_slot, slot_name, TensorRef};
 use crate::model::Model;
 use crate::{EngineError, Result};
-
-pub(crate) use side_path::{add_side_paths, with_side_paths_one_token};
 
 /// Largest rank an adapter may have: far above any real one (8 to 64), low enough that a lying
 /// header cannot make the side path's buffers huge.
@@ -79,6 +77,17 @@ impl ActiveAdapter {
             .map(|b| format!("{b:02x}"))
             .collect();
         format!("{}@{hex}x{}", self.adapter.name, self.scale)
+    }
+}
+
+/// The forward pass reads an active adapter's pairs, scaled, through the model's contract.
+impl SidePaths for ActiveAdapter {
+    fn side_path(&self, slot: usize) -> Option<(Weights<'_>, Weights<'_>, f32)> {
+        let adapter = &self.adapter;
+        let file = adapter.file();
+        let pair = adapter.pair(slot)?;
+        let scale = adapter.pair_scale(pair, self.scale);
+        Some((pair.a.weights(file), pair.b.weights(file), scale))
     }
 }
 

@@ -18,9 +18,9 @@ use kostant_kernels::{
 };
 
 use super::hparams::{HParams, RopeLayout};
+use super::side_path::{add_side_paths, with_side_paths_one_token, SidePaths};
 use super::weights::{LayerWeights, TensorRef};
 use super::Model;
-use crate::adapter::{add_side_paths, with_side_paths_one_token, ActiveAdapter};
 use crate::kv_cache::{HeadBuffers, HeadSpan, KvCache};
 use crate::{EngineError, Result};
 
@@ -49,11 +49,11 @@ pub(super) fn embed(model: &Model, tokens: &[u32], x: &mut Vec<f32>) -> Result<(
 }
 
 /// What one forward pass multiplies by: the model's weights and, when the session has one, an
-/// adapter's side paths on them ([`crate::adapter`]). It derefs to the model, so the blocks
+/// adapter's side paths on them ([`super::side_path::SidePaths`]). It derefs to the model, so the blocks
 /// read hyper-parameters and weights as they would from the model itself.
 pub(crate) struct Pass<'a> {
     pub model: &'a Model,
-    pub adapter: Option<&'a ActiveAdapter>,
+    pub adapter: Option<&'a dyn SidePaths>,
     /// The order the pass sums its f16 dots in ([`crate::Batch::sum_order`]): attention's and the
     /// adapter's side paths'.
     pub order: F16SumOrder,

@@ -6,6 +6,7 @@ mod arch;
 mod blocks;
 mod forward;
 pub mod hparams;
+pub(crate) mod side_path;
 pub mod weights;
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! The adapter's side path on one linear layer: `out += scale * (x A^T) B^T`, computed after
+//! A side path on one linear layer (a LoRA adapter's): `out += scale * (x A^T) B^T`, computed after
 //! the base matmul wrote `out`, in llama.cpp's order (`B (A x)`, scaled, then added), by the
 //! kernels' [`lora_add_fused`].
 //!
@@ -14,14 +14,23 @@ use kostant_kernels::{
     lora_add_fused, lora_one_token_then, Input, LoraPair, LoraSide, RowsThen, Weights,
 };
 
-use super::ActiveAdapter;
 use crate::Result;
+
+/// The low-rank side paths a pass adds to its linear layers: for a linear slot of the model
+/// (`model::weights::linear_slot`), the A and B matrices and the scale, if one is targeted.
+/// The model owns this contract and an adapter fulfils it, so the forward pass never depends
+/// on how adapters are loaded or checked.
+pub trait SidePaths: Sync {
+    /// A (r x cols), B (rows x r) and the scale applied to `B (A x)` for `slot`, or None
+    /// where no side path is targeted.
+    fn side_path(&self, slot: usize) -> Option<(Weights<'_>, Weights<'_>, f32)>;
+}
 
 /// Adds `active`'s side paths for the matrices in `slots` to their `outs`, each (n, rows), for
 /// those the adapter targets, summing in the pass's `order` (a verification pass sums as single
 /// steps do). All of them read `x`.
 pub(crate) fn add_side_paths<const N: usize>(
-    active: &ActiveAdapter,
+    active: &dyn SidePaths,
     slots: [Option<usize>; N],
     x: Input,
     (n, order): (usize, F16SumOrder),
@@ -37,16 +46,10 @@ pub(crate) fn add_side_paths<const N: usize>(
 
 /// The adapter's A, B and scale for each of `slots` it targets (`None` for the others).
 fn targeted<'a, const N: usize>(
-    active: &'a ActiveAdapter,
+    active: &'a dyn SidePaths,
     slots: [Option<usize>; N],
 ) -> [Option<(Weights<'a>, Weights<'a>, f32)>; N] {
-    let adapter = &active.adapter;
-    let file = adapter.file();
-    slots.map(|slot| {
-        let pair = adapter.pair(slot?)?;
-        let scale = adapter.pair_scale(pair, active.scale);
-        Some((pair.a.weights(file), pair.b.weights(file), scale))
-    })
+    slots.map(|slot| active.side_path(slot?))
 }
 
 /// For one token: runs the A stages of `active`'s side paths on the matrices in `slots` (of
@@ -54,7 +57,7 @@ fn targeted<'a, const N: usize>(
 /// matmul's tasks call on the rows they have just written ([`lora_one_token_then`]). The
 /// same sums as [`add_side_paths`] for one token, in one fork-join of the pool fewer.
 pub(crate) fn with_side_paths_one_token<const N: usize, R>(
-    active: &ActiveAdapter,
+    active: &dyn SidePaths,
     slots: [Option<usize>; N],
     x: Input,
     (rows, order): ([usize; N], F16SumOrder),
