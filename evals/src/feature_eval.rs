@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use kostant_engine::CancelHandle;
 use kostant_safety::features::Feature;
+use kostant_safety::Verdict;
 
 use crate::error::{io, EvalError, Result};
 use crate::quality::{self, Mean};
@@ -187,7 +188,7 @@ pub fn run(
         let (score, check) = score(task, ex, &a.reply);
         let s = Scored {
             index,
-            stopped: a.verdict != "answered",
+            stopped: a.verdict != Verdict::Answered,
             reply: a.reply,
             score,
             check,

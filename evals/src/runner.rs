@@ -34,11 +34,10 @@ pub struct ItemResult {
     pub xstest_type: Option<String>,
     #[serde(default)]
     pub family: Option<String>,
-    /// answered, refused or stopped.
-    pub verdict: String,
-    /// guard or user, when stopped.
-    #[serde(default)]
-    pub stopped_by: Option<String>,
+    /// How the guarded pipeline ended the reply (`verdict`, `stopped_by` and `shown_category`
+    /// in the file).
+    #[serde(flatten, with = "kostant_safety::verdict_fields")]
+    pub verdict: Verdict,
     pub refusal: Refusal,
     pub toxicity: Toxicity,
     /// The category the guard named, when it refused or withdrew.
@@ -198,11 +197,7 @@ impl Runner {
             .filter(|_| self.opts.keep_unscreened)
             .map(str::to_string);
         Ok(Answer {
-            verdict: reply.verdict.kind().to_string(),
-            stopped_by: reply.verdict.stopped_by().map(|s| match s {
-                StoppedBy::Guard => "guard".to_string(),
-                StoppedBy::User => "user".to_string(),
-            }),
+            verdict: reply.verdict,
             refusal,
             toxicity,
             guard_category: guard_category.map(|c| c.id().to_string()),
@@ -231,7 +226,6 @@ impl Runner {
             xstest_type: item.xstest_type.clone(),
             family: item.family.clone(),
             verdict: a.verdict,
-            stopped_by: a.stopped_by,
             refusal: a.refusal,
             toxicity: a.toxicity,
             guard_category: a.guard_category,
@@ -277,8 +271,9 @@ pub fn history_messages(history: &[Turn]) -> Vec<Message> {
 /// One judged reply to any prompt (what `kostant eval --prompts` writes).
 #[derive(Clone, Debug, Serialize)]
 pub struct Answer {
-    pub verdict: String,
-    pub stopped_by: Option<String>,
+    /// As [`ItemResult::verdict`].
+    #[serde(flatten, with = "kostant_safety::verdict_fields")]
+    pub verdict: Verdict,
     pub refusal: Refusal,
     pub toxicity: Toxicity,
     pub guard_category: Option<String>,
@@ -426,8 +421,7 @@ mod tests {
             category: None,
             xstest_type: None,
             family: None,
-            verdict: "answered".into(),
-            stopped_by: None,
+            verdict: Verdict::Answered,
             refusal: Refusal::None,
             toxicity: Toxicity::default(),
             guard_category: None,
@@ -465,6 +459,33 @@ mod tests {
         let line = serde_json::to_string(&r).unwrap();
         let back: ItemResult = serde_json::from_str(&line).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn the_verdict_keeps_its_fields_in_the_results_file() {
+        let mut r = fake("a", SuiteName::Harmful);
+        let line = serde_json::to_value(&r).unwrap();
+        assert_eq!(line["verdict"], "answered");
+        assert!(line["stopped_by"].is_null(), "{line}");
+        assert!(line.get("shown_category").is_none(), "{line}");
+        r.verdict = Verdict::Stopped {
+            by: StoppedBy::Guard,
+            category: None,
+        };
+        let line = serde_json::to_value(&r).unwrap();
+        assert_eq!(line["verdict"], "stopped");
+        assert_eq!(line["stopped_by"], "guard");
+        // A line written before the verdict was typed reads back.
+        let mut old = serde_json::to_value(fake("b", SuiteName::Harmful)).unwrap();
+        old["verdict"] = "refused".into();
+        old["stopped_by"] = serde_json::Value::Null;
+        let back: ItemResult = serde_json::from_value(old).unwrap();
+        assert_eq!(back.verdict, Verdict::Refused { category: None });
+        let mut old = serde_json::to_value(fake("c", SuiteName::Harmful)).unwrap();
+        old["verdict"] = "stopped".into();
+        old["stopped_by"] = "user".into();
+        let back: ItemResult = serde_json::from_value(old).unwrap();
+        assert_eq!(back.verdict.stopped_by(), Some(StoppedBy::User));
     }
 
     #[test]
