@@ -55,284 +55,23 @@ impl RunReport {
     }
 
     pub fn to_markdown(&self) -> String {
-        let m = &self.meta;
         let s = &self.summary;
         let mut o = String::new();
-        let _ = writeln!(o, "# Safety eval: {} ({})\n", m.model, m.quantization);
-        if m.partial {
-            let _ = writeln!(o, "**PARTIAL RUN: not every suite finished; the numbers cover the items that ran.**\n");
-        }
-        let _ = writeln!(o, "- command: `{}`", m.command);
-        let _ = writeln!(o, "- model file: `{}`", m.model_file);
-        let _ = writeln!(
-            o,
-            "- suites: {}; items judged: {}; limit per suite: {}",
-            m.suites.join(", "),
-            s.items,
-            m.limit.map_or("none".into(), |l| l.to_string())
-        );
-        let _ = writeln!(
-            o,
-            "- generation: greedy, at most {} tokens per reply, context {}; feature: {} (its system prompt{})",
-            m.max_tokens,
-            m.n_ctx,
-            m.feature,
-            m.adapter
-                .as_ref()
-                .map_or(String::new(), |a| format!(" and its adapter {a}"))
-        );
-        let _ = writeln!(
-            o,
-            "- wall time: {:.0} s; peak RSS: {}",
-            m.wall_s,
-            m.peak_rss_mb
-                .map_or("unknown".into(), |v| format!("{v:.0} MB"))
-        );
-        for n in &m.notes {
-            let _ = writeln!(o, "- {n}");
-        }
-        let _ = writeln!(o, "\nRates are k/n with 95% Wilson intervals. Refusal = full or partial (XSTest scheme).\n");
-
-        if !s.by_provenance.is_empty() {
-            let _ = writeln!(
-                o,
-                "## Headline: by where the prompts come from\n\nFirst the prompts of sources the guard never saw in training (none of their prompts is in assets/safety/{{train,dev}}.jsonl), then public sets whose other prompts it trained on, then the project's own authored prompts (look-alikes of the authored training prompts). Harmful: refused (higher is safer); benign edgy and everyday: refused (lower is better).\n"
-            );
-            let _ = writeln!(
-                o,
-                "| prompts | sources | harmful refused [95% CI] (k/n) | benign refused [95% CI] (k/n) |\n|---|---|---|---|"
-            );
-            for p in &s.by_provenance {
-                let _ = writeln!(
-                    o,
-                    "| {} | {} | {} | {} |",
-                    p.provenance.title(),
-                    p.sources.join(", "),
-                    p.harmful_refused.map_or("–".into(), |r| r.display()),
-                    p.benign_refused.map_or("–".into(), |r| r.display())
-                );
-            }
-            o.push('\n');
-        }
+        write_meta(&mut o, &self.meta, s);
+        write_provenance(&mut o, s);
         if let Some(line) = self.xstest_line() {
             let _ = writeln!(o, "{line}\n");
         }
-
-        if let Some(h) = &s.harmful {
-            let _ = writeln!(o, "## Harmful requests: refusal rate (higher is safer)\n");
-            let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
-            row(&mut o, "**all categories**", &h.overall.refused);
-            row(&mut o, "full refusals", &h.overall.full);
-            row(&mut o, "partial refusals", &h.overall.partial);
-            row(
-                &mut o,
-                "refused or withdrawn by the guard",
-                &h.overall.by_guard,
-            );
-            for c in &h.per_category {
-                row(&mut o, &c.name, &c.rate);
-            }
-            for c in &h.per_source {
-                row(&mut o, &format!("source {}", c.name), &c.rate);
-            }
-            o.push('\n');
-        }
-        if let Some(mt) = &s.multiturn {
-            let _ = writeln!(
-                o,
-                "## Multi-turn conversations (earlier turns sent as chat history)\n"
-            );
-            let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
-            if let Some(h) = &mt.harmful_after_benign {
-                row(
-                    &mut o,
-                    "**harmful last turn after benign turns: refused** (higher is safer)",
-                    &h.refused,
-                );
-                row(&mut o, "refused or withdrawn by the guard", &h.by_guard);
-                for c in &mt.per_category {
-                    row(&mut o, &c.name, &c.rate);
-                }
-            }
-            if let Some(b) = &mt.benign_after_refusal {
-                row(
-                    &mut o,
-                    "**benign last turn after a refused one: refused** (lower is better)",
-                    &b.refused,
-                );
-                row(&mut o, "refused or withdrawn by the guard", &b.by_guard);
-            }
-            o.push('\n');
-        }
-        if let Some(l) = &s.long {
-            let _ = writeln!(
-                o,
-                "## Long messages (1,000 tokens and more, pasted to be summarized or proofread)\n"
-            );
-            let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
-            if let Some(h) = &l.harmful {
-                row(
-                    &mut o,
-                    "**a harmful request buried in 2,000 tokens: refused** (higher is safer)",
-                    &h.refused,
-                );
-            }
-            if let Some(b) = &l.benign {
-                row(
-                    &mut o,
-                    "**long benign texts: refused** (lower is better)",
-                    &b.refused,
-                );
-                row(&mut o, "refused or withdrawn by the guard", &b.by_guard);
-            }
-            o.push('\n');
-        }
-        for (title, b) in [
-            ("Benign but edgy", &s.benign_edgy),
-            ("Benign everyday", &s.benign_everyday),
-        ] {
-            let Some(b) = b else { continue };
-            let _ = writeln!(o, "## {title}: over-refusal rate (lower is better)\n");
-            let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
-            row(&mut o, "**all**", &b.overall.refused);
-            row(&mut o, "full refusals", &b.overall.full);
-            row(
-                &mut o,
-                "refused or withdrawn by the guard",
-                &b.overall.by_guard,
-            );
-            if let Some(x) = &b.xstest {
-                row(&mut o, "XSTest safe prompts", &x.refused);
-            }
-            for t in &b.per_xstest_type {
-                row(&mut o, &format!("XSTest {}", t.name), &t.rate);
-            }
-            for t in &b.per_source {
-                row(&mut o, &format!("source {}", t.name), &t.rate);
-            }
-            o.push('\n');
-        }
-        if let Some(x) = &s.xstest {
-            let _ = writeln!(
-                o,
-                "## XSTest as a classifier (450 prompts; unsafe contrasts are the positives)\n"
-            );
-            let _ = writeln!(
-                o,
-                "| flagged when | F1 | precision | recall | false positives |\n|---|---|---|---|---|"
-            );
-            for (name, c) in [
-                ("the guard refused or withdrew", &x.guard),
-                ("refused by anyone (guard or model)", &x.refused),
-            ] {
-                let _ = writeln!(
-                    o,
-                    "| {name} | {:.3} | {:.3} | {:.3} | {:.1}% ({}/{}) |",
-                    c.f1,
-                    c.precision,
-                    c.recall,
-                    100.0 * c.false_positive_rate,
-                    c.false_positives,
-                    c.false_positives + c.true_negatives
-                );
-            }
-            o.push('\n');
-        }
-        if let Some(j) = &s.jailbreak {
-            let _ = writeln!(
-                o,
-                "## Jailbreak wrappers: success rate (answered with no refusal; lower is safer)\n"
-            );
-            let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
-            row(&mut o, "**all families**", &j.success);
-            row(&mut o, "refused or withdrawn by the guard", &j.by_guard);
-            for f in &j.per_family {
-                row(&mut o, &f.name, &f.rate);
-            }
-            o.push('\n');
-        }
-        if let Some(p) = &s.provocation {
-            let _ = writeln!(o, "## Provocation: toxic replies (lower is better)\n");
-            let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
-            row(&mut o, "**toxic**", &p.toxic);
-            row(
-                &mut o,
-                "flagged by the guard (hate, harassment)",
-                &p.toxic_by_guard,
-            );
-            row(&mut o, "own insult from the lexicon", &p.toxic_by_lexicon);
-            row(&mut o, "refused (over-refusal)", &p.refused);
-            o.push('\n');
-        }
-        if let Some(p) = &s.perplexity {
-            let _ = writeln!(
-                o,
-                "## Perplexity\n\n{:.3} over {} tokens of assets/evals/perplexity.txt ({} windows of {} tokens; mean NLL {:.4} nats).\n",
-                p.perplexity, p.tokens, p.windows, p.window, p.mean_nll
-            );
-        }
-        let _ = writeln!(o, "## Judges\n");
-        let _ = writeln!(
-            o,
-            "Accuracy on hand-labelled replies (evals/fixtures/judged_replies.jsonl): {} replies of the default model to suite prompts, and {} hand-written hard cases. The rules were written with the sample in view, so these are in-sample figures.\n",
-            self.judges.model_replies.n, self.judges.authored.n
-        );
-        let _ = writeln!(
-            o,
-            "| judge | model replies [95% CI] | hard cases [95% CI] |\n|---|---|---|"
-        );
-        let (m, a) = (&self.judges.model_replies, &self.judges.authored);
-        let pairs: [(&str, &Rate, &Rate); 3] = [
-            (
-                "refusal, 3 classes (full/partial/none)",
-                &m.refusal,
-                &a.refusal,
-            ),
-            (
-                "refusal, refused vs not",
-                &m.refusal_binary,
-                &a.refusal_binary,
-            ),
-            ("toxicity", &m.toxicity, &a.toxicity),
-        ];
-        for (name, x, y) in pairs {
-            let _ = writeln!(o, "| {name} | {} | {} |", x.display(), y.display());
-        }
-        let _ = writeln!(
-            o,
-            "\nToxic replies in the samples: {} (model), {} (hard cases). Refusal confusion on model replies (label->judged: count): {}\n",
-            m.toxicity_positives,
-            a.toxicity_positives,
-            confusion(m)
-        );
-        for (name, j) in [("model replies", m), ("hard cases", a)] {
-            let classes: Vec<String> = j
-                .per_class
-                .iter()
-                .map(|c| {
-                    format!(
-                        "{}: recall {}, precision {}",
-                        c.class.id(),
-                        c.recall.display(),
-                        c.precision.display()
-                    )
-                })
-                .collect();
-            if !classes.is_empty() {
-                let _ = writeln!(
-                    o,
-                    "Refusal judge per class, {name}: {}.\n",
-                    classes.join("; ")
-                );
-            }
-        }
-        if !s.skipped.is_empty() {
-            let _ = writeln!(o, "## Skipped lines ({})\n", s.skipped.len());
-            for k in &s.skipped {
-                let _ = writeln!(o, "- {k}");
-            }
-            o.push('\n');
-        }
+        write_harmful(&mut o, s);
+        write_multiturn(&mut o, s);
+        write_long(&mut o, s);
+        write_benign(&mut o, s);
+        write_xstest(&mut o, s);
+        write_jailbreak(&mut o, s);
+        write_provocation(&mut o, s);
+        write_perplexity(&mut o, s);
+        write_judges(&mut o, &self.judges);
+        write_skipped(&mut o, s);
         o
     }
 
@@ -447,6 +186,309 @@ impl RunReport {
     }
 }
 
+/// The Markdown report's title and what ran: command, model file, suites, generation, time.
+fn write_meta(o: &mut String, m: &Meta, s: &Summary) {
+    let _ = writeln!(o, "# Safety eval: {} ({})\n", m.model, m.quantization);
+    if m.partial {
+        let _ = writeln!(
+            o,
+            "**PARTIAL RUN: not every suite finished; the numbers cover the items that ran.**\n"
+        );
+    }
+    let _ = writeln!(o, "- command: `{}`", m.command);
+    let _ = writeln!(o, "- model file: `{}`", m.model_file);
+    let _ = writeln!(
+        o,
+        "- suites: {}; items judged: {}; limit per suite: {}",
+        m.suites.join(", "),
+        s.items,
+        m.limit.map_or("none".into(), |l| l.to_string())
+    );
+    let _ = writeln!(
+        o,
+        "- generation: greedy, at most {} tokens per reply, context {}; feature: {} (its system prompt{})",
+        m.max_tokens,
+        m.n_ctx,
+        m.feature,
+        m.adapter
+            .as_ref()
+            .map_or(String::new(), |a| format!(" and its adapter {a}"))
+    );
+    let _ = writeln!(
+        o,
+        "- wall time: {:.0} s; peak RSS: {}",
+        m.wall_s,
+        m.peak_rss_mb
+            .map_or("unknown".into(), |v| format!("{v:.0} MB"))
+    );
+    for n in &m.notes {
+        let _ = writeln!(o, "- {n}");
+    }
+    let _ = writeln!(
+        o,
+        "\nRates are k/n with 95% Wilson intervals. Refusal = full or partial (XSTest scheme).\n"
+    );
+}
+
+/// The headline table: harmful and benign refusal by where the prompts come from.
+fn write_provenance(o: &mut String, s: &Summary) {
+    if s.by_provenance.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "## Headline: by where the prompts come from\n\nFirst the prompts of sources the guard never saw in training (none of their prompts is in assets/safety/{{train,dev}}.jsonl), then public sets whose other prompts it trained on, then the project's own authored prompts (look-alikes of the authored training prompts). Harmful: refused (higher is safer); benign edgy and everyday: refused (lower is better).\n"
+    );
+    let _ = writeln!(
+        o,
+        "| prompts | sources | harmful refused [95% CI] (k/n) | benign refused [95% CI] (k/n) |\n|---|---|---|---|"
+    );
+    for p in &s.by_provenance {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} |",
+            p.provenance.title(),
+            p.sources.join(", "),
+            p.harmful_refused.map_or("–".into(), |r| r.display()),
+            p.benign_refused.map_or("–".into(), |r| r.display())
+        );
+    }
+    o.push('\n');
+}
+
+fn write_harmful(o: &mut String, s: &Summary) {
+    let Some(h) = &s.harmful else { return };
+    let _ = writeln!(o, "## Harmful requests: refusal rate (higher is safer)\n");
+    let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
+    row(o, "**all categories**", &h.overall.refused);
+    row(o, "full refusals", &h.overall.full);
+    row(o, "partial refusals", &h.overall.partial);
+    row(o, "refused or withdrawn by the guard", &h.overall.by_guard);
+    for c in &h.per_category {
+        row(o, &c.name, &c.rate);
+    }
+    for c in &h.per_source {
+        row(o, &format!("source {}", c.name), &c.rate);
+    }
+    o.push('\n');
+}
+
+fn write_multiturn(o: &mut String, s: &Summary) {
+    let Some(mt) = &s.multiturn else { return };
+    let _ = writeln!(
+        o,
+        "## Multi-turn conversations (earlier turns sent as chat history)\n"
+    );
+    let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
+    if let Some(h) = &mt.harmful_after_benign {
+        row(
+            o,
+            "**harmful last turn after benign turns: refused** (higher is safer)",
+            &h.refused,
+        );
+        row(o, "refused or withdrawn by the guard", &h.by_guard);
+        for c in &mt.per_category {
+            row(o, &c.name, &c.rate);
+        }
+    }
+    if let Some(b) = &mt.benign_after_refusal {
+        row(
+            o,
+            "**benign last turn after a refused one: refused** (lower is better)",
+            &b.refused,
+        );
+        row(o, "refused or withdrawn by the guard", &b.by_guard);
+    }
+    o.push('\n');
+}
+
+fn write_long(o: &mut String, s: &Summary) {
+    let Some(l) = &s.long else { return };
+    let _ = writeln!(
+        o,
+        "## Long messages (1,000 tokens and more, pasted to be summarized or proofread)\n"
+    );
+    let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
+    if let Some(h) = &l.harmful {
+        row(
+            o,
+            "**a harmful request buried in 2,000 tokens: refused** (higher is safer)",
+            &h.refused,
+        );
+    }
+    if let Some(b) = &l.benign {
+        row(
+            o,
+            "**long benign texts: refused** (lower is better)",
+            &b.refused,
+        );
+        row(o, "refused or withdrawn by the guard", &b.by_guard);
+    }
+    o.push('\n');
+}
+
+/// The two benign suites' over-refusal, edgy then everyday.
+fn write_benign(o: &mut String, s: &Summary) {
+    for (title, b) in [
+        ("Benign but edgy", &s.benign_edgy),
+        ("Benign everyday", &s.benign_everyday),
+    ] {
+        let Some(b) = b else { continue };
+        let _ = writeln!(o, "## {title}: over-refusal rate (lower is better)\n");
+        let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
+        row(o, "**all**", &b.overall.refused);
+        row(o, "full refusals", &b.overall.full);
+        row(o, "refused or withdrawn by the guard", &b.overall.by_guard);
+        if let Some(x) = &b.xstest {
+            row(o, "XSTest safe prompts", &x.refused);
+        }
+        for t in &b.per_xstest_type {
+            row(o, &format!("XSTest {}", t.name), &t.rate);
+        }
+        for t in &b.per_source {
+            row(o, &format!("source {}", t.name), &t.rate);
+        }
+        o.push('\n');
+    }
+}
+
+fn write_xstest(o: &mut String, s: &Summary) {
+    let Some(x) = &s.xstest else { return };
+    let _ = writeln!(
+        o,
+        "## XSTest as a classifier (450 prompts; unsafe contrasts are the positives)\n"
+    );
+    let _ = writeln!(
+        o,
+        "| flagged when | F1 | precision | recall | false positives |\n|---|---|---|---|---|"
+    );
+    for (name, c) in [
+        ("the guard refused or withdrew", &x.guard),
+        ("refused by anyone (guard or model)", &x.refused),
+    ] {
+        let _ = writeln!(
+            o,
+            "| {name} | {:.3} | {:.3} | {:.3} | {:.1}% ({}/{}) |",
+            c.f1,
+            c.precision,
+            c.recall,
+            100.0 * c.false_positive_rate,
+            c.false_positives,
+            c.false_positives + c.true_negatives
+        );
+    }
+    o.push('\n');
+}
+
+fn write_jailbreak(o: &mut String, s: &Summary) {
+    let Some(j) = &s.jailbreak else { return };
+    let _ = writeln!(
+        o,
+        "## Jailbreak wrappers: success rate (answered with no refusal; lower is safer)\n"
+    );
+    let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
+    row(o, "**all families**", &j.success);
+    row(o, "refused or withdrawn by the guard", &j.by_guard);
+    for f in &j.per_family {
+        row(o, &f.name, &f.rate);
+    }
+    o.push('\n');
+}
+
+fn write_provocation(o: &mut String, s: &Summary) {
+    let Some(p) = &s.provocation else { return };
+    let _ = writeln!(o, "## Provocation: toxic replies (lower is better)\n");
+    let _ = writeln!(o, "| | rate [95% CI] (k/n) |\n|---|---|");
+    row(o, "**toxic**", &p.toxic);
+    row(
+        o,
+        "flagged by the guard (hate, harassment)",
+        &p.toxic_by_guard,
+    );
+    row(o, "own insult from the lexicon", &p.toxic_by_lexicon);
+    row(o, "refused (over-refusal)", &p.refused);
+    o.push('\n');
+}
+
+fn write_perplexity(o: &mut String, s: &Summary) {
+    let Some(p) = &s.perplexity else { return };
+    let _ = writeln!(
+        o,
+        "## Perplexity\n\n{:.3} over {} tokens of assets/evals/perplexity.txt ({} windows of {} tokens; mean NLL {:.4} nats).\n",
+        p.perplexity, p.tokens, p.windows, p.window, p.mean_nll
+    );
+}
+
+/// How the judges did on the hand-labelled replies: accuracy, confusion, per-class figures.
+fn write_judges(o: &mut String, judges: &Judges) {
+    let _ = writeln!(o, "## Judges\n");
+    let _ = writeln!(
+        o,
+        "Accuracy on hand-labelled replies (evals/fixtures/judged_replies.jsonl): {} replies of the default model to suite prompts, and {} hand-written hard cases. The rules were written with the sample in view, so these are in-sample figures.\n",
+        judges.model_replies.n, judges.authored.n
+    );
+    let _ = writeln!(
+        o,
+        "| judge | model replies [95% CI] | hard cases [95% CI] |\n|---|---|---|"
+    );
+    let (m, a) = (&judges.model_replies, &judges.authored);
+    let pairs: [(&str, &Rate, &Rate); 3] = [
+        (
+            "refusal, 3 classes (full/partial/none)",
+            &m.refusal,
+            &a.refusal,
+        ),
+        (
+            "refusal, refused vs not",
+            &m.refusal_binary,
+            &a.refusal_binary,
+        ),
+        ("toxicity", &m.toxicity, &a.toxicity),
+    ];
+    for (name, x, y) in pairs {
+        let _ = writeln!(o, "| {name} | {} | {} |", x.display(), y.display());
+    }
+    let _ = writeln!(
+        o,
+        "\nToxic replies in the samples: {} (model), {} (hard cases). Refusal confusion on model replies (label->judged: count): {}\n",
+        m.toxicity_positives,
+        a.toxicity_positives,
+        confusion(m)
+    );
+    for (name, j) in [("model replies", m), ("hard cases", a)] {
+        let classes: Vec<String> = j
+            .per_class
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}: recall {}, precision {}",
+                    c.class.id(),
+                    c.recall.display(),
+                    c.precision.display()
+                )
+            })
+            .collect();
+        if !classes.is_empty() {
+            let _ = writeln!(
+                o,
+                "Refusal judge per class, {name}: {}.\n",
+                classes.join("; ")
+            );
+        }
+    }
+}
+
+fn write_skipped(o: &mut String, s: &Summary) {
+    if s.skipped.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "## Skipped lines ({})\n", s.skipped.len());
+    for k in &s.skipped {
+        let _ = writeln!(o, "- {k}");
+    }
+    o.push('\n');
+}
+
 fn confusion(j: &JudgeAccuracy) -> String {
     j.refusal_confusion
         .iter()
@@ -554,7 +596,22 @@ fn svg_chart(title: &str, sections: &[(String, Vec<Named>, &str)]) -> String {
 /// Side-by-side numbers of several runs (quantizations of one model), with deltas against the
 /// first.
 pub fn compare_markdown(runs: &[(String, &RunReport)]) -> String {
-    let mut metrics: Vec<(String, Vec<Option<Rate>>)> = Vec::new();
+    let mut o = String::new();
+    compare_header(&mut o, runs);
+    for (name, vals) in &compare_metrics(runs) {
+        compare_row(&mut o, name, vals);
+    }
+    compare_perplexity(&mut o, runs);
+    o
+}
+
+/// One comparison row's values, one per run.
+type Compared = (String, Vec<Option<Rate>>);
+
+/// The rates compared, in table order: suite headlines, by provenance, then the first run's
+/// harmful categories.
+fn compare_metrics(runs: &[(String, &RunReport)]) -> Vec<Compared> {
+    let mut metrics: Vec<Compared> = Vec::new();
     let mut add = |name: String, f: &dyn Fn(&Summary) -> Option<Rate>| {
         metrics.push((name, runs.iter().map(|(_, r)| f(&r.summary)).collect()));
     };
@@ -630,7 +687,11 @@ pub fn compare_markdown(runs: &[(String, &RunReport)]) -> String {
             }
         }
     }
-    let mut o = String::new();
+    metrics
+}
+
+/// The header row (each run, and its delta column after the first) and the alignment row.
+fn compare_header(o: &mut String, runs: &[(String, &RunReport)]) {
     let _ = write!(o, "| metric |");
     for (i, (name, _)) in runs.iter().enumerate() {
         let _ = write!(o, " {name} |");
@@ -643,23 +704,29 @@ pub fn compare_markdown(runs: &[(String, &RunReport)]) -> String {
         o.push_str(if i > 0 { "---:|---:|" } else { "---:|" });
     }
     o.push('\n');
-    for (name, vals) in &metrics {
-        if vals.iter().all(Option::is_none) {
-            continue;
-        }
-        let _ = write!(o, "| {name} |");
-        for (i, v) in vals.iter().enumerate() {
-            let _ = write!(o, " {} |", v.map_or("–".into(), |r| r.display()));
-            if i > 0 {
-                let d = match (vals[0], v) {
-                    (Some(a), Some(b)) => format!("{:+.1}", 100.0 * (b.rate - a.rate)),
-                    _ => "–".into(),
-                };
-                let _ = write!(o, " {d} |");
-            }
-        }
-        o.push('\n');
+}
+
+/// One metric's row, with deltas in points against the first run; none when no run has it.
+fn compare_row(o: &mut String, name: &str, vals: &[Option<Rate>]) {
+    if vals.iter().all(Option::is_none) {
+        return;
     }
+    let _ = write!(o, "| {name} |");
+    for (i, v) in vals.iter().enumerate() {
+        let _ = write!(o, " {} |", v.map_or("–".into(), |r| r.display()));
+        if i > 0 {
+            let d = match (vals[0], v) {
+                (Some(a), Some(b)) => format!("{:+.1}", 100.0 * (b.rate - a.rate)),
+                _ => "–".into(),
+            };
+            let _ = write!(o, " {d} |");
+        }
+    }
+    o.push('\n');
+}
+
+/// The perplexity row, with differences against the first run.
+fn compare_perplexity(o: &mut String, runs: &[(String, &RunReport)]) {
     let _ = write!(o, "| perplexity |");
     let base = runs
         .first()
@@ -676,7 +743,6 @@ pub fn compare_markdown(runs: &[(String, &RunReport)]) -> String {
         }
     }
     o.push('\n');
-    o
 }
 
 #[cfg(test)]
