@@ -439,8 +439,8 @@ fn manifest_entry(path: &Path) -> Option<ModelEntry> {
 
 #[cfg(test)]
 mod tests {
-    use crate::assistant::responder::ContextPlan;
     use super::*;
+    use crate::assistant::responder::ContextPlan;
 
     fn summary() -> ModelSummary {
         const MIB: u64 = 1024 * 1024;
