@@ -796,152 +796,133 @@ pub struct Trained {
 }
 
 /// Trains a head for `model` from `opts.data_dir`/{train,dev}.jsonl (and
-/// augment_templates.jsonl if present).
+/// augment_templates.jsonl if present): the message texts and the contexts' texts are read,
+/// the replies learned when asked, the head fitted, then its message threshold, reply
+/// threshold and category rules chosen on dev and the whole recorded in the head.
 pub fn train_head(
     model: Arc<Model>,
     opts: &TrainOptions,
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<Trained> {
-    let train = read_jsonl(&opts.data_dir.join("train.jsonl"))?;
-    let dev = read_jsonl(&opts.data_dir.join("dev.jsonl"))?;
-    let templates_path = opts.data_dir.join("augment_templates.jsonl");
-    let templates = if templates_path.exists() {
-        read_templates(&templates_path)?
-    } else {
-        Vec::new()
-    };
+    let data = TrainData::read(&opts.data_dir)?;
     let mut reader = Reader::new(model.clone(), opts.spec.clone())?;
-    let originals = labelled(&reader, &train)?;
-    let mut train_items = originals.clone();
-    let mut rng = SmallRng::seed_from_u64(opts.config.seed);
-    if !templates.is_empty() {
-        let mut wrapped = Vec::new();
-        for (text, c) in &train_items {
-            if rng.gen_bool(opts.augment_share) {
-                // Invariant: templates is not empty here.
-                let t = templates.choose(&mut rng).unwrap();
-                wrapped.push((t.replace("{prompt}", text), *c));
-            }
-        }
-        train_items.extend(wrapped);
-    }
-    // After the augmentation draws, so the plain texts' draws (and their cached features)
-    // stay as they were; a buried window is never wrapped, which could push its request out
-    // of the window the head reads.
-    let buried = buried_windows(&reader, &train, opts.buried_per_window)?;
-    let n_buried = buried.len();
-    train_items.extend(buried.iter().cloned());
-    let mut originals = originals;
-    originals.extend(buried);
-    let mut dev_items = labelled(&reader, &dev)?;
-    let dev_buried = buried_windows(&reader, &dev, opts.buried_per_window)?;
-    let n_dev_buried = dev_buried.len();
-    dev_items.extend(dev_buried);
+    let items = message_items(&reader, &data, opts)?;
+    let (ctx_train, ctx_dev) = context_splits(opts, &items);
+    let (mut examples, dev_examples) = message_examples(
+        &model,
+        &mut reader,
+        opts,
+        &items,
+        (&ctx_train, &ctx_dev),
+        progress,
+    )?;
+    let n_messages = examples.len();
+    let dev_replies = match opts.replies {
+        Some(plan) => Some(reply_examples(
+            &model,
+            &reader,
+            opts,
+            plan,
+            &items,
+            &mut examples,
+            progress,
+        )?),
+        None => None,
+    };
 
-    let cache = opts.cache.as_deref();
-    let mut examples = featurize_cached(&mut reader, &train_items, cache, &mut |i, n| {
-        progress("train", i, n)
-    })?;
-    let dev_examples = featurize_cached(&mut reader, &dev_items, cache, &mut |i, n| {
-        progress("dev", i, n)
-    })?;
-    if dev_examples.len() != dev_items.len() {
-        return Err(SafetyError::Head(
-            "a dev text has nothing to read (empty or whitespace)".into(),
-        ));
-    }
-    // Its own generator, so the draws above (and the cached features they name) stay as
-    // they were without contexts.
+    let mut head = head::train(
+        &examples,
+        untrained_message_info(&model, opts),
+        &opts.config,
+    )?;
+    let dev_probs = unsafe_probs(&head, &dev_examples)?;
+    let n_plain_dev = items.dev.len();
+    let plain_dev = &dev_probs[..n_plain_dev];
+    let ctx_dev_probs = context_dev_probs(&dev_probs[n_plain_dev..], &opts.contexts, &ctx_dev);
+    let (capped, threshold) = message_threshold(plain_dev, &ctx_dev_probs, opts);
+    let dev_scores = split_scores(plain_dev, threshold);
+    let dev_buried_scores = split_scores(&plain_dev[n_plain_dev - items.n_dev_buried..], threshold);
+    let mut per_context = context_record(&opts.contexts, &ctx_dev_probs, &ctx_train, threshold);
+    let train_scores = split_scores(&unsafe_probs(&head, &examples[..n_messages])?, threshold);
+    let replies = match (opts.replies, &dev_replies) {
+        (Some(plan), Some(dev_replies)) => {
+            let (t, dev) = reply_threshold(
+                &head,
+                threshold,
+                dev_replies,
+                (&dev_probs, &ctx_dev_probs),
+                opts,
+                &mut per_context,
+            )?;
+            head.info.output_threshold = Some(t);
+            Some(RepliesRecord {
+                plan,
+                threshold: t,
+                train_checkpoints: examples.len() - n_messages,
+                dev,
+            })
+        }
+        _ => None,
+    };
+    head.info.threshold = threshold;
+    head.info.training = training_record(&TrainingRecord {
+        data: &data,
+        items: &items,
+        opts,
+        dev_buried_recall: dev_buried_scores.recall,
+        per_context,
+        replies: replies.as_ref(),
+        capped,
+        dev: &dev_scores,
+        train: &train_scores,
+    });
+    let categories = set_category_rules(
+        &mut head,
+        &dev_examples,
+        dev_replies.as_ref().map(|r| r.plain.as_slice()),
+        "kostant guard train (as above)",
+    )?;
+    Ok(Trained {
+        head,
+        dev: dev_scores,
+        train: train_scores,
+        dev_replies: replies.map(|r| r.dev),
+        categories,
+    })
+}
+
+/// Each context's train and dev texts ([`context_items`]) over the plain message texts.
+fn context_splits(
+    opts: &TrainOptions,
+    items: &MessageItems,
+) -> (
+    Vec<Vec<(String, Option<Category>)>>,
+    Vec<Vec<(String, Option<Category>)>>,
+) {
+    // Its own generator, so the draws of `message_items` (and the cached features they name)
+    // stay as they were without contexts.
     let mut ctx_rng = SmallRng::seed_from_u64(opts.config.seed.wrapping_add(1));
     let ctx_train = context_items(
         &opts.contexts,
         |c| &c.train,
-        &originals[..originals.len() - n_buried],
+        items.plain_train(),
         opts.context_share,
         &mut ctx_rng,
     );
-    let n_plain_dev = dev_items.len();
     let ctx_dev = context_items(
         &opts.contexts,
         |c| &c.dev,
-        &dev_items[..n_plain_dev - n_dev_buried],
+        items.plain_dev(),
         opts.context_share,
         &mut ctx_rng,
     );
-    examples.extend(featurize_contexts(
-        &model,
-        &opts.spec,
-        &opts.contexts,
-        &ctx_train,
-        cache,
-        "train",
-        progress,
-    )?);
-    let mut dev_examples = dev_examples;
-    dev_examples.extend(featurize_contexts(
-        &model,
-        &opts.spec,
-        &opts.contexts,
-        &ctx_dev,
-        cache,
-        "dev",
-        progress,
-    )?);
-    let n_messages = examples.len();
-    // Replies to the prompts as written (not the augmented copies): the reply's context is
-    // the conversation a user actually has.
-    let mut ctx_dev_replies: Vec<Vec<Vec<Vec<f32>>>> = Vec::new();
-    let dev_replies = match opts.replies {
-        Some(plan) => {
-            let train_replies =
-                reply_features_cached(&reader, &originals, plan, None, cache, &mut |i, n| {
-                    progress("train replies", i, n)
-                })?;
-            for (rows, (_, category)) in train_replies.into_iter().zip(&originals) {
-                examples.extend(rows.into_iter().map(|features| Example {
-                    features,
-                    category: *category,
-                }));
-            }
-            if opts.context_replies {
-                let own_train = context_reply_features(
-                    &model,
-                    &opts.spec,
-                    &opts.contexts,
-                    false,
-                    plan,
-                    cache,
-                    progress,
-                )?;
-                for rows in own_train.into_iter().flatten() {
-                    examples.extend(rows.into_iter().map(|features| Example {
-                        features,
-                        category: None,
-                    }));
-                }
-                ctx_dev_replies = context_reply_features(
-                    &model,
-                    &opts.spec,
-                    &opts.contexts,
-                    true,
-                    plan,
-                    cache,
-                    progress,
-                )?;
-            }
-            Some(reply_features_cached(
-                &reader,
-                &dev_items,
-                plan,
-                None,
-                cache,
-                &mut |i, n| progress("dev replies", i, n),
-            )?)
-        }
-        None => None,
-    };
+    (ctx_train, ctx_dev)
+}
 
-    let info = HeadInfo {
+/// The head's info before training: `opts`' spec and shape for `model`, no thresholds or
+/// rules chosen yet.
+fn untrained_message_info(model: &Model, opts: &TrainOptions) -> HeadInfo {
+    HeadInfo {
         spec: opts.spec.clone(),
         model_name: model.name(),
         n_embd: model.hparams.n_embd,
@@ -950,47 +931,257 @@ pub fn train_head(
         output_threshold: None,
         category_rules: CategoryRules::default(),
         training: serde_json::Value::Null,
-    };
-    let mut head = head::train(&examples, info, &opts.config)?;
-    let probs = |head: &Head, ex: &[Example]| -> Result<Vec<(f32, bool)>> {
-        ex.iter()
-            .map(|e| Ok((head.scores(&e.features)?.unsafe_prob, e.category.is_some())))
-            .collect()
-    };
-    let dev_probs = probs(&head, &dev_examples)?;
-    // Each context's dev probabilities: its own safe inputs, then the drawn and buried copies.
-    let mut ctx_dev_probs = Vec::with_capacity(ctx_dev.len());
-    let mut rest = &dev_probs[n_plain_dev..];
-    for (c, dev) in opts.contexts.iter().zip(&ctx_dev) {
+    }
+}
+
+/// The data directory's files: the labelled splits and the augmentation templates (none
+/// without augment_templates.jsonl).
+struct TrainData {
+    train: Vec<LabelledText>,
+    dev: Vec<LabelledText>,
+    templates: Vec<String>,
+}
+
+impl TrainData {
+    fn read(dir: &Path) -> Result<TrainData> {
+        let templates_path = dir.join("augment_templates.jsonl");
+        Ok(TrainData {
+            train: read_jsonl(&dir.join("train.jsonl"))?,
+            dev: read_jsonl(&dir.join("dev.jsonl"))?,
+            templates: match templates_path.exists() {
+                true => read_templates(&templates_path)?,
+                false => Vec::new(),
+            },
+        })
+    }
+}
+
+/// The message texts of both splits, as training reads them ([`labelled`]), with their
+/// wrapped copies and buried windows.
+struct MessageItems {
+    /// Every train text learned: the labelled ones, their wrapped copies, the buried windows.
+    train: Vec<(String, Option<Category>)>,
+    /// The train texts as written: the labelled ones, then the buried windows.
+    originals: Vec<(String, Option<Category>)>,
+    n_buried: usize,
+    /// The labelled dev texts, then the dev buried windows.
+    dev: Vec<(String, Option<Category>)>,
+    n_dev_buried: usize,
+}
+
+impl MessageItems {
+    /// The labelled train texts, without wrapped copies or buried windows.
+    fn plain_train(&self) -> &[(String, Option<Category>)] {
+        &self.originals[..self.originals.len() - self.n_buried]
+    }
+
+    /// The labelled dev texts, without buried windows.
+    fn plain_dev(&self) -> &[(String, Option<Category>)] {
+        &self.dev[..self.dev.len() - self.n_dev_buried]
+    }
+}
+
+fn message_items(reader: &Reader, data: &TrainData, opts: &TrainOptions) -> Result<MessageItems> {
+    let mut originals = labelled(reader, &data.train)?;
+    let mut rng = SmallRng::seed_from_u64(opts.config.seed);
+    let mut train = originals.clone();
+    train.extend(wrapped_copies(
+        &originals,
+        &data.templates,
+        opts.augment_share,
+        &mut rng,
+    ));
+    // After the augmentation draws, so the plain texts' draws (and their cached features)
+    // stay as they were; a buried window is never wrapped, which could push its request out
+    // of the window the head reads.
+    let buried = buried_windows(reader, &data.train, opts.buried_per_window)?;
+    let n_buried = buried.len();
+    train.extend(buried.iter().cloned());
+    originals.extend(buried);
+    let mut dev = labelled(reader, &data.dev)?;
+    let dev_buried = buried_windows(reader, &data.dev, opts.buried_per_window)?;
+    let n_dev_buried = dev_buried.len();
+    dev.extend(dev_buried);
+    Ok(MessageItems {
+        train,
+        originals,
+        n_buried,
+        dev,
+        n_dev_buried,
+    })
+}
+
+/// Copies of a `share` of `items`, drawn at random, each wrapped in a template drawn at random
+/// (a jailbreak wrapper); none without templates.
+fn wrapped_copies(
+    items: &[(String, Option<Category>)],
+    templates: &[String],
+    share: f64,
+    rng: &mut SmallRng,
+) -> Vec<(String, Option<Category>)> {
+    let mut wrapped = Vec::new();
+    if templates.is_empty() {
+        return wrapped;
+    }
+    for (text, c) in items {
+        if rng.gen_bool(share) {
+            // Invariant: templates is not empty here.
+            let t = templates.choose(rng).unwrap();
+            wrapped.push((t.replace("{prompt}", text), *c));
+        }
+    }
+    wrapped
+}
+
+/// The features of every message example, train and dev: the texts under the spec's prompt,
+/// then each context's texts (`contexts`: train, dev) under its own.
+fn message_examples(
+    model: &Arc<Model>,
+    reader: &mut Reader,
+    opts: &TrainOptions,
+    items: &MessageItems,
+    contexts: (
+        &[Vec<(String, Option<Category>)>],
+        &[Vec<(String, Option<Category>)>],
+    ),
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<(Vec<Example>, Vec<Example>)> {
+    let cache = opts.cache.as_deref();
+    let mut examples = featurize_cached(reader, &items.train, cache, &mut |i, n| {
+        progress("train", i, n)
+    })?;
+    let mut dev_examples =
+        featurize_cached(reader, &items.dev, cache, &mut |i, n| progress("dev", i, n))?;
+    if dev_examples.len() != items.dev.len() {
+        return Err(SafetyError::Head(
+            "a dev text has nothing to read (empty or whitespace)".into(),
+        ));
+    }
+    let (spec, all) = (&opts.spec, &opts.contexts);
+    let (train, dev) = contexts;
+    examples.extend(featurize_contexts(
+        model, spec, all, train, cache, "train", progress,
+    )?);
+    dev_examples.extend(featurize_contexts(
+        model, spec, all, dev, cache, "dev", progress,
+    )?);
+    Ok((examples, dev_examples))
+}
+
+/// The dev replies the reply threshold is chosen on: per dev text, then per context and own
+/// dev message (empty without `context_replies`); each reply as its checkpoints' features.
+struct DevReplies {
+    plain: Vec<Vec<Vec<f32>>>,
+    contexts: Vec<Vec<Vec<Vec<f32>>>>,
+}
+
+/// The chat model's replies, read at the screen's checkpoints. Those to the train texts as
+/// written (not the wrapped copies: a reply's context is the conversation a user actually has)
+/// join `examples` labelled with their prompt, and with `context_replies` those to each
+/// context's own train messages join as safe. Returns the dev replies.
+fn reply_examples(
+    model: &Arc<Model>,
+    reader: &Reader,
+    opts: &TrainOptions,
+    plan: ReplyPlan,
+    items: &MessageItems,
+    examples: &mut Vec<Example>,
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<DevReplies> {
+    let cache = opts.cache.as_deref();
+    let train_replies =
+        reply_features_cached(reader, &items.originals, plan, None, cache, &mut |i, n| {
+            progress("train replies", i, n)
+        })?;
+    for (rows, (_, category)) in train_replies.into_iter().zip(&items.originals) {
+        examples.extend(rows.into_iter().map(|features| Example {
+            features,
+            category: *category,
+        }));
+    }
+    let mut contexts = Vec::new();
+    if opts.context_replies {
+        let (spec, all) = (&opts.spec, &opts.contexts);
+        let own_train = context_reply_features(model, spec, all, false, plan, cache, progress)?;
+        for rows in own_train.into_iter().flatten() {
+            examples.extend(rows.into_iter().map(|features| Example {
+                features,
+                category: None,
+            }));
+        }
+        contexts = context_reply_features(model, spec, all, true, plan, cache, progress)?;
+    }
+    let plain = reply_features_cached(reader, &items.dev, plan, None, cache, &mut |i, n| {
+        progress("dev replies", i, n)
+    })?;
+    Ok(DevReplies { plain, contexts })
+}
+
+/// (unsafe probability, is unsafe) of each example under `head`.
+fn unsafe_probs(head: &Head, examples: &[Example]) -> Result<Vec<(f32, bool)>> {
+    examples
+        .iter()
+        .map(|e| Ok((head.scores(&e.features)?.unsafe_prob, e.category.is_some())))
+        .collect()
+}
+
+/// One context's dev probabilities: its own safe inputs, then the drawn and buried copies.
+type ContextProbs<'a> = (&'a [(f32, bool)], &'a [(f32, bool)]);
+
+/// `probs` (the context dev examples', in `contexts`' order) cut per context into its own
+/// inputs and the rest; `ctx_dev` are the items they were read from.
+fn context_dev_probs<'a>(
+    probs: &'a [(f32, bool)],
+    contexts: &[Context],
+    ctx_dev: &[Vec<(String, Option<Category>)>],
+) -> Vec<ContextProbs<'a>> {
+    let mut out = Vec::with_capacity(ctx_dev.len());
+    let mut rest = probs;
+    for (c, dev) in contexts.iter().zip(ctx_dev) {
         let (probs, after) = rest.split_at(dev.len());
-        ctx_dev_probs.push(probs.split_at(c.dev.len()));
+        out.push(probs.split_at(c.dev.len()));
         rest = after;
     }
-    // The cap holds on the plain dev texts and on each context's own inputs apart: pooled, the
-    // easy feature inputs would dilute it and let the threshold fall on the chat's questions.
-    let capped = ctx_dev_probs
+    out
+}
+
+/// The message threshold, as (the caps' threshold, the one chosen). The false-positive cap
+/// holds on the plain dev texts and on each context's own inputs apart: pooled, the easy
+/// feature inputs would dilute it and let the threshold fall on the chat's questions. With
+/// `min_dev_recall` the threshold is lowered until the plain dev texts reach it.
+fn message_threshold(
+    plain: &[(f32, bool)],
+    contexts: &[ContextProbs<'_>],
+    opts: &TrainOptions,
+) -> (f32, f32) {
+    let capped = contexts
         .iter()
         .map(|(own, _)| choose_threshold(own, opts.max_dev_false_positive))
         .fold(
-            choose_threshold(&dev_probs[..n_plain_dev], opts.max_dev_false_positive),
+            choose_threshold(plain, opts.max_dev_false_positive),
             f32::max,
         );
     let threshold = match opts.min_dev_recall {
-        Some(r) => capped.min(threshold_for_recall(&dev_probs[..n_plain_dev], r)),
+        Some(r) => capped.min(threshold_for_recall(plain, r)),
         None => capped,
     };
-    let dev_scores = split_scores(&dev_probs[..n_plain_dev], threshold);
-    let dev_buried_scores = split_scores(
-        &dev_probs[n_plain_dev - n_dev_buried..n_plain_dev],
-        threshold,
-    );
-    // Per context: its own safe messages and the other copies, under the one threshold.
-    let mut context_record = serde_json::Map::new();
-    for ((c, (own, others)), train) in opts.contexts.iter().zip(&ctx_dev_probs).zip(&ctx_train) {
+    (capped, threshold)
+}
+
+/// Per context, for the record: its own safe messages and the other copies, under the one
+/// threshold.
+fn context_record(
+    contexts: &[Context],
+    dev_probs: &[ContextProbs<'_>],
+    ctx_train: &[Vec<(String, Option<Category>)>],
+    threshold: f32,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut record = serde_json::Map::new();
+    for ((c, (own, others)), train) in contexts.iter().zip(dev_probs).zip(ctx_train) {
         let own = split_scores(own, threshold);
         // "drawn" keys: the drawn texts and the buried copies together.
         let drawn = split_scores(others, threshold);
-        context_record.insert(
+        record.insert(
             c.name.clone(),
             serde_json::json!({
                 "train_own_safe": c.train.len(),
@@ -1001,91 +1192,135 @@ pub fn train_head(
             }),
         );
     }
-    let train_scores = split_scores(&probs(&head, &examples[..n_messages])?, threshold);
-    // The reply threshold: each dev reply the message screening let through is judged at its
-    // checkpoints and stopped at the first one flagged, so its worst checkpoint decides.
-    let mut reply_scores = None;
-    if let (Some(plan), Some(dev_replies)) = (opts.replies, &dev_replies) {
-        // (worst checkpoint, is unsafe) of each reply whose message passed.
-        let passed_replies =
-            |replies: &[Vec<Vec<f32>>], messages: &[(f32, bool)]| -> Result<Vec<(f32, bool)>> {
-                let mut out = Vec::new();
-                for (rows, &(message_prob, is_unsafe)) in replies.iter().zip(messages) {
-                    if message_prob >= threshold || rows.is_empty() {
-                        continue;
-                    }
-                    let mut worst = 0.0f32;
-                    for r in rows {
-                        worst = worst.max(head.scores(r)?.unsafe_prob);
-                    }
-                    out.push((worst, is_unsafe));
-                }
-                Ok(out)
-            };
-        let reply_probs = passed_replies(dev_replies, &dev_probs)?;
-        // Each context's own dev replies (all safe), those its message screening let through;
-        // the cap holds on each apart, as for messages.
-        let ctx_reply_probs = ctx_dev_replies
-            .iter()
-            .zip(&ctx_dev_probs)
-            .map(|(replies, (own, _))| passed_replies(replies, own))
-            .collect::<Result<Vec<_>>>()?;
-        let t = ctx_reply_probs
-            .iter()
-            .map(|p| choose_threshold(p, opts.max_dev_reply_false_positive))
-            .fold(
-                choose_threshold(&reply_probs, opts.max_dev_reply_false_positive),
-                f32::max,
-            );
-        head.info.output_threshold = Some(t);
-        let scores = split_scores(&reply_probs, t);
-        for (c, probs) in opts.contexts.iter().zip(&ctx_reply_probs) {
-            if let Some(serde_json::Value::Object(record)) = context_record.get_mut(&c.name) {
-                record.insert(
-                    "dev_own_replies".into(),
-                    serde_json::json!(split_scores(probs, t)),
-                );
-            }
-        }
-        reply_scores = Some((plan, t, examples.len() - n_messages, scores));
-    }
-    let count = |items: &[LabelledText]| {
-        let mut m = std::collections::BTreeMap::new();
-        for t in items {
-            *m.entry(t.category.clone().unwrap_or_else(|| "safe".into()))
-                .or_insert(0usize) += 1;
-        }
-        m
+    record
+}
+
+/// The reply threshold and the dev replies' scores under it. Each dev reply the message
+/// screening let through is judged at its checkpoints and stopped at the first one flagged,
+/// so its worst checkpoint decides. The cap holds on the replies to the plain dev texts and on
+/// each context's own dev replies apart, as for messages; the latter's scores join
+/// `per_context`. `dev_probs`: the message probabilities, all dev and per context.
+fn reply_threshold(
+    head: &Head,
+    message_threshold: f32,
+    replies: &DevReplies,
+    dev_probs: (&[(f32, bool)], &[ContextProbs<'_>]),
+    opts: &TrainOptions,
+    per_context: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<(f32, SplitScores)> {
+    let (all, contexts) = dev_probs;
+    let passed = |replies: &[Vec<Vec<f32>>], messages: &[(f32, bool)]| {
+        passed_replies(head, message_threshold, replies, messages)
     };
-    head.info.threshold = threshold;
-    head.info.training = serde_json::json!({
+    let reply_probs = passed(&replies.plain, all)?;
+    let ctx_reply_probs = replies
+        .contexts
+        .iter()
+        .zip(contexts)
+        .map(|(replies, (own, _))| passed(replies, own))
+        .collect::<Result<Vec<_>>>()?;
+    let max_fp = opts.max_dev_reply_false_positive;
+    let t = ctx_reply_probs
+        .iter()
+        .map(|p| choose_threshold(p, max_fp))
+        .fold(choose_threshold(&reply_probs, max_fp), f32::max);
+    for (c, probs) in opts.contexts.iter().zip(&ctx_reply_probs) {
+        if let Some(serde_json::Value::Object(record)) = per_context.get_mut(&c.name) {
+            record.insert(
+                "dev_own_replies".into(),
+                serde_json::json!(split_scores(probs, t)),
+            );
+        }
+    }
+    Ok((t, split_scores(&reply_probs, t)))
+}
+
+/// (worst checkpoint, is unsafe) of each reply whose message `head` let through at
+/// `threshold`.
+fn passed_replies(
+    head: &Head,
+    threshold: f32,
+    replies: &[Vec<Vec<f32>>],
+    messages: &[(f32, bool)],
+) -> Result<Vec<(f32, bool)>> {
+    let mut out = Vec::new();
+    for (rows, &(message_prob, is_unsafe)) in replies.iter().zip(messages) {
+        if message_prob >= threshold || rows.is_empty() {
+            continue;
+        }
+        let mut worst = 0.0f32;
+        for r in rows {
+            worst = worst.max(head.scores(r)?.unsafe_prob);
+        }
+        out.push((worst, is_unsafe));
+    }
+    Ok(out)
+}
+
+/// How the reply threshold was chosen, for the record.
+struct RepliesRecord {
+    plan: ReplyPlan,
+    threshold: f32,
+    train_checkpoints: usize,
+    dev: SplitScores,
+}
+
+/// What [`training_record`] writes down.
+struct TrainingRecord<'a> {
+    data: &'a TrainData,
+    items: &'a MessageItems,
+    opts: &'a TrainOptions,
+    dev_buried_recall: f64,
+    per_context: serde_json::Map<String, serde_json::Value>,
+    replies: Option<&'a RepliesRecord>,
+    /// The message threshold the false-positive caps alone give.
+    capped: f32,
+    dev: &'a SplitScores,
+    train: &'a SplitScores,
+}
+
+/// Texts per category ("safe" for the safe ones).
+fn counts_by_category(items: &[LabelledText]) -> std::collections::BTreeMap<String, usize> {
+    let mut m = std::collections::BTreeMap::new();
+    for t in items {
+        *m.entry(t.category.clone().unwrap_or_else(|| "safe".into()))
+            .or_insert(0usize) += 1;
+    }
+    m
+}
+
+/// The head's training record: the data, the rules and the dev and train scores.
+fn training_record(r: &TrainingRecord<'_>) -> serde_json::Value {
+    let (opts, items) = (r.opts, r.items);
+    let (n_buried, n_dev_buried) = (items.n_buried, items.n_dev_buried);
+    serde_json::json!({
         "command": "kostant guard train --data assets/safety --out assets/safety/guard-head.bin",
-        "train_counts": count(&train),
-        "dev_counts": count(&dev),
-        "augmented_examples": train_items.len() - train.len() - n_buried,
+        "train_counts": counts_by_category(&r.data.train),
+        "dev_counts": counts_by_category(&r.data.dev),
+        "augmented_examples": items.train.len() - r.data.train.len() - n_buried,
         "buried_windows": if n_buried + n_dev_buried == 0 { serde_json::Value::Null } else { serde_json::json!({
             "train": n_buried,
             "dev": n_dev_buried,
-            "dev_recall": dev_buried_scores.recall,
+            "dev_recall": r.dev_buried_recall,
             "per_window": opts.buried_per_window,
             "rule": "each window of a long safe text also copied with one of the split's unsafe requests of at most half a window buried in it (start, middle or end in turn), labelled with its category",
         }) },
         "contexts": if opts.contexts.is_empty() { serde_json::Value::Null } else { serde_json::json!({
             "share": opts.context_share,
             "rule": "each context's own safe messages (its feature's train and dev inputs), a share of each split's texts drawn at random, and every other own message with a short unsafe request of the split buried in it (counted as drawn), read under the context's system prompt; the threshold keeps the dev false-positive cap on the plain dev texts and on each context's own dev inputs apart",
-            "per_context": context_record,
+            "per_context": r.per_context,
         }) },
-        "roles": if reply_scores.is_some() { vec!["input", "reply"] } else { vec!["input"] },
-        "replies": reply_scores.as_ref().map(|(plan, t, checkpoints, dev)| serde_json::json!({
-            "plan": plan,
-            "train_checkpoints": checkpoints,
-            "output_threshold": t,
+        "roles": if r.replies.is_some() { vec!["input", "reply"] } else { vec!["input"] },
+        "replies": r.replies.map(|rp| serde_json::json!({
+            "plan": rp.plan,
+            "train_checkpoints": rp.train_checkpoints,
+            "output_threshold": rp.threshold,
             "context_replies": opts.context_replies.then_some("replies to each context's own train messages learned as safe; the reply cap also holds on each context's own dev replies apart (per_context dev_own_replies)"),
             "rule": format!(
                 "greedy replies to the train and dev prompts, read at the screen's checkpoints and labelled with their prompt; reply threshold: lowest that stops at most {} of the replies to safe dev prompts the message screening let through (a reply's worst checkpoint decides)",
                 opts.max_dev_reply_false_positive
             ),
-            "dev": dev,
+            "dev": rp.dev,
         })),
         "spec": &opts.spec,
         "config": {
@@ -1102,25 +1337,12 @@ pub fn train_head(
         "threshold_rule": format!(
             "lowest threshold with dev false-positive rate <= {} (on the plain dev texts, and on each context's own dev inputs apart){}",
             opts.max_dev_false_positive,
-            opts.min_dev_recall.map_or(String::new(), |r| format!(
-                ", lowered to the highest with plain dev recall >= {r} where that is lower (the caps' threshold: {capped})"
+            opts.min_dev_recall.map_or(String::new(), |rec| format!(
+                ", lowered to the highest with plain dev recall >= {rec} where that is lower (the caps' threshold: {})", r.capped
             ))
         ),
-        "dev": &dev_scores,
-        "train": &train_scores,
-    });
-    let categories = set_category_rules(
-        &mut head,
-        &dev_examples,
-        dev_replies.as_deref(),
-        "kostant guard train (as above)",
-    )?;
-    Ok(Trained {
-        head,
-        dev: dev_scores,
-        train: train_scores,
-        dev_replies: reply_scores.map(|r| r.3),
-        categories,
+        "dev": r.dev,
+        "train": r.train,
     })
 }
 

@@ -32,7 +32,7 @@ use crate::head::{self, Example, Head, TrainConfig};
 use crate::replies::ReplyPlan;
 use crate::train::LabelledText;
 use crate::train_parts::{body, buriable, pick_threshold, split_texts, untrained_info, PassReader};
-use crate::{Result, SafetyError};
+use crate::{Category, Result, SafetyError};
 
 #[derive(Clone, Debug)]
 pub struct LongReplyOptions {
@@ -68,7 +68,10 @@ fn bury_near_end(text: &str, request: &str) -> String {
 }
 
 /// Trains the long-reply head for `main` (read with its spec; it must have a parts head).
-/// `long_texts`, `train` and `dev` as in [`crate::train_parts::PartsData`].
+/// `long_texts`, `train` and `dev` as in [`crate::train_parts::PartsData`]. Stages: the
+/// examples (replies to train prompts, to the long train texts and to them with a request near
+/// the end), the head, its threshold on the replies to the clean dev texts the parts head lets
+/// through, then how it stops replies to dev texts with a request near the end.
 pub fn train_long_reply_head(
     model: Arc<Model>,
     main: &Head,
@@ -93,49 +96,28 @@ pub fn train_long_reply_head(
     let mut rng = SmallRng::seed_from_u64(opts.config.seed);
     let mut reader = PassReader::new(model.clone(), spec.clone())?;
     let mut examples = Vec::new();
-
-    let mut order: Vec<usize> = (0..train.len()).collect();
-    order.shuffle(&mut rng);
-    order.truncate(opts.prompts);
-    let (mut safe, mut unsafe_) = (0, 0);
-    for (k, &i) in order.iter().enumerate() {
-        if k % 100 == 0 {
-            progress(&format!("replies to train prompts {k}/{}", order.len()));
-        }
-        let target = train[i].target().map_err(SafetyError::Head)?;
-        for features in reader.reply(&train[i].prompt, plan)? {
-            match target {
-                Some(_) => unsafe_ += 1,
-                None => safe += 1,
-            }
-            examples.push(Example {
-                features,
-                category: target,
-            });
-        }
-    }
-    let (mut clean, mut near_end) = (0, 0);
-    for (k, t) in train_texts.iter().enumerate() {
-        progress(&format!(
-            "replies to long train text {}/{}",
-            k + 1,
-            train_texts.len()
-        ));
-        for features in reader.reply(t, plan)? {
-            examples.push(Example {
-                features,
-                category: None,
-            });
-            clean += 1;
-        }
-        let (request, category) = &train_requests[rng.gen_range(0..train_requests.len())];
-        for features in reader.reply(&bury_near_end(t, request), plan)? {
-            examples.push(Example {
-                features,
-                category: Some(*category),
-            });
-            near_end += 1;
-        }
+    let mut counts = prompt_reply_examples(
+        &mut reader,
+        train,
+        opts,
+        &mut rng,
+        &mut examples,
+        &mut progress,
+    )?;
+    let texts = LongTexts {
+        texts: &train_texts,
+        requests: &train_requests,
+    };
+    let text_counts = text_reply_examples(
+        &mut reader,
+        texts,
+        plan,
+        &mut rng,
+        &mut examples,
+        &mut progress,
+    )?;
+    for (k, v) in text_counts {
+        counts[k] = json!(v);
     }
 
     progress("training");
@@ -143,54 +125,37 @@ pub fn train_long_reply_head(
     let mut head = head::train(&examples, info, &opts.config)?;
 
     progress("replies to the dev texts");
-    let parts_worst = |reader: &mut PassReader, text: &str| reader.worst_part(parts, text);
-    let reply_worst = |reader: &mut PassReader, head: &Head, text: &str| -> Result<f32> {
-        let mut w = 0.0f32;
-        for f in reader.reply(text, plan)? {
-            w = w.max(head.scores(&f)?.unsafe_prob);
-        }
-        Ok(w)
+    let screens = Screens {
+        parts,
+        head: &head,
+        plan,
     };
-    // Each dev text alone and followed by the next one's body; only what the parts head lets
-    // through gets a reply.
-    let (mut clean_replies, mut refused_on_sight) = (Vec::new(), 0);
-    for (k, t) in dev_texts.iter().enumerate() {
-        progress(&format!("dev text {}/{}", k + 1, dev_texts.len()));
-        let other = dev_texts[(k + 1) % dev_texts.len()];
-        for text in [t.to_string(), format!("{t}\n\n{}", body(other))] {
-            if parts_worst(&mut reader, &text)? >= parts.info.threshold {
-                refused_on_sight += 1;
-            } else {
-                clean_replies.push(reply_worst(&mut reader, &head, &text)?);
-            }
-        }
-    }
+    let (clean_replies, refused_on_sight) =
+        dev_clean_replies(&mut reader, screens, &dev_texts, &mut progress)?;
     let threshold = pick_threshold(&clean_replies, opts.max_dev_false_positive);
     head.info.threshold = threshold;
     head.info.output_threshold = Some(threshold);
-    // A dev request in the last window the reply is read with: how often its reply is stopped
-    // when the parts head missed it.
-    let (mut near_end_on_sight, mut near_end_stopped) = (0, 0);
-    for t in &dev_texts {
-        let (r, _) = &dev_requests[rng.gen_range(0..dev_requests.len())];
-        let text = bury_near_end(t, r);
-        if parts_worst(&mut reader, &text)? >= parts.info.threshold {
-            near_end_on_sight += 1;
-        } else if reply_worst(&mut reader, &head, &text)? >= threshold {
-            near_end_stopped += 1;
-        }
-    }
+    let screens = Screens {
+        parts,
+        head: &head,
+        plan,
+    };
+    let dev_texts_requests = LongTexts {
+        texts: &dev_texts,
+        requests: &dev_requests,
+    };
+    let (near_end_on_sight, near_end_stopped) = dev_near_end(
+        &mut reader,
+        screens,
+        threshold,
+        dev_texts_requests,
+        &mut rng,
+    )?;
     let stopped = clean_replies.iter().filter(|&&s| s >= threshold).count();
     head.info.training = json!({
         "command": "kostant guard train-long-replies",
         "examples": examples.len(),
-        "counts": {
-            "prompts": order.len(),
-            "prompt_checkpoints_safe": safe,
-            "prompt_checkpoints_unsafe": unsafe_,
-            "long_text_checkpoints": clean,
-            "long_text_with_a_request_near_the_end_checkpoints": near_end,
-        },
+        "counts": counts,
         "long_texts": {"train": train_texts.len(), "dev": dev_texts.len()},
         "config": {
             "hidden": opts.config.hidden, "epochs": opts.config.epochs,
@@ -210,6 +175,163 @@ pub fn train_long_reply_head(
         report: head.info.training.clone(),
         head,
     })
+}
+
+/// Long texts and the short unsafe requests of the same split to bury in them.
+#[derive(Clone, Copy)]
+struct LongTexts<'a> {
+    texts: &'a [&'a str],
+    requests: &'a [(String, Category)],
+}
+
+/// The parts head that refuses a text on sight, and the long-reply head reading the replies
+/// to what it lets through, at their checkpoints under `plan`.
+#[derive(Clone, Copy)]
+struct Screens<'a> {
+    parts: &'a Head,
+    head: &'a Head,
+    plan: ReplyPlan,
+}
+
+impl Screens<'_> {
+    /// Whether the parts head refuses `text` on sight.
+    fn refused_on_sight(&self, reader: &mut PassReader, text: &str) -> Result<bool> {
+        Ok(reader.worst_part(self.parts, text)? >= self.parts.info.threshold)
+    }
+
+    /// The worst score of the reply to `text` over its checkpoints.
+    fn reply_worst(&self, reader: &mut PassReader, text: &str) -> Result<f32> {
+        let mut w = 0.0f32;
+        for f in reader.reply(text, self.plan)? {
+            w = w.max(self.head.scores(&f)?.unsafe_prob);
+        }
+        Ok(w)
+    }
+}
+
+/// The checkpoints of greedy replies to `opts.prompts` train prompts drawn at random, labelled
+/// with their prompt; the record's counts of them.
+fn prompt_reply_examples(
+    reader: &mut PassReader,
+    train: &[LabelledText],
+    opts: &LongReplyOptions,
+    rng: &mut SmallRng,
+    examples: &mut Vec<Example>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<serde_json::Value> {
+    let mut order: Vec<usize> = (0..train.len()).collect();
+    order.shuffle(rng);
+    order.truncate(opts.prompts);
+    let (mut safe, mut unsafe_) = (0, 0);
+    for (k, &i) in order.iter().enumerate() {
+        if k % 100 == 0 {
+            progress(&format!("replies to train prompts {k}/{}", order.len()));
+        }
+        let target = train[i].target().map_err(SafetyError::Head)?;
+        for features in reader.reply(&train[i].prompt, opts.plan)? {
+            match target {
+                Some(_) => unsafe_ += 1,
+                None => safe += 1,
+            }
+            examples.push(Example {
+                features,
+                category: target,
+            });
+        }
+    }
+    Ok(json!({
+        "prompts": order.len(),
+        "prompt_checkpoints_safe": safe,
+        "prompt_checkpoints_unsafe": unsafe_,
+    }))
+}
+
+/// The checkpoints of replies to each long train text (safe) and to it with a train request
+/// near the end (the request's category); the record's counts of them.
+fn text_reply_examples(
+    reader: &mut PassReader,
+    train: LongTexts<'_>,
+    plan: ReplyPlan,
+    rng: &mut SmallRng,
+    examples: &mut Vec<Example>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<[(&'static str, usize); 2]> {
+    let (mut clean, mut near_end) = (0, 0);
+    for (k, t) in train.texts.iter().enumerate() {
+        progress(&format!(
+            "replies to long train text {}/{}",
+            k + 1,
+            train.texts.len()
+        ));
+        for features in reader.reply(t, plan)? {
+            examples.push(Example {
+                features,
+                category: None,
+            });
+            clean += 1;
+        }
+        let (request, category) = &train.requests[rng.gen_range(0..train.requests.len())];
+        for features in reader.reply(&bury_near_end(t, request), plan)? {
+            examples.push(Example {
+                features,
+                category: Some(*category),
+            });
+            near_end += 1;
+        }
+    }
+    Ok([
+        ("long_text_checkpoints", clean),
+        (
+            "long_text_with_a_request_near_the_end_checkpoints",
+            near_end,
+        ),
+    ])
+}
+
+/// Each dev text alone and followed by the next one's body; only what the parts head lets
+/// through gets a reply. The worst scores of those replies, and how many texts were refused on
+/// sight.
+fn dev_clean_replies(
+    reader: &mut PassReader,
+    screens: Screens<'_>,
+    dev_texts: &[&str],
+    progress: &mut dyn FnMut(&str),
+) -> Result<(Vec<f32>, usize)> {
+    let (mut clean_replies, mut refused_on_sight) = (Vec::new(), 0);
+    for (k, t) in dev_texts.iter().enumerate() {
+        progress(&format!("dev text {}/{}", k + 1, dev_texts.len()));
+        let other = dev_texts[(k + 1) % dev_texts.len()];
+        for text in [t.to_string(), format!("{t}\n\n{}", body(other))] {
+            if screens.refused_on_sight(reader, &text)? {
+                refused_on_sight += 1;
+            } else {
+                clean_replies.push(screens.reply_worst(reader, &text)?);
+            }
+        }
+    }
+    Ok((clean_replies, refused_on_sight))
+}
+
+/// A dev request in the last window the reply is read with: how many such texts the parts head
+/// refuses on sight, and how many of the rest have their reply stopped at `threshold`.
+fn dev_near_end(
+    reader: &mut PassReader,
+    screens: Screens<'_>,
+    threshold: f32,
+    dev: LongTexts<'_>,
+    rng: &mut SmallRng,
+) -> Result<(usize, usize)> {
+    let (mut on_sight, mut stopped) = (0, 0);
+    for t in dev.texts {
+        let (r, _) = &dev.requests[rng.gen_range(0..dev.requests.len())];
+        let text = bury_near_end(t, r);
+        if screens.refused_on_sight(reader, &text)? {
+            on_sight += 1;
+        } else if screens.reply_worst(reader, &text)? >= threshold {
+            stopped += 1;
+        }
+    }
+    Ok((on_sight, stopped))
 }
 
 #[cfg(test)]

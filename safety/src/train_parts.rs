@@ -266,8 +266,23 @@ struct DevScores {
     inline: Vec<Vec<(String, Vec<f32>)>>,
 }
 
+/// The examples the parts head learns from, and how many of each kind were made (the
+/// record's `counts`).
+struct PartsExamples {
+    examples: Vec<Example>,
+    counts: serde_json::Value,
+}
+
+impl PartsExamples {
+    fn push(&mut self, features: Vec<f32>, category: Option<Category>) {
+        self.examples.push(Example { features, category });
+    }
+}
+
 /// Trains the parts head for a main head read with `spec` on `data`; `replaces` is the parts
-/// head this one would replace, measured on the same dev texts.
+/// head this one would replace, measured on the same dev texts. Stages: the examples (train
+/// prompts, long train texts clean, with requests buried and with one inline), the head, then
+/// its threshold picked on the dev texts and both heads measured there.
 pub fn train_parts_head(
     model: Arc<Model>,
     spec: &FeatureSpec,
@@ -289,110 +304,32 @@ pub fn train_parts_head(
     }
     let mut rng = SmallRng::seed_from_u64(opts.config.seed);
     let mut reader = PassReader::new(model.clone(), spec.clone())?;
-    let mut examples = Vec::new();
-    let mut counts = json!({});
-
-    progress("train prompts, each read whole");
-    for item in train {
-        let target = item.target().map_err(SafetyError::Head)?;
-        for (_, f) in reader.parts(&item.prompt, true)? {
-            examples.push(Example {
-                features: f,
-                category: target,
-            });
-        }
-    }
-    counts["prompts"] = json!(examples.len());
-
-    progress("long train texts");
-    let mut prose = 0;
-    for t in &train_texts {
-        for (_, f) in reader.parts(t, false)? {
-            examples.push(Example {
-                features: f,
-                category: None,
-            });
-            prose += 1;
-        }
-    }
-    counts["prose_parts"] = json!(prose);
-
-    progress("long train texts with requests buried");
-    let (mut buried, mut after, mut missed) = (0, 0, 0);
-    for (k, t) in train_texts.iter().enumerate() {
-        for copy in 0..opts.buried_copies {
-            progress(&format!("text {}/{} copy {copy}", k + 1, train_texts.len()));
-            let picks: Vec<&(String, Category)> = train_requests
-                .choose_multiple(&mut rng, opts.requests_per_copy)
-                .collect();
-            let texts: Vec<&str> = picks.iter().map(|(r, _)| r.as_str()).collect();
-            let text = bury(t, &texts, &mut rng);
-            let mut seen = 0;
-            for (part, f) in reader.parts(&text, false)? {
-                if let Some((_, c)) = picks.iter().find(|(r, _)| is_request(&part, r)) {
-                    examples.push(Example {
-                        features: f,
-                        category: Some(*c),
-                    });
-                    seen += 1;
-                    buried += 1;
-                } else if seen > 0 {
-                    // The prose after a request: states the clean pass never made.
-                    examples.push(Example {
-                        features: f,
-                        category: None,
-                    });
-                    after += 1;
-                }
-            }
-            missed += picks.len() - seen.min(picks.len());
-        }
-    }
-    counts["buried_requests"] = json!(buried);
-    counts["prose_parts_after_a_request"] = json!(after);
-    counts["requests_not_found_as_a_part"] = json!(missed);
-
-    progress("long train texts with a request inline");
-    let (mut inline, mut inline_after) = (0, 0);
-    for (k, t) in train_texts.iter().enumerate() {
-        for copy in 0..opts.inline_copies {
-            progress(&format!(
-                "text {}/{} inline copy {copy}",
-                k + 1,
-                train_texts.len()
-            ));
-            let (request, c) = &train_requests[rng.gen_range(0..train_requests.len())];
-            let text = bury_inline(t, request, &mut rng);
-            // Parts before the request were read in the clean pass already.
-            let mut seen = false;
-            for (part, f) in reader.parts(&text, false)? {
-                match holds(&part, request) {
-                    Holds::All => {
-                        examples.push(Example {
-                            features: f,
-                            category: Some(*c),
-                        });
-                        seen = true;
-                        inline += 1;
-                    }
-                    // Half a request and half prose: neither label is true.
-                    Holds::Some => seen = true,
-                    Holds::None if seen => {
-                        examples.push(Example {
-                            features: f,
-                            category: None,
-                        });
-                        inline_after += 1;
-                    }
-                    Holds::None => {}
-                }
-            }
-        }
-    }
-    counts["inline_requests"] = json!(inline);
-    counts["prose_parts_after_an_inline_request"] = json!(inline_after);
-    counts["inline_requests_split_across_parts"] =
-        json!((opts.inline_copies * train_texts.len()).saturating_sub(inline));
+    let mut out = PartsExamples {
+        examples: Vec::new(),
+        counts: json!({}),
+    };
+    prompt_examples(&mut reader, train, &mut out, &mut progress)?;
+    prose_examples(&mut reader, &train_texts, &mut out, &mut progress)?;
+    let requests = TrainRequests {
+        texts: &train_texts,
+        requests: &train_requests,
+    };
+    buried_examples(
+        &mut reader,
+        requests,
+        opts,
+        &mut rng,
+        &mut out,
+        &mut progress,
+    )?;
+    inline_examples(
+        &mut reader,
+        requests,
+        opts,
+        &mut rng,
+        &mut out,
+        &mut progress,
+    )?;
 
     progress("training");
     let spec = FeatureSpec {
@@ -400,72 +337,27 @@ pub fn train_parts_head(
         ..spec.clone()
     };
     let info = untrained_info(spec, &model, opts.config.hidden);
-    let mut head = head::train(&examples, info, &opts.config)?;
+    let mut head = head::train(&out.examples, info, &opts.config)?;
 
     progress("dev texts");
-    // Each dev text's parts are read once and scored by the new head and by the one it
-    // replaces, so the two are compared on the same texts.
-    let mut dev = DevScores::default();
-    for (k, t) in dev_texts.iter().enumerate() {
-        progress(&format!("dev text {}/{}", k + 1, dev_texts.len()));
-        let other = dev_texts[(k + 1) % dev_texts.len()];
-        let pair = format!("{t}\n\n{}", body(other));
-        for clean in [t.to_string(), pair.clone()] {
-            dev.clean.push(reader.parts(&clean, false)?);
-        }
-        for _ in 0..2 {
-            let (r, _) = &dev_requests[rng.gen_range(0..dev_requests.len())];
-            let text = bury(&pair, &[r.as_str()], &mut rng);
-            dev.paragraph.push(reader.parts(&text, false)?);
-            let (r, _) = &dev_requests[rng.gen_range(0..dev_requests.len())];
-            let text = bury_inline(&pair, r, &mut rng);
-            dev.inline.push(reader.parts(&text, false)?);
-        }
-    }
-    let worst_all = |head: &Head, texts: &[Vec<(String, Vec<f32>)>]| -> Result<Vec<f32>> {
-        texts.iter().map(|p| worst_of(head, p)).collect()
-    };
+    let dev = read_dev_texts(
+        &mut reader,
+        &dev_texts,
+        &dev_requests,
+        &mut rng,
+        &mut progress,
+    )?;
     let clean = worst_all(&head, &dev.clean)?;
-    let threshold = pick_threshold(&clean, opts.max_dev_false_positive);
-    head.info.threshold = threshold;
-    let measure = |head: &Head| -> Result<serde_json::Value> {
-        let t = head.info.threshold;
-        // Per dev text, in the order of the texts given (each text read alone and in a pair,
-        // and with two requests as paragraphs and two inline): so a subset of the texts (one
-        // source's) can be read off the record. The totals are their sums.
-        let by_text = |texts: &[Vec<(String, Vec<f32>)>]| -> Result<Vec<usize>> {
-            Ok(flagged_per_text(&worst_all(head, texts)?, t, 2))
-        };
-        let (clean, paragraph, inline) = (
-            by_text(&dev.clean)?,
-            by_text(&dev.paragraph)?,
-            by_text(&dev.inline)?,
-        );
-        let total = |v: &[usize]| v.iter().sum::<usize>();
-        Ok(json!({
-            "threshold": t,
-            "clean_texts": dev.clean.len(),
-            "clean_flagged": total(&clean),
-            "texts_with_a_request": dev.paragraph.len(),
-            "texts_with_a_request_flagged": total(&paragraph),
-            "texts_with_a_request_inline": dev.inline.len(),
-            "texts_with_a_request_inline_flagged": total(&inline),
-            "flagged_by_dev_text": {
-                "clean": clean,
-                "with_a_request": paragraph,
-                "with_a_request_inline": inline,
-            },
-        }))
-    };
-    let dev_record = measure(&head)?;
+    head.info.threshold = pick_threshold(&clean, opts.max_dev_false_positive);
+    let dev_record = measure_dev(&head, &dev)?;
     let replaced = match replaces {
-        Some(old) => measure(old)?,
+        Some(old) => measure_dev(old, &dev)?,
         None => serde_json::Value::Null,
     };
     head.info.training = json!({
         "command": "kostant guard train-parts",
-        "examples": examples.len(),
-        "counts": counts,
+        "examples": out.examples.len(),
+        "counts": out.counts,
         "long_texts": {"train": train_texts.len(), "dev": dev_texts.len()},
         "config": {
             "hidden": opts.config.hidden, "epochs": opts.config.epochs,
@@ -480,6 +372,207 @@ pub fn train_parts_head(
         report: head.info.training.clone(),
         head,
     })
+}
+
+/// The long train texts and the short unsafe train requests buried in them.
+#[derive(Clone, Copy)]
+struct TrainRequests<'a> {
+    texts: &'a [&'a str],
+    requests: &'a [(String, Category)],
+}
+
+/// Every train prompt, read whole as one part, labelled with its target.
+fn prompt_examples(
+    reader: &mut PassReader,
+    train: &[LabelledText],
+    out: &mut PartsExamples,
+    progress: &mut dyn FnMut(&str),
+) -> Result<()> {
+    progress("train prompts, each read whole");
+    for item in train {
+        let target = item.target().map_err(SafetyError::Head)?;
+        for (_, f) in reader.parts(&item.prompt, true)? {
+            out.push(f, target);
+        }
+    }
+    out.counts["prompts"] = json!(out.examples.len());
+    Ok(())
+}
+
+/// Every part of each long train text, safe.
+fn prose_examples(
+    reader: &mut PassReader,
+    train_texts: &[&str],
+    out: &mut PartsExamples,
+    progress: &mut dyn FnMut(&str),
+) -> Result<()> {
+    progress("long train texts");
+    let mut prose = 0;
+    for t in train_texts {
+        for (_, f) in reader.parts(t, false)? {
+            out.push(f, None);
+            prose += 1;
+        }
+    }
+    out.counts["prose_parts"] = json!(prose);
+    Ok(())
+}
+
+/// `opts.buried_copies` copies of each long train text with `opts.requests_per_copy` requests
+/// buried as paragraphs: each request's part unsafe (its category), the parts after the first
+/// safe.
+fn buried_examples(
+    reader: &mut PassReader,
+    train: TrainRequests<'_>,
+    opts: &PartsOptions,
+    rng: &mut SmallRng,
+    out: &mut PartsExamples,
+    progress: &mut dyn FnMut(&str),
+) -> Result<()> {
+    progress("long train texts with requests buried");
+    let (mut buried, mut after, mut missed) = (0, 0, 0);
+    for (k, t) in train.texts.iter().enumerate() {
+        for copy in 0..opts.buried_copies {
+            progress(&format!("text {}/{} copy {copy}", k + 1, train.texts.len()));
+            let picks: Vec<&(String, Category)> = train
+                .requests
+                .choose_multiple(rng, opts.requests_per_copy)
+                .collect();
+            let texts: Vec<&str> = picks.iter().map(|(r, _)| r.as_str()).collect();
+            let text = bury(t, &texts, rng);
+            let mut seen = 0;
+            for (part, f) in reader.parts(&text, false)? {
+                if let Some((_, c)) = picks.iter().find(|(r, _)| is_request(&part, r)) {
+                    out.push(f, Some(*c));
+                    seen += 1;
+                    buried += 1;
+                } else if seen > 0 {
+                    // The prose after a request: states the clean pass never made.
+                    out.push(f, None);
+                    after += 1;
+                }
+            }
+            missed += picks.len() - seen.min(picks.len());
+        }
+    }
+    out.counts["buried_requests"] = json!(buried);
+    out.counts["prose_parts_after_a_request"] = json!(after);
+    out.counts["requests_not_found_as_a_part"] = json!(missed);
+    Ok(())
+}
+
+/// `opts.inline_copies` copies of each long train text with one request put inline: the part
+/// holding all of it unsafe, parts holding some of it left out, the parts after it safe.
+fn inline_examples(
+    reader: &mut PassReader,
+    train: TrainRequests<'_>,
+    opts: &PartsOptions,
+    rng: &mut SmallRng,
+    out: &mut PartsExamples,
+    progress: &mut dyn FnMut(&str),
+) -> Result<()> {
+    progress("long train texts with a request inline");
+    let (mut inline, mut inline_after) = (0, 0);
+    for (k, t) in train.texts.iter().enumerate() {
+        for copy in 0..opts.inline_copies {
+            progress(&format!(
+                "text {}/{} inline copy {copy}",
+                k + 1,
+                train.texts.len()
+            ));
+            let (request, c) = &train.requests[rng.gen_range(0..train.requests.len())];
+            let text = bury_inline(t, request, rng);
+            // Parts before the request were read in the clean pass already.
+            let mut seen = false;
+            for (part, f) in reader.parts(&text, false)? {
+                match holds(&part, request) {
+                    Holds::All => {
+                        out.push(f, Some(*c));
+                        seen = true;
+                        inline += 1;
+                    }
+                    // Half a request and half prose: neither label is true.
+                    Holds::Some => seen = true,
+                    Holds::None if seen => {
+                        out.push(f, None);
+                        inline_after += 1;
+                    }
+                    Holds::None => {}
+                }
+            }
+        }
+    }
+    out.counts["inline_requests"] = json!(inline);
+    out.counts["prose_parts_after_an_inline_request"] = json!(inline_after);
+    out.counts["inline_requests_split_across_parts"] =
+        json!((opts.inline_copies * train.texts.len()).saturating_sub(inline));
+    Ok(())
+}
+
+/// Each dev text's parts, read once so the new head and the one it replaces are scored on the
+/// same texts: alone and paired with the next, and the pair with two dev requests buried as
+/// paragraphs and two inline.
+fn read_dev_texts(
+    reader: &mut PassReader,
+    dev_texts: &[&str],
+    dev_requests: &[(String, Category)],
+    rng: &mut SmallRng,
+    progress: &mut dyn FnMut(&str),
+) -> Result<DevScores> {
+    let mut dev = DevScores::default();
+    for (k, t) in dev_texts.iter().enumerate() {
+        progress(&format!("dev text {}/{}", k + 1, dev_texts.len()));
+        let other = dev_texts[(k + 1) % dev_texts.len()];
+        let pair = format!("{t}\n\n{}", body(other));
+        for clean in [t.to_string(), pair.clone()] {
+            dev.clean.push(reader.parts(&clean, false)?);
+        }
+        for _ in 0..2 {
+            let (r, _) = &dev_requests[rng.gen_range(0..dev_requests.len())];
+            let text = bury(&pair, &[r.as_str()], rng);
+            dev.paragraph.push(reader.parts(&text, false)?);
+            let (r, _) = &dev_requests[rng.gen_range(0..dev_requests.len())];
+            let text = bury_inline(&pair, r, rng);
+            dev.inline.push(reader.parts(&text, false)?);
+        }
+    }
+    Ok(dev)
+}
+
+/// Each text's worst part score under `head`.
+fn worst_all(head: &Head, texts: &[Vec<(String, Vec<f32>)>]) -> Result<Vec<f32>> {
+    texts.iter().map(|p| worst_of(head, p)).collect()
+}
+
+/// What `head` (at its own threshold) flags of the dev texts: the record's `dev` fields.
+fn measure_dev(head: &Head, dev: &DevScores) -> Result<serde_json::Value> {
+    let t = head.info.threshold;
+    // Per dev text, in the order of the texts given (each text read alone and in a pair,
+    // and with two requests as paragraphs and two inline): so a subset of the texts (one
+    // source's) can be read off the record. The totals are their sums.
+    let by_text = |texts: &[Vec<(String, Vec<f32>)>]| -> Result<Vec<usize>> {
+        Ok(flagged_per_text(&worst_all(head, texts)?, t, 2))
+    };
+    let (clean, paragraph, inline) = (
+        by_text(&dev.clean)?,
+        by_text(&dev.paragraph)?,
+        by_text(&dev.inline)?,
+    );
+    let total = |v: &[usize]| v.iter().sum::<usize>();
+    Ok(json!({
+        "threshold": t,
+        "clean_texts": dev.clean.len(),
+        "clean_flagged": total(&clean),
+        "texts_with_a_request": dev.paragraph.len(),
+        "texts_with_a_request_flagged": total(&paragraph),
+        "texts_with_a_request_inline": dev.inline.len(),
+        "texts_with_a_request_inline_flagged": total(&inline),
+        "flagged_by_dev_text": {
+            "clean": clean,
+            "with_a_request": paragraph,
+            "with_a_request_inline": inline,
+        },
+    }))
 }
 
 /// How many of each text's `per_text` consecutive scores reach `threshold`.
