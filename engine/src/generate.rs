@@ -204,14 +204,8 @@ pub fn generate_with(
         fixed_draft,
     } = riders;
     // Shorter borrows, so that they may live as long as the session's own drafter.
-    let observer: Option<&mut dyn Observer> = match observer {
-        Some(o) => Some(o),
-        None => None,
-    };
-    let given: Option<&mut dyn Drafter> = match drafter {
-        Some(d) => Some(d),
-        None => None,
-    };
+    let observer = observer.map(|o| -> &mut dyn Observer { o });
+    let given = drafter.map(|d| -> &mut dyn Drafter { d });
     // The session's own drafter goes back into the session however the generation ends.
     let mut attached = session.take_drafter();
     let mut lookup = PromptLookup::default();

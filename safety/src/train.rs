@@ -891,14 +891,14 @@ pub fn train_head(
     })
 }
 
+/// One context's labelled texts: each text with its category (None: safe).
+type ContextTexts = Vec<(String, Option<Category>)>;
+
 /// Each context's train and dev texts ([`context_items`]) over the plain message texts.
 fn context_splits(
     opts: &TrainOptions,
     items: &MessageItems,
-) -> (
-    Vec<Vec<(String, Option<Category>)>>,
-    Vec<Vec<(String, Option<Category>)>>,
-) {
+) -> (Vec<ContextTexts>, Vec<ContextTexts>) {
     // Its own generator, so the draws of `message_items` (and the cached features they name)
     // stay as they were without contexts.
     let mut ctx_rng = SmallRng::seed_from_u64(opts.config.seed.wrapping_add(1));
@@ -1040,10 +1040,7 @@ fn message_examples(
     reader: &mut Reader,
     opts: &TrainOptions,
     items: &MessageItems,
-    contexts: (
-        &[Vec<(String, Option<Category>)>],
-        &[Vec<(String, Option<Category>)>],
-    ),
+    contexts: (&[ContextTexts], &[ContextTexts]),
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<(Vec<Example>, Vec<Example>)> {
     let cache = opts.cache.as_deref();

@@ -26,6 +26,9 @@ use super::model_cache::shared_model;
 use crate::error::AppError;
 use crate::history::HistoryError;
 
+/// One suite of a run and the items it will ask.
+type SuitePlan = (SuiteName, Vec<Item>);
+
 /// A suite the runner offers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SuiteInfo {
@@ -247,10 +250,7 @@ impl SuiteRunner {
 
     /// The items of each requested suite (a fixed sample under a limit), and the lines of the
     /// suite files that did not read.
-    fn plan(
-        &self,
-        req: &EvalRequest,
-    ) -> Result<(Vec<(SuiteName, Vec<Item>)>, Vec<Skipped>), AppError> {
+    fn plan(&self, req: &EvalRequest) -> Result<(Vec<SuitePlan>, Vec<Skipped>), AppError> {
         let names = SuiteName::parse_list(&req.suites.join(","))?;
         let mut plan = Vec::new();
         let mut skipped = Vec::new();

@@ -223,7 +223,7 @@ fn head_dim(g: &Gguf, p: &str, n_embd: usize, n_head: usize) -> Result<usize> {
     let value_length = g.get_u32_opt(&format!("{p}.attention.value_length"))?;
     let head_dim = match key_length {
         Some(v) => v as usize,
-        None if n_embd % n_head == 0 => n_embd / n_head,
+        None if n_embd.is_multiple_of(n_head) => n_embd / n_head,
         None => {
             return bad(format!(
                 "{n_embd} embedding dims do not split into {n_head} heads"
