@@ -36,7 +36,7 @@ pub fn guard_for(chat: &Arc<Model>, chat_path: &Path) -> Result<Guard, AppError>
 /// The file of the head's own model (the manifest's default model): beside the chat model
 /// first, then in the models directories. `None` when it is installed nowhere.
 pub fn guard_model_path(chat_path: &Path) -> Option<PathBuf> {
-    guard_model_path_in(chat_path, &super::installed_models::search_dirs())
+    guard_model_path_in(chat_path, &super::model_dirs::search_dirs())
 }
 
 /// [`guard_model_path`] searching `dirs` after the chat model's own directory.

@@ -10,6 +10,8 @@ use kostant_engine::gguf::Gguf;
 use kostant_engine::Model;
 use kostant_safety::head::HeadInfo;
 
+pub use super::model_dirs::search_dirs;
+
 /// One `.gguf` file of the models directory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct InstalledModel {
@@ -19,22 +21,6 @@ pub struct InstalledModel {
     /// "SmolLM2 135M Instruct · llama · Q4_1", or the reason it does not run here.
     pub detail: String,
     pub supported: bool,
-}
-
-/// Directories searched for models, in order: `KOSTANT_MODELS_DIR`, ./models, and the
-/// repository's models/ next to a `cargo build` binary (target/<profile>/kostant).
-pub fn search_dirs() -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Some(d) = std::env::var_os("KOSTANT_MODELS_DIR") {
-        dirs.push(PathBuf::from(d));
-    }
-    dirs.push(PathBuf::from("models"));
-    if let Ok(exe) = std::env::current_exe() {
-        for up in exe.ancestors().skip(1).take(3) {
-            dirs.push(up.join("models"));
-        }
-    }
-    dirs
 }
 
 /// The directory the picker lists: the given model's own directory (where the app found

@@ -8,6 +8,7 @@ pub mod feature_adapters;
 pub mod guard_model;
 pub mod installed_models;
 pub mod model_cache;
+pub mod model_dirs;
 pub mod notices;
 pub mod prefixes;
 pub mod prompt;
