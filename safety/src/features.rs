@@ -1,6 +1,6 @@
-//! What the user asks the assistant to do (chat, summarize, proofread, reply, rewrite) and the
-//! system prompt each one runs under (the policy's tone rules included): one definition shared
-//! by the app's feature chips, `kostant eval --feature` and the feature evals' tasks, so the
+//! What the user asks the assistant to do (chat, summarize, proofread, reply, rewrite, ask the
+//! documents) and the system prompt each one runs under (the policy's tone rules included): one
+//! definition shared by the app's feature chips, `kostant eval --feature` and the feature evals' tasks, so the
 //! evals measure the guard under the prompts users get.
 
 use crate::policy;
@@ -14,6 +14,8 @@ pub enum Feature {
     Reply,
     Rewrite,
     Proofread,
+    /// Ask the user's documents: the reply answers from retrieved passages and cites them.
+    Documents,
 }
 
 impl Feature {
@@ -26,8 +28,16 @@ impl Feature {
         Feature::Proofread,
     ];
 
-    /// The features the chat screen offers as chips, in order (the phone scrolls the row).
-    pub const CHIPS: [Feature; 5] = Feature::ALL;
+    /// The features the chat screen offers as chips, in order (the phone scrolls the row): the
+    /// text features, then asking the documents.
+    pub const CHIPS: [Feature; 6] = [
+        Feature::Chat,
+        Feature::Summarize,
+        Feature::Reply,
+        Feature::Rewrite,
+        Feature::Proofread,
+        Feature::Documents,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -36,6 +46,7 @@ impl Feature {
             Feature::Reply => "Reply",
             Feature::Rewrite => "Rewrite",
             Feature::Proofread => "Proofread",
+            Feature::Documents => "Ask documents",
         }
     }
 
@@ -47,17 +58,18 @@ impl Feature {
             Feature::Reply => "reply",
             Feature::Rewrite => "rewrite",
             Feature::Proofread => "proofread",
+            Feature::Documents => "documents",
         }
     }
 
     /// A feature by its id; the error names the ones there are.
     pub fn parse(id: &str) -> Result<Feature, String> {
         let id = id.trim();
-        Feature::ALL
+        Feature::CHIPS
             .into_iter()
             .find(|f| f.id() == id)
             .ok_or_else(|| {
-                let known: Vec<&str> = Feature::ALL.iter().map(|f| f.id()).collect();
+                let known: Vec<&str> = Feature::CHIPS.iter().map(|f| f.id()).collect();
                 format!("unknown feature {id:?} (known: {})", known.join(", "))
             })
     }
@@ -83,13 +95,19 @@ impl Feature {
                 "Correct the spelling, grammar and punctuation of the text the user gives you. \
                  Keep its meaning, wording and language, and reply with the corrected text only."
             }
+            Feature::Documents => {
+                "Answer the user's question from the numbered passages of their documents given \
+                 with it, and from nothing else. After each sentence, put the number of the \
+                 passage it comes from in brackets, like [1]. If the passages do not answer the \
+                 question, say that the documents do not say."
+            }
         };
         format!("{task} {}", policy::TONE_RULES)
     }
 
-    /// Where this feature sits in [`Feature::ALL`] (the chips are its first entries).
+    /// Where this feature's chip sits in [`Feature::CHIPS`].
     pub fn index(self) -> usize {
-        Feature::ALL.iter().position(|f| *f == self).unwrap_or(0)
+        Feature::CHIPS.iter().position(|f| *f == self).unwrap_or(0)
     }
 }
 
@@ -99,13 +117,13 @@ mod tests {
 
     #[test]
     fn ids_round_trip_and_prompts_differ() {
-        for f in Feature::ALL {
+        for f in Feature::CHIPS {
             assert_eq!(Feature::parse(f.id()), Ok(f));
             assert!(f.system_prompt().contains(policy::TONE_RULES), "{f:?}");
         }
         let prompts: std::collections::HashSet<String> =
-            Feature::ALL.iter().map(|f| f.system_prompt()).collect();
-        assert_eq!(prompts.len(), Feature::ALL.len());
+            Feature::CHIPS.iter().map(|f| f.system_prompt()).collect();
+        assert_eq!(prompts.len(), Feature::CHIPS.len());
         assert_eq!(
             Feature::Chat.system_prompt(),
             policy::default_system_prompt()
@@ -118,7 +136,7 @@ mod tests {
             e.contains("unknown feature \"proof\"") && e.contains("proofread"),
             "{e}"
         );
-        // The chips are the first features, in order, so a chip's index is its feature's.
+        // A chip's index is its feature's.
         for (i, f) in Feature::CHIPS.iter().enumerate() {
             assert_eq!(f.index(), i);
         }

@@ -33,12 +33,14 @@ pub fn models_dir(current: Option<&Path>) -> Option<PathBuf> {
         .or_else(|| search_dirs().into_iter().find(|d| d.is_dir()))
 }
 
-/// The `.gguf` files of `dir`, by name; an unreadable directory lists nothing.
+/// The `.gguf` files of `dir`, by name, but sentence encoders (the documents' embedder is no
+/// chat model); an unreadable directory lists nothing.
 pub fn list(dir: &Path) -> Vec<InstalledModel> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "gguf"))
+                .filter(|p| !is_sentence_encoder(p))
                 .collect()
         })
         .unwrap_or_default();
@@ -49,6 +51,13 @@ pub fn list(dir: &Path) -> Vec<InstalledModel> {
         .into_iter()
         .map(|p| describe(&p, guard.as_ref().map(|h| &h.info)))
         .collect()
+}
+
+/// Whether the GGUF at `path` says it is a BERT-family sentence encoder.
+fn is_sentence_encoder(path: &Path) -> bool {
+    Gguf::read_metadata(path).is_ok_and(|m| {
+        m.get("general.architecture").and_then(|v| v.as_str()) == Some("bert")
+    })
 }
 
 /// What `path` is, or why the app cannot run it (as the engine would refuse to load it, but

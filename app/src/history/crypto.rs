@@ -37,6 +37,12 @@ pub enum Slot {
         seq: i64,
         header: [u8; 32],
     },
+    /// `documents.meta` of a document the user added: its name and format.
+    DocumentMeta { document: i64 },
+    /// `document_chunks.body` number `seq` of a document: the passage's text and place.
+    DocumentChunk { document: i64, seq: i64 },
+    /// `document_chunks.vector` number `seq` of a document: the passage's embedding.
+    DocumentVector { document: i64, seq: i64 },
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -74,6 +80,15 @@ impl Slot {
                 "kostant-history/v1\0snapshot_pieces.body\0{conversation}\0{seq}\0{}",
                 hex(header)
             ),
+            Slot::DocumentMeta { document } => {
+                format!("kostant-history/v1\0documents.meta\0{document}")
+            }
+            Slot::DocumentChunk { document, seq } => {
+                format!("kostant-history/v1\0document_chunks.body\0{document}\0{seq}")
+            }
+            Slot::DocumentVector { document, seq } => {
+                format!("kostant-history/v1\0document_chunks.vector\0{document}\0{seq}")
+            }
         }
     }
 }
@@ -97,6 +112,13 @@ impl std::fmt::Display for Slot {
                 f,
                 "piece {seq} of the saved context of conversation {conversation}"
             ),
+            Slot::DocumentMeta { document } => write!(f, "name of document {document}"),
+            Slot::DocumentChunk { document, seq } => {
+                write!(f, "passage {seq} of document {document}")
+            }
+            Slot::DocumentVector { document, seq } => {
+                write!(f, "embedding of passage {seq} of document {document}")
+            }
         }
     }
 }

@@ -12,6 +12,7 @@
 
 pub mod context;
 pub mod crypto;
+pub mod documents;
 pub mod export;
 pub mod store;
 #[cfg(test)]
@@ -78,6 +79,8 @@ pub enum HistoryError {
     Integrity(String),
     #[error("no conversation {0}")]
     NoConversation(i64),
+    #[error("no document {0} (see `kostant docs list`)")]
+    NoDocument(i64),
     #[error(
         "the key directory {key_dir} is inside or around the data directory {data_dir}; \
          keep the key apart from the data it protects"

@@ -131,10 +131,10 @@ pub struct SearchResult {
 }
 
 pub struct Store {
-    conn: Connection,
-    cipher: Cipher,
+    pub(super) conn: Connection,
+    pub(super) cipher: Cipher,
     keys: Box<dyn KeyStore>,
-    path: PathBuf,
+    pub(super) path: PathBuf,
     /// Called at each step of `delete_all` (tests: copy the files, or stop there as a crash).
     #[cfg(test)]
     pub(crate) erase_hook: Option<EraseHook>,
@@ -218,10 +218,14 @@ impl Store {
         store.cipher = Cipher::new(&store.unwrap_data_key()?);
         store.conn.execute_batch(EVAL_RUNS).map_err(store.err())?;
         store.conn.execute_batch(SNAPSHOTS).map_err(store.err())?;
+        store
+            .conn
+            .execute_batch(super::documents::DOCUMENTS)
+            .map_err(store.err())?;
         Ok(store)
     }
 
-    fn err(&self) -> impl Fn(rusqlite::Error) -> HistoryError + '_ {
+    pub(super) fn err(&self) -> impl Fn(rusqlite::Error) -> HistoryError + '_ {
         |e| classify(&self.path, e)
     }
 
@@ -535,6 +539,8 @@ impl Store {
         tx.execute("DELETE FROM snapshots", []).map_err(e)?;
         tx.execute("DELETE FROM messages", []).map_err(e)?;
         tx.execute("DELETE FROM eval_runs", []).map_err(e)?;
+        tx.execute("DELETE FROM document_chunks", []).map_err(e)?;
+        tx.execute("DELETE FROM documents", []).map_err(e)?;
         let n = tx.execute("DELETE FROM conversations", []).map_err(e)?;
         tx.execute(
             "UPDATE meta SET value = ?1 WHERE key = 'data_key'",
@@ -818,13 +824,13 @@ fn open_data_key(keys: &dyn KeyStore, wrapped: &[u8]) -> Result<DataKey, History
 }
 
 /// An error inside a transaction step, before the path is known to attach.
-enum StepError {
+pub(super) enum StepError {
     Sql(rusqlite::Error),
     History(HistoryError),
 }
 
 impl StepError {
-    fn at(self, path: &Path) -> HistoryError {
+    pub(super) fn at(self, path: &Path) -> HistoryError {
         match self {
             StepError::Sql(e) => classify(path, e),
             StepError::History(h) => h,
@@ -846,7 +852,7 @@ impl From<HistoryError> for StepError {
 
 /// The next id of an AUTOINCREMENT table, never reusing one (the id is sealed into the row's
 /// associated data, so it must be known before the insert). Runs inside a write transaction.
-fn next_id(tx: &Connection, table: &str) -> Result<i64, rusqlite::Error> {
+pub(super) fn next_id(tx: &Connection, table: &str) -> Result<i64, rusqlite::Error> {
     let sql = format!(
         "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{table}'), 0),
                     coalesce((SELECT max(id) FROM {table}), 0)) + 1"
@@ -925,14 +931,14 @@ fn sha256(bytes: &[u8]) -> [u8; 32] {
     out
 }
 
-fn now_ms() -> i64 {
+pub(super) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// A damaged or foreign file reads as "not a history database"; other errors keep SQLite's.
-fn classify(path: &Path, e: rusqlite::Error) -> HistoryError {
+pub(super) fn classify(path: &Path, e: rusqlite::Error) -> HistoryError {
     match e.sqlite_error_code() {
         Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => HistoryError::NotHistory {
             path: path.to_path_buf(),

@@ -1094,3 +1094,112 @@ fn saved_contexts_are_sealed_tamper_evident_and_go_with_their_conversation() {
     assert_eq!(count("SELECT count(*) FROM snapshots"), 0);
     assert_eq!(count("SELECT count(*) FROM snapshot_pieces"), 0);
 }
+
+fn passage(text: &str, page: Option<u32>, vector: f32) -> super::documents::NewPassage {
+    super::documents::NewPassage {
+        text: text.into(),
+        place: super::documents::PassagePlace {
+            page,
+            heading: Some(format!("Heading of {text}")),
+        },
+        vector: vec![vector, -vector, 0.5],
+    }
+}
+
+#[test]
+fn documents_are_sealed_removed_whole_and_go_with_delete_all() {
+    let dirs = Dirs::new("documents");
+    let mut store = dirs.open();
+    let name = format!("{SECRET}-lease.md");
+    let doc = store
+        .add_document(
+            &name,
+            1234,
+            "encoder.gguf/3",
+            &[
+                passage(&format!("first {SECRET} passage"), Some(2), 0.25),
+                passage("second passage", None, 0.75),
+            ],
+        )
+        .unwrap();
+    let other = store
+        .add_document("other.txt", 10, "encoder.gguf/3", &[passage("kept", None, 1.0)])
+        .unwrap();
+    drop(store);
+    // Neither the name, nor the text, nor the heading is anywhere on disk in the clear.
+    assert_eq!(files_containing(&dirs.root, SECRET.as_bytes()), Vec::<PathBuf>::new());
+
+    let mut store = dirs.open();
+    let docs = store.documents().unwrap();
+    assert_eq!(docs.len(), 2);
+    assert_eq!(docs[0].name.as_deref().unwrap(), name);
+    assert_eq!((docs[0].size_bytes, docs[0].passages), (1234, 2));
+    let all = store.passages().unwrap();
+    assert!(all.unreadable.is_empty());
+    assert_eq!(all.passages.len(), 3);
+    let first = &all.passages[0];
+    assert_eq!(first.text, format!("first {SECRET} passage"));
+    assert_eq!(first.place.page, Some(2));
+    assert_eq!(first.vector, vec![0.25, -0.25, 0.5]);
+
+    store.remove_document(doc).unwrap();
+    assert!(matches!(
+        store.remove_document(doc),
+        Err(HistoryError::NoDocument(d)) if d == doc
+    ));
+    let left = store.passages().unwrap().passages;
+    assert_eq!(left.len(), 1);
+    assert_eq!((left[0].document, left[0].text.as_str()), (other, "kept"));
+    let rows: i64 = dirs
+        .raw()
+        .query_row("SELECT count(*) FROM document_chunks WHERE document_id = ?1", [doc], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 0);
+
+    store.delete_all().unwrap();
+    assert!(store.documents().unwrap().is_empty());
+    assert!(store.passages().unwrap().passages.is_empty());
+}
+
+#[test]
+fn a_passage_moved_to_another_place_does_not_open() {
+    let dirs = Dirs::new("documents-tamper");
+    let mut store = dirs.open();
+    let doc = store
+        .add_document(
+            "a.md",
+            5,
+            "encoder.gguf/3",
+            &[passage("one", None, 0.1), passage("two", None, 0.2)],
+        )
+        .unwrap();
+    // Swap the two passages' sealed bodies: each is bound to its own number.
+    let raw = dirs.raw();
+    let body = |seq: i64| -> Vec<u8> {
+        raw.query_row(
+            "SELECT body FROM document_chunks WHERE document_id = ?1 AND seq = ?2",
+            [doc, seq],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let (b0, b1) = (body(0), body(1));
+    raw.execute(
+        "UPDATE document_chunks SET body = ?1 WHERE document_id = ?2 AND seq = 0",
+        rusqlite::params![b1, doc],
+    )
+    .unwrap();
+    raw.execute(
+        "UPDATE document_chunks SET body = ?1 WHERE document_id = ?2 AND seq = 1",
+        rusqlite::params![b0, doc],
+    )
+    .unwrap();
+    let all = store.passages().unwrap();
+    assert!(all.passages.is_empty());
+    assert_eq!(all.unreadable.len(), 2);
+    assert!(
+        all.unreadable[0].to_string().contains("passage 0 of document"),
+        "{}",
+        all.unreadable[0]
+    );
+}
