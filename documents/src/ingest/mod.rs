@@ -176,7 +176,7 @@ fn io_reason(e: &std::io::Error) -> &'static str {
         ErrorKind::NotFound => "the file is not there any more",
         ErrorKind::PermissionDenied => "permission to read it was refused",
         ErrorKind::IsADirectory => "it is a folder, not a file",
-        _ => "reading it failed part way",
+        _ => "reading it stopped part way",
     }
 }
 

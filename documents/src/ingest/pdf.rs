@@ -32,6 +32,12 @@ pub(super) fn parse(name: &str, bytes: &[u8]) -> Result<Vec<Section>, IngestErro
     if !bytes.windows(5).take(1024).any(|w| w == b"%PDF-") {
         return Err(malformed("no %PDF- header".into()));
     }
+    // A PDF ends with "%%EOF" (trailing junk aside); a file cut short is refused whole
+    // rather than read for whatever pages survive.
+    let tail = &bytes[bytes.len().saturating_sub(1024)..];
+    if !tail.windows(5).any(|w| w == b"%%EOF") {
+        return Err(malformed("no %%EOF marker: the file is cut short".into()));
+    }
     let looks_encrypted = bytes.windows(8).any(|w| w == b"/Encrypt");
     // lopdf is written for untrusted input, but a bug in it must not take the app down: a
     // panic while reading becomes a malformed-file error.
@@ -436,6 +442,7 @@ mod tests {
                 state ^= state << 17;
                 bytes.push(state as u8);
             }
+            bytes.extend_from_slice(b"\n%%EOF\n");
             assert!(parse("random.pdf", &bytes).is_err());
         }
     }
