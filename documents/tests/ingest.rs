@@ -10,7 +10,9 @@ use kostant_documents::{
 };
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn read(name: &str) -> Document {
@@ -31,13 +33,25 @@ fn headings(doc: &Document) -> Vec<(u8, &str)> {
 fn pdf_pages_and_headings_are_recorded() {
     let doc = read("guide.pdf");
     assert_eq!(doc.format, Format::Pdf);
-    assert_eq!(doc.size_bytes, std::fs::metadata(fixture("guide.pdf")).unwrap().len());
+    assert_eq!(
+        doc.size_bytes,
+        std::fs::metadata(fixture("guide.pdf")).unwrap().len()
+    );
     assert_eq!(
         headings(&doc)[..4],
-        [(1, "Garden Pond Guide"), (2, "Planning"), (2, "Depth"), (1, "Building")]
+        [
+            (1, "Garden Pond Guide"),
+            (2, "Planning"),
+            (2, "Depth"),
+            (1, "Building")
+        ]
     );
     let pages: Vec<u32> = doc.sections.iter().filter_map(|s| s.place.page).collect();
-    assert_eq!(pages.len(), doc.sections.len(), "every PDF section has a page");
+    assert_eq!(
+        pages.len(),
+        doc.sections.len(),
+        "every PDF section has a page"
+    );
     assert_eq!((pages[0], *pages.last().unwrap()), (1, 4));
     let pump = doc
         .sections
@@ -45,7 +59,10 @@ fn pdf_pages_and_headings_are_recorded() {
         .find(|s| s.text.starts_with("A pump should move"))
         .unwrap();
     assert_eq!(pump.place.page, Some(2));
-    assert_eq!(pump.place.heading.as_deref(), Some("Building › Pump and filter"));
+    assert_eq!(
+        pump.place.heading.as_deref(),
+        Some("Building › Pump and filter")
+    );
     // "Biologi-" at a line end and "cal" on the next are one word again.
     assert!(pump.text.contains("Biological filters"), "{}", pump.text);
 
@@ -55,7 +72,11 @@ fn pdf_pages_and_headings_are_recorded() {
             .iter()
             .filter_map(|s| s.place.page)
             .collect();
-        assert!(pages.iter().all(|&p| Some(p) == c.place.page), "chunk {} spans pages", c.index);
+        assert!(
+            pages.iter().all(|&p| Some(p) == c.place.page),
+            "chunk {} spans pages",
+            c.index
+        );
         assert!(c.text.chars().count() <= ChunkOptions::default().max_chars);
     }
     assert_eq!(chunks.first().unwrap().place.page, Some(1));
@@ -80,7 +101,10 @@ fn markdown_structure_is_recorded() {
         .iter()
         .filter(|s| s.kind == SectionKind::ListItem)
         .collect();
-    assert_eq!(wifi[0].text, "home on 5 GHz, for laptops and phones in the living room;");
+    assert_eq!(
+        wifi[0].text,
+        "home on 5 GHz, for laptops and phones in the living room;"
+    );
     assert_eq!(
         wifi[0].place.heading.as_deref(),
         Some("Home network notes › Router › Wi-Fi")
@@ -93,8 +117,16 @@ fn markdown_structure_is_recorded() {
         .sections
         .iter()
         .any(|s| s.kind == SectionKind::TableRow && s.text == "Printer | 192.168.1.20"));
-    let router = doc.sections.iter().find(|s| s.text.starts_with("The router")).unwrap();
-    assert!(router.text.contains("reset button for two seconds"), "{}", router.text);
+    let router = doc
+        .sections
+        .iter()
+        .find(|s| s.text.starts_with("The router"))
+        .unwrap();
+    assert!(
+        router.text.contains("reset button for two seconds"),
+        "{}",
+        router.text
+    );
     assert!(doc.sections.iter().all(|s| s.place.page.is_none()));
 }
 
@@ -111,7 +143,12 @@ fn html_structure_is_recorded_and_noise_skipped() {
             (2, "Oven temperatures")
         ]
     );
-    let all: String = doc.sections.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join("\n");
+    let all: String = doc
+        .sections
+        .iter()
+        .map(|s| s.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
     for absent in ["never read", "font-family", "old comment", "analytics"] {
         assert!(!all.contains(absent), "{absent}");
     }
@@ -121,7 +158,11 @@ fn html_structure_is_recorded_and_noise_skipped() {
     assert!(all.contains("Bake at 160°C for 45–50 minutes"));
     assert!(all.contains("Gas mark | Fan °C"));
     assert!(all.contains("Timer: 45 min\nCheck: skewer"));
-    let eggs = doc.sections.iter().find(|s| s.text == "4 eggs, beaten").unwrap();
+    let eggs = doc
+        .sections
+        .iter()
+        .find(|s| s.text == "4 eggs, beaten")
+        .unwrap();
     assert_eq!(eggs.kind, SectionKind::ListItem);
     assert_eq!(
         eggs.place.heading.as_deref(),
@@ -151,7 +192,12 @@ fn long_paragraphs_split_with_overlap_within_bounds() {
     let sizes: Vec<usize> = chunks.iter().map(|c| c.text.chars().count()).collect();
     assert!(sizes.iter().all(|&n| n <= opts.max_chars), "{sizes:?}");
     // The split paragraph's pieces fill towards the target.
-    assert!(sizes[1..sizes.len() - 1].iter().all(|&n| n >= opts.target_chars / 2), "{sizes:?}");
+    assert!(
+        sizes[1..sizes.len() - 1]
+            .iter()
+            .all(|&n| n >= opts.target_chars / 2),
+        "{sizes:?}"
+    );
     let split: Vec<_> = chunks.iter().filter(|c| c.sections == (1..2)).collect();
     assert!(split.len() >= 4);
     for pair in split.windows(2) {
@@ -161,18 +207,39 @@ fn long_paragraphs_split_with_overlap_within_bounds() {
     }
 }
 
+/// Whether an error is the variant a fixture should get.
+type IsExpected = fn(&IngestError) -> bool;
+
 /// A message a person can act on: names the file, says what to do, no blame, no jargon.
 fn assert_readable(err: &IngestError, file: &str) {
     let msg = err.to_string();
     assert!(msg.contains(&format!("\"{file}\"")), "{msg}");
     let lower = msg.to_lowercase();
     assert!(
-        ["add", "save", "split", "run ", "check"].iter().any(|w| lower.contains(w)),
+        ["add", "save", "split", "run ", "check"]
+            .iter()
+            .any(|w| lower.contains(w)),
         "no next step: {msg}"
     );
     for jargon in [
-        "utf8error", "error", "invalid", "lopdf", "xref", "parse", "panic", "errno", "os error",
-        "::", "{", "illegal", "corrupt", "you did", "your fault", "wrong", "bad ", "failed",
+        "utf8error",
+        "error",
+        "invalid",
+        "lopdf",
+        "xref",
+        "parse",
+        "panic",
+        "errno",
+        "os error",
+        "::",
+        "{",
+        "illegal",
+        "corrupt",
+        "you did",
+        "your fault",
+        "wrong",
+        "bad ",
+        "failed",
     ] {
         assert!(!lower.contains(jargon), "{jargon:?} in: {msg}");
     }
@@ -181,10 +248,14 @@ fn assert_readable(err: &IngestError, file: &str) {
 
 #[test]
 fn hostile_files_get_the_right_error_and_a_readable_message() {
-    let cases: [(&str, fn(&IngestError) -> bool); 6] = [
+    let cases: [(&str, IsExpected); 6] = [
         ("locked.pdf", |e| matches!(e, IngestError::Encrypted { .. })),
-        ("scanned.pdf", |e| matches!(e, IngestError::NoTextLayer { pages: 2, .. })),
-        ("latin1.txt", |e| matches!(e, IngestError::NotUtf8 { offset: 30, .. })),
+        ("scanned.pdf", |e| {
+            matches!(e, IngestError::NoTextLayer { pages: 2, .. })
+        }),
+        ("latin1.txt", |e| {
+            matches!(e, IngestError::NotUtf8 { offset: 30, .. })
+        }),
         ("empty.txt", |e| matches!(e, IngestError::Empty { .. })),
         ("no-text.html", |e| matches!(e, IngestError::Empty { .. })),
         ("guide.ps", |e| matches!(e, IngestError::Unsupported { .. })),
@@ -195,17 +266,30 @@ fn hostile_files_get_the_right_error_and_a_readable_message() {
         assert_readable(&err, name);
     }
     let missing = read_document(&fixture("missing.txt")).unwrap_err();
-    assert!(matches!(missing, IngestError::Unreadable { .. }), "{missing:?}");
+    assert!(
+        matches!(missing, IngestError::Unreadable { .. }),
+        "{missing:?}"
+    );
     assert_readable(&missing, "missing.txt");
     let folder = read_document(&fixture("folder.md"));
     assert!(folder.is_err());
 
     let guide = std::fs::read(fixture("guide.pdf")).unwrap();
     // Cut short anywhere: refused whole, never read for what survives, never a panic.
-    for cut in [0, 10, 100, guide.len() / 3, guide.len() / 2, guide.len() - 10] {
+    for cut in [
+        0,
+        10,
+        100,
+        guide.len() / 3,
+        guide.len() / 2,
+        guide.len() - 10,
+    ] {
         let err = parse_document("cut.pdf", &guide[..cut]).unwrap_err();
         assert!(
-            matches!(err, IngestError::MalformedPdf { .. } | IngestError::Empty { .. }),
+            matches!(
+                err,
+                IngestError::MalformedPdf { .. } | IngestError::Empty { .. }
+            ),
             "cut at {cut}: {err:?}"
         );
         assert_readable(&err, "cut.pdf");
@@ -254,6 +338,16 @@ fn size_limits_have_names_and_readable_messages() {
     file.set_len(MAX_FILE_BYTES + 1).unwrap();
     let err = read_document(&path).unwrap_err();
     std::fs::remove_dir_all(&dir).unwrap();
-    assert!(matches!(err, IngestError::TooLarge { size_mib: 65, limit_mib: 64, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            IngestError::TooLarge {
+                size_mib: 65,
+                limit_mib: 64,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_readable(&err, "huge.txt");
 }

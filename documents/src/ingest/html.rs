@@ -57,8 +57,8 @@ pub(super) fn parse(html: &str) -> Vec<Section> {
             continue;
         }
         let rest = &html[i..];
-        if rest.starts_with("<!--") {
-            i = rest[4..].find("-->").map_or(bytes.len(), |n| i + 4 + n + 3);
+        if let Some(comment) = rest.strip_prefix("<!--") {
+            i = comment.find("-->").map_or(bytes.len(), |n| i + 4 + n + 3);
             continue;
         }
         if rest.starts_with("<!") || rest.starts_with("<?") {

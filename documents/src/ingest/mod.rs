@@ -194,7 +194,7 @@ fn decode_text(name: &str, bytes: &[u8]) -> Result<String, IngestError> {
             .map_err(|e| not_utf8(e.valid_up_to() + 3));
     }
     let utf16 = |rest: &[u8], from: fn([u8; 2]) -> u16| {
-        if rest.len() % 2 != 0 {
+        if !rest.len().is_multiple_of(2) {
             return Err(not_utf8(bytes.len() - 1));
         }
         let units = rest.chunks_exact(2).map(|p| from([p[0], p[1]]));
