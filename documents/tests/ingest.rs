@@ -351,3 +351,25 @@ fn size_limits_have_names_and_readable_messages() {
     );
     assert_readable(&err, "huge.txt");
 }
+
+#[test]
+fn an_image_only_page_keeps_the_numbering_of_the_rest() {
+    let doc = read("mixed.pdf");
+    let pages: std::collections::BTreeSet<u32> =
+        doc.sections.iter().filter_map(|s| s.place.page).collect();
+    assert_eq!(pages.into_iter().collect::<Vec<_>>(), [1, 3]);
+    let liner = doc
+        .sections
+        .iter()
+        .find(|s| s.text.starts_with("Flexible EPDM"))
+        .unwrap();
+    assert_eq!(liner.place.page, Some(3));
+}
+
+#[test]
+fn a_pdf_locked_only_against_editing_is_read() {
+    // An owner password alone (empty user password) restricts editing, not reading.
+    let open = read("owner-only.pdf");
+    let plain = read("guide.pdf");
+    assert_eq!(open.sections, plain.sections);
+}
