@@ -1,6 +1,6 @@
 //! Okapi BM25 over chunk texts held in memory (k1 = 1.2, b = 0.75).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::tokenize::for_each_term;
 use super::top_k;
@@ -67,13 +67,13 @@ impl Bm25Index {
     pub fn scores(&self, query: &str) -> Vec<f32> {
         let mut scores = vec![0.0f32; self.lengths.len()];
         let n = self.lengths.len() as f32;
-        let mut seen: Vec<String> = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
         for_each_term(query, |term| {
             // A word repeated in the query counts once.
-            if seen.iter().any(|s| s == term) {
+            if seen.contains(term) {
                 return;
             }
-            seen.push(term.to_string());
+            seen.insert(term.to_string());
             let Some(list) = self.postings.get(term) else {
                 return;
             };
