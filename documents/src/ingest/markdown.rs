@@ -92,7 +92,13 @@ pub(super) fn parse(text: &str) -> Vec<Section> {
             continue;
         }
         let unquoted = strip_quote(trimmed);
-        if let Some(item) = list_item(unquoted) {
+        // Inside a paragraph, only a bullet or an ordered item numbered 1 with text starts a
+        // list (CommonMark): a wrapped line that begins "1711. A boiling house" is prose.
+        let in_paragraph = !p.current.is_empty() && p.kind == SectionKind::Paragraph;
+        let item = list_item(unquoted).filter(|(text, number)| {
+            !in_paragraph || (number.is_none_or(|n| n == 1) && !text.trim().is_empty())
+        });
+        if let Some((item, _)) = item {
             p.flush();
             p.in_list = true;
             p.kind = SectionKind::ListItem;
@@ -191,18 +197,20 @@ fn strip_quote(mut line: &str) -> &str {
     line
 }
 
-/// The text of a list item's first line, if `line` starts one ("- ", "* ", "+ ", "1. ", "1) ").
-fn list_item(line: &str) -> Option<&str> {
+/// If `line` starts a list item ("- ", "* ", "+ ", "1. ", "1) "): the item's text and, for an
+/// ordered item, its number. A bullet is dropped; an ordered item keeps its number in the
+/// text, since "step 3" may be what a question asks about.
+fn list_item(line: &str) -> Option<(&str, Option<u64>)> {
     for marker in ["- ", "* ", "+ "] {
         if let Some(rest) = line.strip_prefix(marker) {
-            return Some(rest);
+            return Some((rest, None));
         }
     }
     let digits = line.bytes().take_while(u8::is_ascii_digit).count();
     if (1..=9).contains(&digits) {
         let rest = &line[digits..];
-        if let Some(rest) = rest.strip_prefix(". ").or_else(|| rest.strip_prefix(") ")) {
-            return Some(rest);
+        if let Some(text) = rest.strip_prefix(". ").or_else(|| rest.strip_prefix(") ")) {
+            return (!text.is_empty()).then(|| (line, line[..digits].parse().ok()));
         }
     }
     None
@@ -381,6 +389,24 @@ mod tests {
         );
         assert_eq!(s[4].place.heading.as_deref(), Some("Setup › Install"));
         assert_eq!(s[8].place.heading.as_deref(), Some("Use"));
+    }
+
+    #[test]
+    fn a_wrapped_line_starting_with_a_number_stays_in_its_paragraph() {
+        let s = parse("The mill burned in\n1711. A boiling house\nstood there.\n\n1. Check it.\n2. Restart it.\n\nText\n1. Interrupts.");
+        assert_eq!(
+            kinds_and_texts(&s),
+            [
+                (
+                    SectionKind::Paragraph,
+                    "The mill burned in 1711. A boiling house stood there."
+                ),
+                (SectionKind::ListItem, "1. Check it."),
+                (SectionKind::ListItem, "2. Restart it."),
+                (SectionKind::Paragraph, "Text"),
+                (SectionKind::ListItem, "1. Interrupts."),
+            ]
+        );
     }
 
     #[test]
