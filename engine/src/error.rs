@@ -50,6 +50,14 @@ pub enum EngineError {
         n_ctx: usize,
         budget_mb: usize,
     },
+    /// A GBNF grammar that cannot be used: malformed (the message gives its line and column),
+    /// left-recursive, referring to an undefined rule, or past a size cap.
+    #[error("{0}")]
+    Grammar(String),
+    /// A JSON schema that cannot become a grammar: malformed JSON (with its line and column) or
+    /// a keyword the converter does not support.
+    #[error("json schema: {0}")]
+    JsonSchema(String),
     #[error("kernel: {0}")]
     Kernel(#[from] kostant_kernels::KernelError),
 }

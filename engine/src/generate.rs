@@ -344,7 +344,7 @@ impl<'a, 'd, F: FnMut(Option<u32>, &str)> Run<'a, 'd, F> {
         drafting: Drafting<'d>,
         on_token: F,
     ) -> Result<Self> {
-        let sampler = Sampler::new(req.sampling.clone())?;
+        let sampler = Sampler::for_model(req.sampling.clone(), model)?;
         let taps = observer.as_ref().map(|o| o.taps()).unwrap_or_default();
         let start = Instant::now();
         let mut out = Outputs::new();
@@ -539,6 +539,9 @@ impl<'a, 'd, F: FnMut(Option<u32>, &str)> Run<'a, 'd, F> {
             // Nothing follows an end of turn in this reply.
             let end = d.drafts.iter().position(|t| self.stop_ids.contains(t));
             d.drafts.truncate(end.map_or(want, |e| e + 1).min(want));
+            // A draft the grammar refuses can never be kept: verifying it would waste rows.
+            let allowed = self.sampler.grammar_prefix(&d.drafts);
+            d.drafts.truncate(allowed);
         } else if budget > 0 && (drafter.is_cheap() || d.passes_run.is_multiple_of(PROBE_EVERY)) {
             // Keep the acceptance (and a costly drafter's time) measured while no draft is
             // verified, so the policy notices when drafting starts to pay.

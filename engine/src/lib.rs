@@ -13,6 +13,7 @@ pub mod encoder;
 pub mod error;
 pub mod generate;
 pub mod gguf;
+pub mod grammar;
 pub mod kv_cache;
 mod limits;
 pub mod model;
@@ -32,6 +33,7 @@ pub use generate::{
     generate, generate_observed, generate_with, CancelHandle, GenerateRequest, Generation,
     GenerationStats, Judgement, Observer, Riders, StopReason,
 };
+pub use grammar::Grammar;
 pub use kv_cache::{KvType, SnapshotHeader, SNAPSHOT_FORMAT};
 pub use model::{Model, ModelInfo};
 pub use sampling::SamplingParams;

@@ -1,11 +1,20 @@
 //! Picks the next token from the logits: repetition penalty, then top-k, top-p (nucleus) and
 //! min-p truncation, then temperature and a draw from a seeded RNG. Temperature 0 is greedy.
+//! With a grammar, only tokens the grammar allows may come out (see [`Sampler::sample`]).
+
+use std::sync::Arc;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use crate::grammar::constraint::Constraint;
+use crate::grammar::{Grammar, GrammarState, GrammarVocab};
+use crate::model::Model;
 use crate::{EngineError, Result};
 
+/// How the next token is chosen. The grammar sits here, with the other rules of the choice (as
+/// in llama.cpp's sampler chain): its state starts afresh with each [`Sampler`], that is with
+/// each generation, and moves with every token the sampler chooses.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
     /// 0 picks the most likely token every time (deterministic).
@@ -21,6 +30,8 @@ pub struct SamplingParams {
     /// How many of the most recent tokens the penalty looks at.
     pub repeat_last_n: usize,
     pub seed: u64,
+    /// Only text this grammar accepts may be generated, and the reply ends only where it may.
+    pub grammar: Option<Arc<Grammar>>,
 }
 
 impl Default for SamplingParams {
@@ -33,6 +44,7 @@ impl Default for SamplingParams {
             repeat_penalty: 1.1,
             repeat_last_n: 64,
             seed: 0,
+            grammar: None,
         }
     }
 }
@@ -48,6 +60,7 @@ impl SamplingParams {
             repeat_penalty: 1.0,
             repeat_last_n: 0,
             seed: 0,
+            grammar: None,
         }
     }
 
@@ -83,19 +96,63 @@ pub struct Sampler {
     cand: Vec<(u32, f32)>,
     probs: Vec<f32>,
     seen: Vec<u32>,
+    /// The grammar's state, when the parameters have a grammar.
+    constraint: Option<Constraint>,
 }
 
 impl Sampler {
+    /// A sampler without a grammar: parameters with one need the model's vocabulary
+    /// ([`Sampler::for_model`]).
     pub fn new(params: SamplingParams) -> Result<Sampler> {
+        if params.grammar.is_some() {
+            return Err(EngineError::InvalidRequest(
+                "a grammar needs the model's vocabulary: make the sampler with Sampler::for_model"
+                    .into(),
+            ));
+        }
+        Sampler::build(params, None)
+    }
+
+    /// A sampler for `model`'s tokens, with the parameters' grammar if they have one.
+    pub fn for_model(params: SamplingParams, model: &Model) -> Result<Sampler> {
+        let vocab = params.grammar.as_ref().map(|_| model.grammar_vocab());
+        Sampler::build(params, vocab)
+    }
+
+    /// A sampler over `vocab`'s tokens, with the parameters' grammar if they have one.
+    pub fn with_vocab(params: SamplingParams, vocab: Arc<GrammarVocab>) -> Result<Sampler> {
+        Sampler::build(params, Some(vocab))
+    }
+
+    fn build(params: SamplingParams, vocab: Option<Arc<GrammarVocab>>) -> Result<Sampler> {
         params.validate()?;
         let rng = SmallRng::seed_from_u64(params.seed);
+        let constraint = match (&params.grammar, vocab) {
+            (Some(g), Some(v)) => Some(Constraint::new(g.clone(), v)),
+            _ => None,
+        };
         Ok(Sampler {
             seen: Vec::with_capacity(params.repeat_last_n.min(1 << 16)),
             params,
             rng,
             cand: Vec::new(),
             probs: Vec::new(),
+            constraint,
         })
+    }
+
+    /// Where the generation stands in the grammar, if there is one.
+    pub fn grammar_state(&self) -> Option<&GrammarState> {
+        self.constraint.as_ref().map(Constraint::state)
+    }
+
+    /// How many of `drafts`, in order, the grammar allows after the tokens chosen so far (all
+    /// of them without a grammar): a drafted token it refuses can never be accepted.
+    pub fn grammar_prefix(&mut self, drafts: &[u32]) -> usize {
+        match self.constraint.as_mut() {
+            Some(c) => c.allowed_prefix(drafts),
+            None => drafts.len(),
+        }
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -125,6 +182,40 @@ impl Sampler {
             p.repeat_last_n,
             &mut self.seen,
         );
+        match self.constraint.take() {
+            None => self.pick(logits, draft),
+            Some(mut c) => {
+                let id = self.pick_allowed(&mut c, logits, draft);
+                self.constraint = Some(c);
+                id
+            }
+        }
+    }
+
+    /// The choice under a grammar, made as llama.cpp makes it: the token chosen without the
+    /// grammar stands if the grammar allows it (testing one token costs far less than masking
+    /// the vocabulary); otherwise the grammar masks the logits and the choice is made again.
+    /// Greedy, that is the likeliest token the grammar allows. When the grammar allows no
+    /// token with a finite logit, the reply ends.
+    fn pick_allowed(&mut self, c: &mut Constraint, logits: &mut [f32], draft: Option<u32>) -> u32 {
+        let first = self.pick(logits, draft);
+        let finite = |l: &[f32], id: u32| l.get(id as usize).is_some_and(|x| x.is_finite());
+        if finite(logits, first) && c.allows(first) {
+            c.accept(first);
+            return first;
+        }
+        c.mask(logits);
+        if !logits.iter().any(|l| l.is_finite()) {
+            return c.end_token().unwrap_or(first);
+        }
+        let id = self.pick(logits, draft);
+        c.accept(id);
+        id
+    }
+
+    /// The sampling chain without a grammar.
+    fn pick(&mut self, logits: &mut [f32], draft: Option<u32>) -> u32 {
+        let p = &self.params;
         if p.temperature == 0.0 {
             return argmax(logits);
         }
@@ -401,6 +492,7 @@ mod tests {
             repeat_penalty: 1.3,
             repeat_last_n: 8,
             seed: 7,
+            grammar: None,
         };
         let logits = [1.0f32, 2.0, 0.5, 1.8, -1.0, -4.0];
         let recent = [3u32, 3, 1];

@@ -389,6 +389,7 @@ fn sampled_replies_keep_their_distribution() {
         repeat_penalty: 1.0,
         repeat_last_n: 0,
         seed,
+        grammar: None,
     };
     // The drafter proposes the greedy first token and then the runner-up for the second: an
     // unlikely token, so keeping it too often or too rarely both show.

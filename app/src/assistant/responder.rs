@@ -66,6 +66,7 @@ impl GenerationSettings {
             repeat_penalty: self.repeat_penalty,
             repeat_last_n: 64,
             seed: self.seed.unwrap_or_else(time_seed),
+            grammar: None,
         }
     }
 }

@@ -70,6 +70,7 @@ pub fn run(args: CompleteArgs) -> Result<()> {
         repeat_penalty: 1.0,
         repeat_last_n: 0,
         seed: args.seed,
+        grammar: None,
     };
     sampling.validate()?;
     let model = load_model_kv(&args.model, args.kv.kv_type)?;

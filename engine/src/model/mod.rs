@@ -18,6 +18,7 @@ pub use hparams::{Arch, HParams};
 
 use crate::chat_template::ChatTemplate;
 use crate::gguf::Gguf;
+use crate::grammar::GrammarVocab;
 use crate::kv_cache::{KvCache, KvType};
 use crate::limits::PREFILL_CHUNK;
 use crate::tokenizer::Tokenizer;
@@ -95,6 +96,8 @@ pub struct Model {
     pub(crate) file: Gguf,
     /// See [`Model::fingerprint`]; computed on first use.
     fingerprint: std::sync::OnceLock<[u8; 32]>,
+    /// See [`Model::grammar_vocab`]; built on first use.
+    grammar_vocab: std::sync::OnceLock<Arc<GrammarVocab>>,
 }
 
 /// Bytes per token a kernel thread keeps for a matmul's input: its activations quantized, about
@@ -130,6 +133,7 @@ impl Model {
             rope_swa,
             file,
             fingerprint: std::sync::OnceLock::new(),
+            grammar_vocab: std::sync::OnceLock::new(),
         }))
     }
 
@@ -168,6 +172,14 @@ impl Model {
             quantization: weights.quantization(),
             n_embd: hparams.n_embd,
         })
+    }
+
+    /// The vocabulary as grammars see it (each token's bytes in a prefix trie), built the first
+    /// time a generation asks for a grammar and shared by every later one.
+    pub fn grammar_vocab(&self) -> Arc<GrammarVocab> {
+        self.grammar_vocab
+            .get_or_init(|| Arc::new(GrammarVocab::new(&self.tokenizer)))
+            .clone()
     }
 
     /// What tells this model file from another, for context snapshots: the sha256 of the file's

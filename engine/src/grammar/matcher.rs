@@ -1,0 +1,277 @@
+//! Following a generation through a grammar byte by byte. Tokens are bytes, and a token may end
+//! inside a UTF-8 character, so the state is the parse stacks plus the character begun but not
+//! finished. The rules are llama.cpp's: bytes decode as it decodes them (a malformed sequence
+//! is refused), each finished character advances the stacks, and a token ending inside a
+//! character is allowed if some stack's class could still accept that character.
+
+use std::sync::Arc;
+
+use super::stacks::{Arena, DONE};
+use super::Grammar;
+
+/// A UTF-8 character begun by the bytes read so far: its bits and how many continuation bytes
+/// it still needs (0: none begun).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Partial {
+    value: u32,
+    n_remain: u32,
+}
+
+impl Partial {
+    pub fn is_none(self) -> bool {
+        self.n_remain == 0
+    }
+}
+
+/// Continuation bytes a leading byte announces, by its high nibble (llama.cpp's table: a
+/// continuation byte cannot lead).
+const UTF8_LEN: [i8; 16] = [1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 3, 4];
+
+/// Reads byte `b` after `set` and `partial`: the stacks after it go into `out` (cleared first)
+/// and the character still open is returned, or `None` if no parse accepts the byte.
+pub fn step(
+    g: &Grammar,
+    arena: &mut Arena,
+    set: &[u32],
+    partial: Partial,
+    b: u8,
+    out: &mut Vec<u32>,
+) -> Option<Partial> {
+    let (value, n_remain) = if partial.n_remain > 0 {
+        if b >> 6 != 2 {
+            return None;
+        }
+        (
+            (partial.value << 6) | u32::from(b & 0x3F),
+            partial.n_remain - 1,
+        )
+    } else {
+        let n = UTF8_LEN[usize::from(b >> 4)] - 1;
+        if n < 0 {
+            return None;
+        }
+        let mask = (1u32 << (7 - n)) - 1;
+        (u32::from(b) & mask, n as u32)
+    };
+    if n_remain > 0 {
+        out.clear();
+        out.extend_from_slice(set);
+        return Some(Partial { value, n_remain });
+    }
+    arena.advance(g, set, value, out);
+    (!out.is_empty()).then_some(Partial::default())
+}
+
+/// Whether a token may end here: every character finished and some parse alive, or a
+/// character open that some stack's class could still accept.
+pub fn may_end_token(g: &Grammar, arena: &Arena, set: &[u32], partial: Partial) -> bool {
+    if partial.is_none() {
+        return !set.is_empty();
+    }
+    set.iter().any(|&s| {
+        s != DONE && g.match_partial(arena.top(s) as usize, partial.value, partial.n_remain)
+    })
+}
+
+/// Where a generation stands in a grammar. Cloning copies the stacks' arena: cheap early in
+/// a generation, and never needed by the generation loop itself.
+#[derive(Clone)]
+pub struct GrammarState {
+    grammar: Arc<Grammar>,
+    arena: Arena,
+    stacks: Vec<u32>,
+    partial: Partial,
+    scratch: Vec<u32>,
+    scratch2: Vec<u32>,
+}
+
+impl GrammarState {
+    /// At the start of `grammar`'s root rule.
+    pub fn new(grammar: Arc<Grammar>) -> GrammarState {
+        let mut arena = Arena::default();
+        let mut stacks = Vec::new();
+        arena.initial(&grammar, &mut stacks);
+        GrammarState {
+            grammar,
+            arena,
+            stacks,
+            partial: Partial::default(),
+            scratch: Vec::new(),
+            scratch2: Vec::new(),
+        }
+    }
+
+    pub fn grammar(&self) -> &Arc<Grammar> {
+        &self.grammar
+    }
+
+    /// Whether the text so far is a whole sentence of the grammar (an end token may come).
+    pub fn can_end(&self) -> bool {
+        self.partial.is_none() && self.stacks.contains(&DONE)
+    }
+
+    /// Whether the text so far is a whole sentence that nothing may follow.
+    pub fn is_finished(&self) -> bool {
+        self.partial.is_none() && self.stacks == [DONE]
+    }
+
+    /// Whether `bytes` may follow the text so far (at least the start of a character that
+    /// may). Changes nothing but scratch space.
+    pub fn accepts(&mut self, bytes: &[u8]) -> bool {
+        let (stacks, partial) = (std::mem::take(&mut self.stacks), self.partial);
+        let ok = self.walk(&stacks, partial, bytes).is_some();
+        self.stacks = stacks;
+        ok
+    }
+
+    /// Reads `bytes` if the grammar allows them (see [`GrammarState::accepts`]) and says
+    /// whether it did; refused bytes leave the state as it was.
+    pub fn advance(&mut self, bytes: &[u8]) -> bool {
+        let stacks = std::mem::take(&mut self.stacks);
+        match self.walk(&stacks, self.partial, bytes) {
+            Some(partial) => {
+                self.stacks = std::mem::take(&mut self.scratch);
+                self.scratch = stacks;
+                self.partial = partial;
+                if self.arena.wants_compaction() {
+                    self.arena.compact(&mut self.stacks);
+                }
+                true
+            }
+            None => {
+                self.stacks = stacks;
+                false
+            }
+        }
+    }
+
+    /// How many of `pieces`, read one after another from here, the grammar allows, without
+    /// moving. `None` stands for an end token: allowed where the text may end, and nothing
+    /// follows it.
+    pub fn accepted_run<'p>(
+        &mut self,
+        pieces: impl IntoIterator<Item = Option<&'p [u8]>>,
+    ) -> usize {
+        let mut set = self.stacks.clone();
+        let mut partial = self.partial;
+        let mut n = 0;
+        for piece in pieces {
+            let Some(bytes) = piece else {
+                return n + usize::from(partial.is_none() && set.contains(&DONE));
+            };
+            match self.walk(&set, partial, bytes) {
+                Some(p) => {
+                    std::mem::swap(&mut set, &mut self.scratch);
+                    partial = p;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+
+    /// Walks `bytes` from `set` and `partial`; on success the stacks are in `self.scratch`.
+    /// Bytes from a NUL on are not read, as llama.cpp reads a token's text as a C string;
+    /// nothing at all (an empty token) is refused.
+    fn walk(&mut self, set: &[u32], partial: Partial, bytes: &[u8]) -> Option<Partial> {
+        let bytes = &bytes[..bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len())];
+        if bytes.is_empty() {
+            return None;
+        }
+        self.scratch.clear();
+        self.scratch.extend_from_slice(set);
+        let mut p = partial;
+        for &b in bytes {
+            p = step(
+                &self.grammar,
+                &mut self.arena,
+                &self.scratch,
+                p,
+                b,
+                &mut self.scratch2,
+            )?;
+            std::mem::swap(&mut self.scratch, &mut self.scratch2);
+        }
+        may_end_token(&self.grammar, &self.arena, &self.scratch, p).then_some(p)
+    }
+
+    /// The stacks, the open character and the arena, for a walk over many tokens at once.
+    pub(crate) fn parts(&mut self) -> (&Grammar, &mut Arena, &[u32], Partial) {
+        (&self.grammar, &mut self.arena, &self.stacks, self.partial)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(g: &str) -> GrammarState {
+        GrammarState::new(Arc::new(Grammar::parse(g).unwrap()))
+    }
+
+    #[test]
+    fn accepts_and_rejects_strings() {
+        let mut s = state("root ::= (\"yes\" | \"no\") \".\"?");
+        assert!(s.accepts(b"ye") && s.accepts(b"no.") && !s.accepts(b"yo"));
+        assert!(!s.accepts(b"") && !s.can_end());
+        assert!(s.advance(b"y") && s.advance(b"es"));
+        assert!(s.can_end() && !s.is_finished());
+        assert!(!s.advance(b"!"));
+        assert!(s.advance(b"."));
+        assert!(s.is_finished() && !s.accepts(b"."));
+    }
+
+    #[test]
+    fn a_character_may_split_across_tokens() {
+        // "é" is C3 A9, "€" is E2 82 AC.
+        let mut s = state("root ::= \"caf\" [\\u00e9] \"€\"");
+        assert!(s.advance(b"caf\xC3"));
+        assert!(!s.accepts(b"\xAA"), "é is A9, not AA");
+        assert!(s.advance(b"\xA9\xE2"));
+        assert!(s.advance(b"\x82"));
+        assert!(s.advance(b"\xAC"));
+        assert!(s.is_finished());
+    }
+
+    #[test]
+    fn a_partial_character_is_checked_against_the_class() {
+        let mut s = state("root ::= [a-z]+");
+        assert!(!s.accepts(b"a\xC3"), "no letter of a-z starts with C3");
+        let mut s = state("root ::= [^\"]+");
+        assert!(s.accepts(b"a\xC3") && s.accepts(b"\xE4\xB8"));
+        assert!(!s.accepts(b"\x80"), "a continuation byte cannot lead");
+        assert!(!s.accepts(b"\xC3a"), "a character cut short is malformed");
+    }
+
+    #[test]
+    fn a_token_may_span_several_elements() {
+        let mut s = state("root ::= \"{\" ws \"\\\"k\\\"\" ws \":\" [0-9]+ \"}\"\nws ::= [ ]*");
+        assert!(s.accepts(b"{ \"k\":"));
+        assert!(s.advance(b"{\"k\" :12}"));
+        assert!(s.is_finished());
+    }
+
+    #[test]
+    fn a_run_of_pieces_stops_at_the_first_refused() {
+        let mut s = state("root ::= \"ab\" \"c\"*");
+        let run = |s: &mut GrammarState, p: &[Option<&[u8]>]| s.accepted_run(p.iter().copied());
+        assert_eq!(
+            run(&mut s, &[Some(b"a"), Some(b"bc"), Some(b"x"), Some(b"c")]),
+            2
+        );
+        assert_eq!(run(&mut s, &[Some(b"ab"), None, Some(b"c")]), 2);
+        assert_eq!(run(&mut s, &[Some(b"a"), None]), 1);
+        assert!(
+            s.accepts(b"a") && !s.accepts(b"c"),
+            "the state did not move"
+        );
+    }
+
+    #[test]
+    fn nul_ends_a_tokens_text() {
+        let mut s = state("root ::= \"a\"");
+        assert!(!s.accepts(b"\0a"));
+        assert!(s.accepts(b"a\0zz"));
+    }
+}
