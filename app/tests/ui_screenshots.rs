@@ -14,9 +14,10 @@ use kostant_app::ui::{attach, AppConfig, AppRoot, DesktopApp, Page, PhoneApp};
 use slint::{ComponentHandle, Model};
 use ui_support::*;
 
-const PAGES: [(Page, &str); 4] = [
+const PAGES: [(Page, &str); 5] = [
     (Page::Chat, "chat"),
     (Page::History, "history"),
+    (Page::Documents, "documents"),
     (Page::Evals, "evals"),
     (Page::Settings, "settings"),
 ];

@@ -4,6 +4,7 @@
 //! Controllers (`crate::controllers`) own handles to these and translate between them and what
 //! a screen shows; the CLI calls them directly.
 
+pub mod ask;
 pub mod feature_adapters;
 pub mod guard_model;
 pub mod installed_models;

@@ -135,6 +135,9 @@ pub enum ReplyEvent {
         to: usize,
         notice: String,
     },
+    /// The passages an "Ask documents" reply stands on, sent just before its `Done`
+    /// ([`super::ask::AskDocuments`]); a reply refused or withdrawn by the guard has none.
+    Sources(Vec<super::ask::Source>),
     Done(ReplyOutcome),
     Failed(String),
 }

@@ -1,5 +1,7 @@
 //! The Chat screen's logic: send, stream, stop, regenerate, edit-and-resend, copy, feature
-//! chips, the TTFT and tok/s readout, saving to the encrypted history.
+//! chips, the TTFT and tok/s readout, saving to the encrypted history. An "Ask documents"
+//! reply arrives with its sources ([`ReplyEvent::Sources`]), kept on the reply's message; the
+//! history saves the question as typed and the reply, never the passages.
 //!
 //! Replies come from a responder (`crate::assistant::responder`) on the chat's worker thread,
 //! as [`ReplyEvent`]s: tokens, `Withdrawn` (the guard took back what was shown; its notice
@@ -15,6 +17,7 @@ use kostant_safety::Verdict;
 
 use super::message::{ChatMessage, MessageState};
 use super::{AppError, Notify, SharedStore};
+use crate::assistant::ask::Source;
 use crate::assistant::responder::{
     ContextOrigin, GenerationSettings, ModelSummary, ReplyEvent, ReplyRequest, ReplyStats,
     ResponderFactory,
@@ -222,6 +225,11 @@ impl ChatController {
         self.messages.get(index).map(|m| m.text.clone())
     }
 
+    /// Source `n` (0-based, as listed) under message `index`, for the passage panel.
+    pub fn source(&self, index: usize, n: usize) -> Option<&Source> {
+        self.messages.get(index)?.sources.get(n)
+    }
+
     /// Starts an empty conversation (the next exchange creates a new history entry).
     pub fn new_chat(&mut self) -> Result<(), AppError> {
         if self.running.is_some() {
@@ -421,6 +429,7 @@ impl ChatController {
                     run.first_token.get_or_insert_with(Instant::now);
                 }
             }
+            ReplyEvent::Sources(sources) => reply.sources = sources,
             ReplyEvent::Withdrawn { from, to, notice } => {
                 replace_range(&mut reply.text, from, to, &notice);
                 reply.state = MessageState::WITHDRAWN;

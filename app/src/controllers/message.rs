@@ -4,6 +4,7 @@
 
 use kostant_safety::{StoppedBy, Verdict};
 
+use crate::assistant::ask::Source;
 use crate::history::Role;
 
 /// How a message on screen stands: a reply still arriving, one that could not be made, or
@@ -75,6 +76,9 @@ pub struct ChatMessage {
     pub role: Role,
     pub text: String,
     pub state: MessageState,
+    /// The passages an "Ask documents" reply stands on (empty for every other message). Kept
+    /// on screen only: the history saves the question and the reply, not the passages.
+    pub sources: Vec<Source>,
     /// Saved to the history as the last exchange (so regenerate can replace it there).
     pub(super) saved: bool,
 }
@@ -85,6 +89,7 @@ impl ChatMessage {
             role,
             text: text.into(),
             state,
+            sources: Vec::new(),
             saved: false,
         }
     }

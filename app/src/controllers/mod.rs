@@ -7,6 +7,7 @@
 //! calls a `notify` hook after each report so the UI can schedule a `pump` on its event loop.
 
 pub mod chat;
+pub mod documents;
 pub mod evals;
 pub mod history;
 pub mod lifecycle;

@@ -1,11 +1,13 @@
 //! The Chat screen's adapter: the chat controller's messages and state into `ChatState`, and
-//! the screen's callbacks (send, stop, regenerate, edit, copy, feature chips, new chat) back.
+//! the screen's callbacks (send, stop, regenerate, edit, copy, feature chips, new chat, a
+//! reply's source opened in the passage panel) back.
 
 use std::rc::Rc;
 
 use slint::{Model as _, ModelRc, SharedString, VecModel};
 
 use super::{App, AppRoot, ChatItem, MessageRole, MessageStatus, Page};
+use crate::assistant::ask::Source;
 use crate::assistant::worker::ModelState;
 use crate::controllers::message::MessageState;
 use crate::features::Feature;
@@ -61,6 +63,18 @@ fn status_of(state: MessageState) -> MessageStatus {
     }
 }
 
+/// The sources under a reply as the screen lists them: "[1] lease.md, page 2".
+fn source_labels(sources: &[Source]) -> ModelRc<SharedString> {
+    if sources.is_empty() {
+        return ModelRc::default();
+    }
+    let labels: Vec<SharedString> = sources
+        .iter()
+        .map(|s| format!("[{}] {}", s.n, s.label).into())
+        .collect();
+    ModelRc::new(VecModel::from(labels))
+}
+
 /// The chat's state into `ChatState`: the messages (only the rows that changed), the model's
 /// status, the readout and the status line.
 pub(super) fn refresh<R: AppRoot>(ui: &R, app: &App) {
@@ -77,6 +91,7 @@ pub(super) fn refresh<R: AppRoot>(ui: &R, app: &App) {
             text: m.text.as_str().into(),
             status: status_of(m.state),
             caption: m.state.caption().into(),
+            sources: source_labels(&m.sources),
         })
         .collect();
     sync_rows(&app.messages, items);
@@ -177,6 +192,29 @@ pub(super) fn connect<R: AppRoot>(ui: &R, app: &Rc<App>) {
         }
         if let Some(ui) = w.upgrade() {
             refresh(&ui, &a);
+        }
+    });
+
+    let (w, a) = (ui.as_weak(), app.clone());
+    s.on_show_source(move |message, n| {
+        let Some(ui) = w.upgrade() else { return };
+        let chat = a.chat.borrow();
+        let source = usize::try_from(message)
+            .ok()
+            .zip(usize::try_from(n).ok())
+            .and_then(|(m, n)| chat.source(m, n));
+        if let Some(src) = source {
+            let s = ui.chat_state();
+            s.set_source_title(format!("[{}] {}", src.n, src.label).into());
+            s.set_source_text(src.text.as_str().into());
+            s.set_source_open(true);
+        }
+    });
+
+    let w = ui.as_weak();
+    s.on_close_source(move || {
+        if let Some(ui) = w.upgrade() {
+            ui.chat_state().set_source_open(false);
         }
     });
 

@@ -88,9 +88,14 @@ pub(super) fn connect<R: AppRoot>(ui: &R, app: &Rc<App>) {
         h.cancel_delete_all();
         Ok(())
     }));
-    s.on_confirm_delete_all(with_history(ui, app, |_, a, h| {
+    s.on_confirm_delete_all(with_history(ui, app, |ui, a, h| {
         h.confirm_delete_all()?;
         a.chat.borrow_mut().forget_conversation(None);
+        // Delete-all takes the documents too.
+        if let Some(d) = &a.documents {
+            d.borrow_mut().refresh();
+        }
+        super::documents::refresh(ui, a);
         Ok(())
     }));
 }

@@ -1,5 +1,5 @@
 //! The Slint app's wiring: builds the controllers and hands each screen to its adapter
-//! (`chat`, `history`, `evals`, `settings`: `connect` wires the screen's callbacks to its
+//! (`chat`, `history`, `documents`, `evals`, `settings`: `connect` wires the screen's callbacks to its
 //! controller, `refresh` copies the controller's state into the screen's `.slint` global,
 //! app/ui/state.slint). No logic lives here that a controller test could not see.
 //!
@@ -16,11 +16,13 @@ use std::sync::Arc;
 
 use slint::{ComponentHandle, ModelRc, VecModel};
 
+use crate::assistant::ask::{library_adder, with_documents, SharedLibrary};
 use crate::assistant::responder::{guarded_factory, LoadResult, ResponderFactory};
 use crate::assistant::suite_runner::{EvalRunner, SuiteRunner};
 use crate::assistant::worker::ModelState;
 use crate::assistant::Notify;
 use crate::controllers::chat::ChatController;
+use crate::controllers::documents::DocumentsController;
 use crate::controllers::evals::{EvalSettings, EvalsController};
 use crate::controllers::history::HistoryController;
 use crate::controllers::lifecycle::{Lifecycle, SavedState};
@@ -31,6 +33,7 @@ use crate::error::AppError;
 use crate::preferences::Preferences;
 
 mod chat;
+mod documents;
 mod evals;
 mod history;
 mod settings;
@@ -76,6 +79,7 @@ impl AppConfig {
 pub trait AppRoot: ComponentHandle + 'static {
     fn chat_state(&self) -> ChatState<'_>;
     fn history_state(&self) -> HistoryState<'_>;
+    fn documents_state(&self) -> DocumentsState<'_>;
     fn evals_state(&self) -> EvalsState<'_>;
     fn settings_state(&self) -> SettingsState<'_>;
     fn nav(&self) -> Nav<'_>;
@@ -93,6 +97,9 @@ macro_rules! app_root {
             }
             fn history_state(&self) -> HistoryState<'_> {
                 self.global::<HistoryState>()
+            }
+            fn documents_state(&self) -> DocumentsState<'_> {
+                self.global::<DocumentsState>()
             }
             fn evals_state(&self) -> EvalsState<'_> {
                 self.global::<EvalsState>()
@@ -125,9 +132,13 @@ app_root!(PhoneApp);
 pub struct App {
     pub chat: RefCell<ChatController>,
     pub history: Option<RefCell<HistoryController>>,
+    /// The Documents screen; `None` when the history, which keeps the documents, is off.
+    pub documents: Option<RefCell<DocumentsController>>,
     pub settings: RefCell<SettingsController>,
     pub evals: RefCell<EvalsController>,
     data_dir: Option<PathBuf>,
+    /// The sentence encoder, shared by the chat's questions and the Documents screen.
+    library: SharedLibrary,
     badge: NetworkBadge,
     messages: Rc<VecModel<ChatItem>>,
     /// The model state last shown, to notice when loading finishes.
@@ -139,10 +150,21 @@ pub struct App {
 }
 
 impl App {
-    /// Cancels a running reply or eval and joins the workers.
+    /// Cancels a running reply or eval and joins the workers (an add of a document ends
+    /// first: it is stored whole or not at all).
     pub fn shutdown(&self) {
         self.chat.borrow_mut().shutdown();
         self.evals.borrow_mut().shutdown();
+        if let Some(d) = &self.documents {
+            d.borrow_mut().shutdown();
+        }
+    }
+
+    /// The chat's responder from `factory`, able to answer "Ask documents" questions from
+    /// the documents in the history (none when the history is off).
+    pub(crate) fn chat_factory(&self, factory: ResponderFactory) -> ResponderFactory {
+        let dir = self.history.as_ref().and(self.data_dir.clone());
+        with_documents(factory, dir, self.library.clone())
     }
 
     /// Handles an event of the app's life (`controllers::lifecycle`); for `SaveState`, returns
@@ -252,6 +274,9 @@ pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
         (None, Ok(path)) => guarded_factory(path),
         (None, Err(why)) => Box::new(move || -> LoadResult { Err(AppError::ModelNotReady(why)) }),
     };
+    let library = SharedLibrary::default();
+    let docs_dir = store.as_ref().and(data_dir.clone());
+    let factory = with_documents(factory, docs_dir.clone(), library.clone());
     let mut chat = ChatController::new(factory, store.clone(), notify.clone());
     let mut settings = SettingsController::new(chat.settings.clone(), history_status);
     // Last run's choices (the cache type above all: a saved context restores only under it).
@@ -261,6 +286,10 @@ pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
     }
     let app = Rc::new(App {
         chat: RefCell::new(chat),
+        documents: store.clone().zip(docs_dir).map(|(s, dir)| {
+            let adder = library_adder(dir, library.clone());
+            RefCell::new(DocumentsController::new(s, adder, notify.clone()))
+        }),
         history: store.map(|s| RefCell::new(HistoryController::new(s))),
         settings: RefCell::new(settings),
         evals: RefCell::new(EvalsController::new(
@@ -269,6 +298,7 @@ pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
             notify.clone(),
         )),
         data_dir,
+        library,
         badge: NetworkBadge::current(),
         messages: Rc::new(VecModel::default()),
         shown_model: RefCell::new(ModelState::Loading),
@@ -279,6 +309,7 @@ pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
     ui.theme().set_dark(cfg.dark);
     chat::connect(ui, &app);
     history::connect(ui, &app);
+    documents::connect(ui, &app);
     settings::connect(ui, &app);
     evals::connect(ui, &app);
     let (weak, a) = (ui.as_weak(), app.clone());
@@ -328,11 +359,19 @@ fn pump<R: AppRoot>(ui: &R, app: &App, notify: &Notify) {
     if app.evals.borrow_mut().pump() {
         evals::refresh(ui, app);
     }
+    if app
+        .documents
+        .as_ref()
+        .is_some_and(|d| d.borrow_mut().pump())
+    {
+        documents::refresh(ui, app);
+    }
 }
 
 fn refresh_all<R: AppRoot>(ui: &R, app: &App) {
     chat::refresh(ui, app);
     history::refresh(ui, app);
+    documents::refresh(ui, app);
     settings::refresh(ui, app);
     evals::refresh(ui, app);
 }

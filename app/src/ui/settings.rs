@@ -101,7 +101,10 @@ fn switch_model(app: &App, path: PathBuf) -> Result<(), String> {
     }
     app.chat
         .borrow_mut()
-        .switch_model(guarded_factory(path.clone()), app.notify.clone())
+        .switch_model(
+            app.chat_factory(guarded_factory(path.clone())),
+            app.notify.clone(),
+        )
         .map_err(|_| "A reply is being written: stop it or let it finish, then switch.")?;
     app.settings.borrow_mut().model_switching();
     *app.shown_model.borrow_mut() = ModelState::Loading;
