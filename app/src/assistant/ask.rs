@@ -1,21 +1,22 @@
 //! "Ask documents" in the chat: a [`Responder`] around the guarded one that, for a question
-//! under [`Feature::Documents`], finds its passages on the chat's worker thread, gives the
-//! model the numbered passages with the question ([`ask_turn`]) and reports the reply's
-//! sources before its end. Other features pass straight through. Also the encoder shared
+//! under [`Feature::Documents`], finds its passages on the chat's worker thread, has the guard
+//! read them, gives the model the numbered passages in the system prompt
+//! ([`ask_system_prompt`]) with the question as typed, and reports the reply's sources before
+//! its end. Other features pass straight through. Also the encoder shared
 //! with the Documents screen ([`SharedLibrary`]) and the screen's [`Adder`].
 //!
-//! Only the request changes: the chat keeps showing (and the history keeps saving) the
+//! Only the request's system prompt changes: the chat shows (and the history saves) the
 //! question as typed and the reply; the passages are never written to the conversation.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use kostant_engine::{CancelHandle, Message, Role};
-use kostant_safety::Verdict;
+use kostant_engine::{CancelHandle, Role};
+use kostant_safety::{Guard, Verdict};
 
 use super::documents::{
-    ask_turn, citations, passage_label, AddedDocument, DocsError, FoundPassage, Library,
-    ASK_PASSAGES, NOTHING_FOUND,
+    answer_without_passages, ask_system_prompt, citations, passage_label, screen_passages,
+    AddedDocument, DocsError, FoundPassage, Library, ALL_HELD_BACK, ASK_PASSAGES, NOTHING_FOUND,
 };
 use super::responder::{ReplyEvent, ReplyOutcome, ReplyRequest, Responder, ResponderFactory};
 use crate::features::Feature;
@@ -85,9 +86,9 @@ pub fn library_adder(data_dir: PathBuf, library: SharedLibrary) -> Adder {
 enum Plan {
     /// Not a documents question: the inner responder answers it as it is.
     Pass,
-    /// Answer with this text, without the model.
-    Say(&'static str),
-    /// Answer this request, made from these passages.
+    /// Answer so, without the model (the guard has read the question).
+    Say(String, Verdict),
+    /// Answer this request, whose system prompt holds these passages.
     Ask(ReplyRequest, Vec<FoundPassage>),
 }
 
@@ -112,50 +113,60 @@ impl AskDocuments {
         }
     }
 
-    fn plan(&self, req: &ReplyRequest) -> Result<Plan, DocsError> {
+    /// Finds the passages for the question and has the guard read them, or decides what to
+    /// say without the model. Errors are sentences for the person.
+    fn plan(&mut self, req: &ReplyRequest) -> Result<Plan, String> {
         let question = match req.turns.last() {
             Some(m) if req.feature == Feature::Documents && m.role == Role::User => &m.content,
             _ => return Ok(Plan::Pass),
         };
+        let guard = self.inner.screening_guard().ok_or(NO_GUARD)?;
         let Some(dir) = &self.data_dir else {
-            return Ok(Plan::Say(DOCUMENTS_OFF));
+            return instead(guard, question, DOCUMENTS_OFF);
         };
         // Its own connection, opened for this question: the worker thread cannot share the
         // UI thread's, and a fresh one always has the history's current key.
-        let store = crate::history::open_default(dir)?;
-        if store.documents()?.is_empty() {
-            return Ok(Plan::Say(NO_DOCUMENTS));
+        let store = crate::history::open_default(dir).map_err(|e| e.to_string())?;
+        if store.documents().map_err(|e| e.to_string())?.is_empty() {
+            return instead(guard, question, NO_DOCUMENTS);
         }
         let found = self
             .library
-            .with(|l| l.search(&store, question, ASK_PASSAGES))??;
+            .with(|l| l.search(&store, question, ASK_PASSAGES))
+            .and_then(|r| r)
+            .map_err(|e| e.to_string())?;
         if !found.relevant {
-            return Ok(Plan::Say(NOTHING_FOUND));
+            return instead(guard, question, NOTHING_FOUND);
         }
-        Ok(Plan::Ask(
-            with_passages(req, &found.passages),
-            found.passages,
-        ))
+        let (kept, _held_back) =
+            screen_passages(guard, found.passages).map_err(|e| e.to_string())?;
+        if kept.is_empty() {
+            return instead(guard, question, ALL_HELD_BACK);
+        }
+        let mut asked = req.clone();
+        asked.system = ask_system_prompt(&kept);
+        Ok(Plan::Ask(asked, kept))
     }
 }
 
-/// `req` with its last user turn replaced by the passages and the question.
-fn with_passages(req: &ReplyRequest, passages: &[FoundPassage]) -> ReplyRequest {
-    let mut req = req.clone();
-    if let Some(last) = req.turns.last_mut() {
-        *last = Message {
-            role: Role::User,
-            content: ask_turn(&last.content, passages),
-        };
-    }
-    req
+/// Why a documents question cannot be answered by a responder without a guard.
+const NO_GUARD: &str = "documents can only be asked through the on-device safety check";
+
+/// `text` as the reply, once the guard has read the question: a question it flags gets the
+/// policy's refusal instead, as in the chat.
+fn instead(guard: &mut Guard, question: &str, text: &str) -> Result<Plan, String> {
+    let (reply, verdict) = answer_without_passages(guard, question).map_err(|e| e.to_string())?;
+    Ok(match verdict {
+        Verdict::Answered => Plan::Say(text.to_string(), verdict),
+        _ => Plan::Say(reply, verdict),
+    })
 }
 
-/// A reply made without the model: what the app says instead.
-fn said(text: &str) -> ReplyEvent {
+/// A reply made without the model.
+fn said(text: String, verdict: Verdict) -> ReplyEvent {
     ReplyEvent::Done(ReplyOutcome {
-        text: text.to_string(),
-        verdict: Verdict::Answered,
+        text,
+        verdict,
         stats: None,
         context: None,
         notice: None,
@@ -170,9 +181,9 @@ impl Responder for AskDocuments {
         emit: &mut dyn FnMut(ReplyEvent),
     ) {
         match self.plan(req) {
-            Err(e) => emit(ReplyEvent::Failed(e.to_string())),
+            Err(e) => emit(ReplyEvent::Failed(e)),
             Ok(Plan::Pass) => self.inner.respond(req, cancel, emit),
-            Ok(Plan::Say(text)) => emit(said(text)),
+            Ok(Plan::Say(text, verdict)) => emit(said(text, verdict)),
             Ok(Plan::Ask(req, passages)) => self.inner.respond(&req, cancel, &mut |ev| {
                 // A refusal or a withdrawn reply stands on nothing: no sources under it.
                 if let ReplyEvent::Done(o) = &ev {
@@ -183,6 +194,10 @@ impl Responder for AskDocuments {
                 emit(ev)
             }),
         }
+    }
+
+    fn screening_guard(&mut self) -> Option<&mut Guard> {
+        self.inner.screening_guard()
     }
 }
 
@@ -202,6 +217,7 @@ pub fn with_documents(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kostant_engine::Message;
     use crate::history::documents::PassagePlace;
 
     fn passage(name: &str, text: &str) -> FoundPassage {
@@ -234,30 +250,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn only_the_last_turn_carries_the_passages() {
-        let req = ReplyRequest {
-            system: String::new(),
-            feature: Feature::Documents,
-            turns: vec![
-                Message::new(Role::User, "first"),
-                Message::new(Role::Assistant, "answer"),
-                Message::new(Role::User, "What is the deposit?"),
-            ],
-            settings: Default::default(),
-            conversation: None,
-            origin: Default::default(),
-        };
-        let out = with_passages(&req, &[passage("lease.md", "Two months.")]);
-        assert_eq!(out.turns[0].content, "first");
-        let last = &out.turns[2].content;
-        assert!(
-            last.contains("[1] (lease.md, page 2) Two months."),
-            "{last}"
-        );
-        assert!(last.ends_with("Question: What is the deposit?"), "{last}");
-    }
-
     /// Answers "inner" to anything; counts the requests it was given.
     struct Inner(std::sync::Arc<std::sync::atomic::AtomicUsize>);
 
@@ -269,7 +261,7 @@ mod tests {
             emit: &mut dyn FnMut(ReplyEvent),
         ) {
             self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            emit(said("inner"));
+            emit(said("inner".into(), Verdict::Answered));
         }
     }
 
@@ -294,16 +286,23 @@ mod tests {
     }
 
     #[test]
-    fn other_features_pass_through_and_without_a_history_the_app_says_so() {
+    fn other_features_pass_through_and_documents_need_the_guard() {
         let (events, calls) = reply_to(Feature::Chat);
-        assert_eq!((events, calls), (vec![said("inner")], 1));
+        assert_eq!(
+            (events, calls),
+            (vec![said("inner".into(), Verdict::Answered)], 1)
+        );
+        // No documents question is answered past the guard: without one, none is answered.
         let (events, calls) = reply_to(Feature::Documents);
-        assert_eq!((events, calls), (vec![said(DOCUMENTS_OFF)], 0));
+        assert_eq!(
+            (events, calls),
+            (vec![ReplyEvent::Failed(NO_GUARD.into())], 0)
+        );
     }
 
     #[test]
     fn what_the_app_says_instead_reads_as_plain_sentences() {
-        for text in [NO_DOCUMENTS, DOCUMENTS_OFF, NOTHING_FOUND] {
+        for text in [NO_DOCUMENTS, DOCUMENTS_OFF, NOTHING_FOUND, ALL_HELD_BACK] {
             assert!(text.ends_with('.'), "{text}");
             assert!(!text.contains("Error") && !text.contains("error"), "{text}");
         }

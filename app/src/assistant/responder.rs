@@ -151,6 +151,12 @@ pub trait Responder: Send {
         cancel: &CancelHandle,
         emit: &mut dyn FnMut(ReplyEvent),
     );
+
+    /// The guard, for what is read before a reply is asked for (the passages of an "Ask
+    /// documents" question, [`super::ask::AskDocuments`]); `None` for a responder without one.
+    fn screening_guard(&mut self) -> Option<&mut Guard> {
+        None
+    }
 }
 
 /// What the Settings screen shows of the loaded model.
@@ -410,6 +416,10 @@ impl Responder for GuardedResponder {
         if let Err(e) = self.run(req, cancel, emit) {
             emit(ReplyEvent::Failed(e.to_string()));
         }
+    }
+
+    fn screening_guard(&mut self) -> Option<&mut Guard> {
+        Some(&mut self.guard)
     }
 }
 
