@@ -1,8 +1,10 @@
 //! Following a generation through a grammar byte by byte. Tokens are bytes, and a token may end
 //! inside a UTF-8 character, so the state is the parse stacks plus the character begun but not
-//! finished. The rules are llama.cpp's: bytes decode as it decodes them (a malformed sequence
-//! is refused), each finished character advances the stacks, and a token ending inside a
-//! character is allowed if some stack's class could still accept that character.
+//! finished. The rules are llama.cpp's: each finished character advances the stacks, and a token
+//! ending inside a character is allowed if some stack's class could still accept that
+//! character. One rule is stricter: bytes that cannot be UTF-8 (a stray continuation byte, an
+//! overlong form, a surrogate, a code point past U+10FFFF) are refused as soon as they are
+//! read, where llama.cpp lets some through, so the text a grammar allows is always valid UTF-8.
 
 use std::sync::Arc;
 
@@ -15,6 +17,8 @@ use super::Grammar;
 pub struct Partial {
     value: u32,
     n_remain: u32,
+    /// Bytes of the whole character.
+    len: u32,
 }
 
 impl Partial {
@@ -27,6 +31,17 @@ impl Partial {
 /// continuation byte cannot lead).
 const UTF8_LEN: [i8; 16] = [1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 3, 4];
 
+/// Whether a character begun as `value` with `n_remain` bytes to come (of `len` in all) can
+/// still become a valid UTF-8 character: not overlong, not a surrogate, at most U+10FFFF.
+fn viable(value: u32, n_remain: u32, len: u32) -> bool {
+    const MIN: [u32; 4] = [0, 0x80, 0x800, 0x10000];
+    let shift = 6 * n_remain;
+    let lo = value << shift;
+    let hi = lo | ((1u32 << shift) - 1);
+    let min = MIN[(len as usize).clamp(1, 4) - 1];
+    hi >= min && lo <= 0x10FFFF && !(lo >= 0xD800 && hi <= 0xDFFF)
+}
+
 /// Reads byte `b` after `set` and `partial`: the stacks after it go into `out` (cleared first)
 /// and the character still open is returned, or `None` if no parse accepts the byte.
 pub fn step(
@@ -37,26 +52,31 @@ pub fn step(
     b: u8,
     out: &mut Vec<u32>,
 ) -> Option<Partial> {
-    let (value, n_remain) = if partial.n_remain > 0 {
+    let (value, n_remain, len) = if partial.n_remain > 0 {
         if b >> 6 != 2 {
             return None;
         }
-        (
-            (partial.value << 6) | u32::from(b & 0x3F),
-            partial.n_remain - 1,
-        )
+        let value = (partial.value << 6) | u32::from(b & 0x3F);
+        (value, partial.n_remain - 1, partial.len)
     } else {
         let n = UTF8_LEN[usize::from(b >> 4)] - 1;
         if n < 0 {
             return None;
         }
         let mask = (1u32 << (7 - n)) - 1;
-        (u32::from(b) & mask, n as u32)
+        (u32::from(b) & mask, n as u32, n as u32 + 1)
     };
+    if !viable(value, n_remain, len) {
+        return None;
+    }
     if n_remain > 0 {
         out.clear();
         out.extend_from_slice(set);
-        return Some(Partial { value, n_remain });
+        return Some(Partial {
+            value,
+            n_remain,
+            len,
+        });
     }
     arena.advance(g, set, value, out);
     (!out.is_empty()).then_some(Partial::default())
@@ -242,6 +262,10 @@ mod tests {
         assert!(s.accepts(b"a\xC3") && s.accepts(b"\xE4\xB8"));
         assert!(!s.accepts(b"\x80"), "a continuation byte cannot lead");
         assert!(!s.accepts(b"\xC3a"), "a character cut short is malformed");
+        for bad in [&b"\xC0\x80"[..], b"\xE0\x80", b"\xED\xA0", b"\xF4\x90", b"\xF8", b"\xFF"] {
+            assert!(!s.accepts(bad), "{bad:?} is not UTF-8");
+        }
+        assert!(s.accepts(b"\xF0\x9F\x98\x80") && s.accepts(b"\xED\x9F\xBF"));
     }
 
     #[test]
