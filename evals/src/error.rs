@@ -20,6 +20,14 @@ pub enum EvalError {
         line: usize,
         reason: String,
     },
+    #[error("questions file {path} line {line}: {reason}")]
+    Questions {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+    #[error(transparent)]
+    Documents(#[from] kostant_documents::IngestError),
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
     #[error(transparent)]

@@ -1,8 +1,10 @@
 //! The on-device safety eval suite (issue 5): suites from assets/evals, run through the same
 //! guarded pipeline users get (`kostant_safety::pipeline::respond`), judged on device, summed up
-//! with 95% Wilson intervals, and reported as JSON, Markdown and SVG.
+//! with 95% Wilson intervals, and reported as JSON, Markdown and SVG. Beside it, the retrieval
+//! eval of "ask your documents" (`retrieval`).
 //!
-//! Dependency rule: this crate depends on `kostant-safety` and `kostant-engine` only.
+//! Dependency rule: this crate depends on `kostant-safety`, `kostant-engine` and
+//! `kostant-documents` only.
 #![forbid(unsafe_code)]
 
 pub mod calibration;
@@ -13,6 +15,7 @@ pub mod metrics;
 pub mod perplexity;
 pub mod quality;
 pub mod report;
+pub mod retrieval;
 pub mod runner;
 pub mod stats;
 pub mod suite;
