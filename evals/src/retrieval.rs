@@ -31,6 +31,9 @@ pub const NOTHING_RELEVANT_COSINE: f32 = 0.30;
 /// One line of questions.jsonl; `doc` and `answer` are null for a question no document answers.
 #[derive(Clone, Debug, Deserialize)]
 struct Question {
+    /// Its line in the file, from 1 (set after parsing).
+    #[serde(skip)]
+    line: usize,
     id: String,
     question: String,
     doc: Option<String>,
@@ -330,11 +333,12 @@ fn read_questions(path: &Path) -> Result<Vec<Question>> {
         if line.trim().is_empty() {
             continue;
         }
-        let q: Question = serde_json::from_str(line).map_err(|e| EvalError::Questions {
+        let mut q: Question = serde_json::from_str(line).map_err(|e| EvalError::Questions {
             path: path.to_path_buf(),
             line: i + 1,
             reason: e.to_string(),
         })?;
+        q.line = i + 1;
         if q.doc.is_some() != q.answer.is_some() {
             return Err(EvalError::Questions {
                 path: path.to_path_buf(),
@@ -363,7 +367,7 @@ fn read_questions(path: &Path) -> Result<Vec<Question>> {
 fn bad_question(dir: &Path, q: &Question, reason: String) -> EvalError {
     EvalError::Questions {
         path: dir.join(QUESTIONS_FILE),
-        line: 0,
+        line: q.line,
         reason: format!("{}: {reason}", q.id),
     }
 }
@@ -423,6 +427,25 @@ mod tests {
         assert_eq!(back.rows, r.rows);
         assert_eq!(back.recall_at_k.k, 2);
         assert!((back.recall_at_k.hi - r.recall_at_k.hi).abs() < 1e-12);
+    }
+
+    #[test]
+    fn questions_file_errors_name_the_line() {
+        let dir = std::env::temp_dir().join(format!("kostant-retrieval-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(QUESTIONS_FILE);
+        let good = r#"{"id":"a","question":"Rent?","doc":"a.md","answer":"£1,145"}"#;
+        let half = r#"{"id":"b","question":"Pets?","doc":"a.md","answer":null}"#;
+        std::fs::write(&path, format!("{good}\n\n{half}\n")).unwrap();
+        let err = read_questions(&path).unwrap_err().to_string();
+        assert!(err.contains("line 3") && err.contains("both"), "{err}");
+        std::fs::write(&path, format!("{good}\n")).unwrap();
+        let qs = read_questions(&path).unwrap();
+        assert_eq!(
+            (qs.len(), qs[0].line, qs[0].answer.as_deref()),
+            (1, 1, Some("£1,145"))
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
