@@ -7,11 +7,15 @@
 #![forbid(unsafe_code)]
 
 pub mod chunk;
+pub mod cite;
 mod error;
 pub mod ingest;
 pub mod rank;
 
 pub use chunk::{chunk, Chunk, ChunkOptions};
+pub use cite::{indexed_text, place_label};
 pub use error::IngestError;
 pub use ingest::{parse_document, read_document, Document, Format, Place, Section, SectionKind};
-pub use rank::{hybrid_search, Bm25Index, Corpus, CorpusEntry, Hit, Relevance};
+pub use rank::{
+    hybrid_search, Bm25Index, Corpus, CorpusEntry, Hit, Relevance, MIN_RELEVANT_COSINE,
+};

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use kostant_documents::{
-    chunk, hybrid_search, read_document, ChunkOptions, Corpus, CorpusEntry, Place,
+    chunk, hybrid_search, indexed_text, read_document, ChunkOptions, Corpus, CorpusEntry, Place,
 };
 use kostant_engine::encoder::Encoder;
 use serde::{Deserialize, Serialize};
@@ -22,11 +22,6 @@ pub const QUESTIONS_FILE: &str = "questions.jsonl";
 
 /// The documents' folder inside the eval's directory.
 pub const DOCUMENTS_DIR: &str = "documents";
-
-/// The app's "nothing relevant" cosine (`MIN_RELEVANT_COSINE` in app/src/assistant/documents.rs,
-/// which evals cannot import): when no chunk's cosine with the question reaches it, the
-/// retriever says nothing relevant was found.
-pub const NOTHING_RELEVANT_COSINE: f32 = 0.30;
 
 /// One line of questions.jsonl; `doc` and `answer` are null for a question no document answers.
 #[derive(Clone, Debug, Deserialize)]
@@ -95,6 +90,8 @@ pub fn run_retrieval_eval(dir: &Path, encoder: &Encoder, k: usize) -> Result<Ret
     let mut names = Vec::new();
     let mut chars = 0;
     let mut texts: Vec<String> = Vec::new();
+    // What each chunk is embedded and keyword-scored by: its place, then its text.
+    let mut indexed: Vec<String> = Vec::new();
     let mut places: Vec<Place> = Vec::new();
     let mut doc_of: Vec<usize> = Vec::new();
     for path in &files {
@@ -105,6 +102,7 @@ pub fn run_retrieval_eval(dir: &Path, encoder: &Encoder, k: usize) -> Result<Ret
             .map(|s| s.text.chars().count())
             .sum::<usize>();
         for c in chunk(&doc, &ChunkOptions::default()) {
+            indexed.push(indexed_text(&doc.name, &c.place, &c.text));
             texts.push(c.text);
             places.push(c.place);
             doc_of.push(names.len());
@@ -119,8 +117,8 @@ pub fn run_retrieval_eval(dir: &Path, encoder: &Encoder, k: usize) -> Result<Ret
         }
     }
 
-    let vectors = embed_all(encoder, &texts)?;
-    let entries = texts
+    let vectors = embed_all(encoder, &indexed)?;
+    let entries = indexed
         .iter()
         .zip(places)
         .zip(vectors)
@@ -152,7 +150,8 @@ pub fn run_retrieval_eval(dir: &Path, encoder: &Encoder, k: usize) -> Result<Ret
                 .doc
                 .as_ref()
                 .and_then(|d| names.iter().position(|n| n == d));
-            let best_cosine = corpus.relevance(&q.question, v).best_cosine;
+            let relevance = corpus.relevance(&q.question, v);
+            let best_cosine = relevance.best_cosine;
             QuestionRow {
                 id: q.id.clone(),
                 doc: q.doc.clone(),
@@ -163,8 +162,7 @@ pub fn run_retrieval_eval(dir: &Path, encoder: &Encoder, k: usize) -> Result<Ret
                     .first()
                     .map(|h| cited_place(&names[doc_of[h.chunk]], corpus.place(h.chunk))),
                 best_cosine: best_cosine.unwrap_or(0.0),
-                nothing_relevant: hits.is_empty()
-                    || best_cosine.is_none_or(|c| c < NOTHING_RELEVANT_COSINE),
+                nothing_relevant: hits.is_empty() || !relevance.is_relevant(),
             }
         })
         .collect();

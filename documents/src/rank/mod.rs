@@ -131,6 +131,12 @@ impl Corpus {
     }
 }
 
+/// Below this cosine between a query and its best chunk, nothing in the corpus is about the
+/// query: the app says so rather than answer from nothing. Fixed from the encoder's usual range
+/// before any eval was run: unrelated English sentences score about 0.0–0.2 with
+/// all-MiniLM-L6-v2, a question and the sentence answering it mostly above 0.4.
+pub const MIN_RELEVANT_COSINE: f32 = 0.30;
+
 /// What the best of a corpus says about a query.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Relevance {
@@ -138,6 +144,14 @@ pub struct Relevance {
     pub best_cosine: Option<f32>,
     /// Whether any word of the query (stop words aside) occurs in any chunk.
     pub any_term_matched: bool,
+}
+
+impl Relevance {
+    /// Whether some chunk is about the query: its best cosine reaches [`MIN_RELEVANT_COSINE`].
+    /// A shared word alone is no sign: over a few hundred pages nearly every query shares one.
+    pub fn is_relevant(&self) -> bool {
+        self.best_cosine.is_some_and(|c| c >= MIN_RELEVANT_COSINE)
+    }
 }
 
 /// One chunk found for a query.
