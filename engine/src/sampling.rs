@@ -200,8 +200,8 @@ impl Sampler {
     fn pick_allowed(&mut self, c: &mut Constraint, logits: &mut [f32], draft: Option<u32>) -> u32 {
         let first = self.pick(logits, draft);
         let finite = |l: &[f32], id: u32| l.get(id as usize).is_some_and(|x| x.is_finite());
-        if finite(logits, first) && c.allows(first) {
-            c.accept(first);
+        // Taking a token tests it: a refused one leaves the state as it was.
+        if finite(logits, first) && c.accept(first) {
             return first;
         }
         c.mask(logits);

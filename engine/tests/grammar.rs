@@ -73,7 +73,9 @@ fn check_person(v: &serde_json::Value) -> Result<(), String> {
     if name.chars().count() > 24 {
         return Err(format!("name too long: {name}"));
     }
-    o.get("age").and_then(|a| a.as_i64()).ok_or("age not an integer")?;
+    o.get("age")
+        .and_then(|a| a.as_i64())
+        .ok_or("age not an integer")?;
     let langs = o
         .get("languages")
         .and_then(|l| l.as_array())
@@ -128,7 +130,11 @@ impl Drafter for Spoiler {
         let done = history.len() - self.prompt_len;
         for &t in self.reply.iter().skip(done).take(max) {
             self.drafted += 1;
-            out.push(if self.drafted % 3 == 0 { self.refused } else { t });
+            out.push(if self.drafted.is_multiple_of(3) {
+                self.refused
+            } else {
+                t
+            });
         }
         Ok(())
     }

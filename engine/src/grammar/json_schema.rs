@@ -400,7 +400,7 @@ impl<'s> Converter<'s> {
         body.push_str(&req.join(r#" "," space "#));
         if !optional.is_empty() {
             let chains: Vec<String> = (0..optional.len())
-                .map(|i| self.optional_chain(&optional[i..], name, false))
+                .map(|i| self.optional_chain(&optional[i..], false))
                 .collect();
             let alts = chains.join(" | ");
             if req.is_empty() {
@@ -415,12 +415,7 @@ impl<'s> Converter<'s> {
 
     /// Optional properties in order, each after a comma: the first of `kvs` (unless
     /// `first_optional`), then any of the rest. The additional-property rule may repeat.
-    fn optional_chain(
-        &mut self,
-        kvs: &[(String, bool)],
-        name: &str,
-        first_optional: bool,
-    ) -> String {
+    fn optional_chain(&mut self, kvs: &[(String, bool)], first_optional: bool) -> String {
         let (kv, repeats) = &kvs[0];
         let comma = format!(r#"("," space {kv})"#);
         let mut out = match (first_optional, repeats) {
@@ -430,7 +425,7 @@ impl<'s> Converter<'s> {
             (false, false) => kv.clone(),
         };
         if kvs.len() > 1 {
-            let rest = self.optional_chain(&kvs[1..], name, true);
+            let rest = self.optional_chain(&kvs[1..], true);
             let rule = self.add(&format!("{kv}-rest"), rest);
             out.push(' ');
             out.push_str(&rule);

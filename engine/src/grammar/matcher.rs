@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use super::stacks::{Arena, DONE};
+use super::transitions::Transitions;
 use super::Grammar;
 
 /// A UTF-8 character begun by the bytes read so far: its bits and how many continuation bytes
@@ -42,16 +43,17 @@ fn viable(value: u32, n_remain: u32, len: u32) -> bool {
     hi >= min && lo <= 0x10FFFF && !(lo >= 0xD800 && hi <= 0xDFFF)
 }
 
-/// Reads byte `b` after `set` and `partial`: the stacks after it go into `out` (cleared first)
-/// and the character still open is returned, or `None` if no parse accepts the byte.
-pub fn step(
-    g: &Grammar,
-    arena: &mut Arena,
-    set: &[u32],
-    partial: Partial,
-    b: u8,
-    out: &mut Vec<u32>,
-) -> Option<Partial> {
+/// What a byte makes of the character being read.
+enum Read {
+    /// The character is complete: this code point.
+    Char(u32),
+    /// The character still needs bytes.
+    Open(Partial),
+}
+
+/// Reads byte `b` into `partial` (llama.cpp's decoding, stricter about what is UTF-8); `None`
+/// if the bytes cannot be UTF-8.
+fn read_byte(partial: Partial, b: u8) -> Option<Read> {
     let (value, n_remain, len) = if partial.n_remain > 0 {
         if b >> 6 != 2 {
             return None;
@@ -69,17 +71,53 @@ pub fn step(
     if !viable(value, n_remain, len) {
         return None;
     }
-    if n_remain > 0 {
-        out.clear();
-        out.extend_from_slice(set);
-        return Some(Partial {
+    Some(match n_remain {
+        0 => Read::Char(value),
+        _ => Read::Open(Partial {
             value,
             n_remain,
             len,
-        });
+        }),
+    })
+}
+
+/// Reads byte `b` after `set` and `partial`: the stacks after it go into `out` (cleared first)
+/// and the character still open is returned, or `None` if no parse accepts the byte.
+pub fn step(
+    g: &Grammar,
+    arena: &mut Arena,
+    set: &[u32],
+    partial: Partial,
+    b: u8,
+    out: &mut Vec<u32>,
+) -> Option<Partial> {
+    match read_byte(partial, b)? {
+        Read::Open(p) => {
+            out.clear();
+            out.extend_from_slice(set);
+            Some(p)
+        }
+        Read::Char(c) => {
+            arena.advance(g, set, c, out);
+            (!out.is_empty()).then_some(Partial::default())
+        }
     }
-    arena.advance(g, set, value, out);
-    (!out.is_empty()).then_some(Partial::default())
+}
+
+/// [`step`] over interned sets (see [`Transitions`]): the set id after byte `b` and the
+/// character still open, or `None` if no parse accepts the byte.
+pub fn step_interned(
+    g: &Grammar,
+    arena: &mut Arena,
+    tr: &mut Transitions,
+    set: u32,
+    partial: Partial,
+    b: u8,
+) -> Option<(u32, Partial)> {
+    match read_byte(partial, b)? {
+        Read::Open(p) => Some((set, p)),
+        Read::Char(c) => Some((tr.advance(g, arena, set, c)?, Partial::default())),
+    }
 }
 
 /// Whether a token may end here: every character finished and some parse alive, or a
@@ -99,6 +137,7 @@ pub fn may_end_token(g: &Grammar, arena: &Arena, set: &[u32], partial: Partial) 
 pub struct GrammarState {
     grammar: Arc<Grammar>,
     arena: Arena,
+    transitions: Transitions,
     stacks: Vec<u32>,
     partial: Partial,
     scratch: Vec<u32>,
@@ -114,6 +153,7 @@ impl GrammarState {
         GrammarState {
             grammar,
             arena,
+            transitions: Transitions::default(),
             stacks,
             partial: Partial::default(),
             scratch: Vec::new(),
@@ -155,6 +195,7 @@ impl GrammarState {
                 self.partial = partial;
                 if self.arena.wants_compaction() {
                     self.arena.compact(&mut self.stacks);
+                    self.transitions.clear();
                 }
                 true
             }
@@ -216,9 +257,16 @@ impl GrammarState {
         may_end_token(&self.grammar, &self.arena, &self.scratch, p).then_some(p)
     }
 
-    /// The stacks, the open character and the arena, for a walk over many tokens at once.
-    pub(crate) fn parts(&mut self) -> (&Grammar, &mut Arena, &[u32], Partial) {
-        (&self.grammar, &mut self.arena, &self.stacks, self.partial)
+    /// The grammar, the arena, the remembered steps, the stacks and the open character, for a
+    /// walk over many tokens at once.
+    pub(crate) fn parts(&mut self) -> (&Grammar, &mut Arena, &mut Transitions, &[u32], Partial) {
+        (
+            &self.grammar,
+            &mut self.arena,
+            &mut self.transitions,
+            &self.stacks,
+            self.partial,
+        )
     }
 }
 
@@ -262,7 +310,14 @@ mod tests {
         assert!(s.accepts(b"a\xC3") && s.accepts(b"\xE4\xB8"));
         assert!(!s.accepts(b"\x80"), "a continuation byte cannot lead");
         assert!(!s.accepts(b"\xC3a"), "a character cut short is malformed");
-        for bad in [&b"\xC0\x80"[..], b"\xE0\x80", b"\xED\xA0", b"\xF4\x90", b"\xF8", b"\xFF"] {
+        for bad in [
+            &b"\xC0\x80"[..],
+            b"\xE0\x80",
+            b"\xED\xA0",
+            b"\xF4\x90",
+            b"\xF8",
+            b"\xFF",
+        ] {
             assert!(!s.accepts(bad), "{bad:?} is not UTF-8");
         }
         assert!(s.accepts(b"\xF0\x9F\x98\x80") && s.accepts(b"\xED\x9F\xBF"));

@@ -6,7 +6,7 @@
 //!   keeps the order of an object's keys).
 //! - [`stacks`] holds the parse stacks and advances them by a character; [`matcher`]'s
 //!   [`GrammarState`] follows a generation byte by byte (a token may end inside a UTF-8
-//!   character); [`vocab`] walks a prefix trie of the model's tokens once per masking step;
+//!   character), [`transitions`] remembers its steps; [`vocab`] walks a prefix trie of the model's tokens once per masking step;
 //!   [`constraint`] is what the sampler holds.
 //!
 //! The matching rules are llama.cpp's (`llama-grammar.cpp`), so that greedy output under a
@@ -20,6 +20,7 @@ mod limits;
 pub mod matcher;
 mod parse;
 pub mod stacks;
+pub mod transitions;
 pub mod vocab;
 
 use std::fmt;

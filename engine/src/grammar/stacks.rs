@@ -16,7 +16,7 @@ pub const DONE: u32 = u32::MAX;
 /// A multiplicative hash for the arena's (position, parent) keys: the default SipHash costs
 /// more than the rest of a push.
 #[derive(Default)]
-struct PairHasher(u64);
+pub(crate) struct PairHasher(u64);
 
 impl Hasher for PairHasher {
     fn finish(&self) -> u64 {

@@ -3,7 +3,7 @@
 //! Masking walks the trie once with the grammar's stacks: a shared prefix is read once for all
 //! the tokens that start with it, and a prefix the grammar refuses cuts off its whole subtree.
 
-use super::matcher::{may_end_token, step, GrammarState, Partial};
+use super::matcher::{may_end_token, step_interned, GrammarState, Partial};
 use crate::tokenizer::Tokenizer;
 
 /// One trie node: the tokens whose bytes end here and the children, contiguous in the node
@@ -151,24 +151,23 @@ impl GrammarVocab {
         count + self.walk(state, allowed)
     }
 
-    /// The depth-first walk over the trie. Each frame's stacks sit in `pool` after its
-    /// parent's, so leaving a frame truncates the pool back.
+    /// The depth-first walk over the trie, each node's stacks an interned set, so that a step
+    /// taken before (the same stacks, the same character) is looked up, not recomputed.
     fn walk(&self, state: &mut GrammarState, allowed: &mut [bool]) -> usize {
         struct Frame {
             node: u32,
-            set: (usize, usize),
+            set: u32,
             partial: Partial,
             next_child: u32,
         }
-        let (g, arena, stacks, partial) = state.parts();
+        let (g, arena, tr, stacks, partial) = state.parts();
         if stacks.is_empty() {
             return 0;
         }
-        let mut pool: Vec<u32> = stacks.to_vec();
-        let mut out = Vec::new();
+        tr.trim();
         let mut frames = vec![Frame {
             node: 0,
-            set: (0, pool.len()),
+            set: tr.intern(stacks),
             partial,
             next_child: 0,
         }];
@@ -176,29 +175,26 @@ impl GrammarVocab {
         while let Some(f) = frames.last_mut() {
             let node = self.nodes[f.node as usize];
             if f.next_child == node.n_children {
-                pool.truncate(f.set.0);
                 frames.pop();
                 continue;
             }
             let child_id = node.first_child + f.next_child;
             f.next_child += 1;
             let child = self.nodes[child_id as usize];
-            let (lo, hi) = f.set;
-            let Some(p) = step(g, arena, &pool[lo..hi], f.partial, child.byte, &mut out) else {
+            let Some((set, p)) = step_interned(g, arena, tr, f.set, f.partial, child.byte) else {
                 continue;
             };
-            if child.tokens.0 < child.tokens.1 && may_end_token(g, arena, &out, p) {
-                for &id in &self.sorted[child.tokens.0 as usize..child.tokens.1 as usize] {
+            let (lo, hi) = child.tokens;
+            if lo < hi && may_end_token(g, arena, tr.set(set), p) {
+                for &id in &self.sorted[lo as usize..hi as usize] {
                     allowed[id as usize] = true;
                     count += 1;
                 }
             }
             if child.n_children > 0 {
-                let start = pool.len();
-                pool.extend_from_slice(&out);
                 frames.push(Frame {
                     node: child_id,
-                    set: (start, pool.len()),
+                    set,
                     partial: p,
                     next_child: 0,
                 });
