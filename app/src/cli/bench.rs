@@ -31,6 +31,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.snapshot {
         return snapshot(&args, &model);
     }
+    if args.grammar.is_set() {
+        return super::bench_grammar::run(&args, &model);
+    }
     let load_ms = load_start.elapsed().as_secs_f64() * 1e3;
     let mut session = Session::with_kv_type(model.clone(), args.model.ctx, kv_type)?;
     // Loading an adapter (mapping it, checking every pair and value, hashing it) is what a

@@ -28,7 +28,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         repeat_penalty: args.repeat_penalty,
         repeat_last_n: 64,
         seed: args.seed.unwrap_or_else(time_seed),
-        grammar: None,
+        grammar: args.grammar.load()?,
     };
     sampling.validate()?;
     if args.max_tokens == 0 {

@@ -51,6 +51,8 @@ pub struct CompleteArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
+    pub grammar: super::GrammarArgs,
+    #[command(flatten)]
     pub guard: guard::GuardArgs,
 }
 
@@ -70,7 +72,7 @@ pub fn run(args: CompleteArgs) -> Result<()> {
         repeat_penalty: 1.0,
         repeat_last_n: 0,
         seed: args.seed,
-        grammar: None,
+        grammar: args.grammar.load()?,
     };
     sampling.validate()?;
     let model = load_model_kv(&args.model, args.kv.kv_type)?;

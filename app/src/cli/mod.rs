@@ -3,6 +3,7 @@
 pub mod adapter;
 mod adapter_eval;
 pub mod bench;
+mod bench_grammar;
 mod bench_guard;
 mod bench_snapshot;
 mod bench_speculative;
@@ -170,6 +171,8 @@ pub struct ChatArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "speculative")]
     pub draft_model: Option<PathBuf>,
     #[command(flatten)]
+    pub grammar: GrammarArgs,
+    #[command(flatten)]
     pub guard: guard::GuardArgs,
     /// Do not save this conversation to the encrypted history.
     #[arg(long)]
@@ -260,6 +263,53 @@ pub struct BenchArgs {
     /// new rows.
     #[arg(long)]
     pub snapshot: bool,
+    /// Instead of the above, with --grammar-file or --json-schema: decode speed with the
+    /// grammar against without it, on the same completion prompt.
+    #[command(flatten)]
+    pub grammar: GrammarArgs,
+    /// The text the grammar benchmark continues (no chat template).
+    #[arg(long, default_value = "A fictional person described as a JSON object:\n")]
+    pub grammar_prompt: String,
+}
+
+/// Constrains a reply to a grammar (`chat`, `complete`, `bench`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct GrammarArgs {
+    /// Only text this GBNF grammar (llama.cpp's format) accepts may be generated.
+    ///
+    /// The reply ends where the grammar is complete and allows nothing more.
+    #[arg(long, value_name = "FILE", conflicts_with = "json_schema")]
+    pub grammar_file: Option<PathBuf>,
+    /// Only JSON that this JSON schema accepts may be generated.
+    ///
+    /// The schema becomes a grammar: objects, arrays, strings, numbers, booleans, null, enum,
+    /// const, required, additionalProperties, minItems/maxItems, minLength/maxLength and local
+    /// $ref; other keywords are refused by name.
+    #[arg(long, value_name = "FILE")]
+    pub json_schema: Option<PathBuf>,
+}
+
+impl GrammarArgs {
+    pub fn is_set(&self) -> bool {
+        self.grammar_file.is_some() || self.json_schema.is_some()
+    }
+
+    /// Reads and compiles the grammar (no model needed, so a malformed file is refused before
+    /// one loads), naming the file and the line and column of the problem.
+    pub fn load(&self) -> anyhow::Result<Option<std::sync::Arc<kostant_engine::Grammar>>> {
+        use anyhow::Context;
+        use kostant_engine::Grammar;
+        let (path, compile): (_, fn(&str) -> kostant_engine::Result<Grammar>) =
+            match (&self.grammar_file, &self.json_schema) {
+                (Some(p), _) => (p, Grammar::parse),
+                (None, Some(p)) => (p, Grammar::from_json_schema),
+                (None, None) => return Ok(None),
+            };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let grammar = compile(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        Ok(Some(std::sync::Arc::new(grammar)))
+    }
 }
 
 /// The draft model at `path` for `model` (`--draft-model`): it must load, fit the memory
