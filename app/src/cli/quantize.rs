@@ -1,6 +1,6 @@
 //! `kostant quantize`: [`kostant_engine::gguf::requantize`] from the command line, so the safety
 //! evals can be re-run on exactly what a smaller build would ship. The result is loaded and
-//! made to generate before we call it done.
+//! made to generate (a sentence encoder: to embed a sentence) before we call it done.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,8 +9,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use kostant_engine::gguf::requantize::{self, requantize, TARGETS};
-use kostant_engine::gguf::GgmlType;
-use kostant_engine::{CancelHandle, GenerateRequest, Model, SamplingParams, Session, Speculation};
+use kostant_engine::gguf::{GgmlType, Gguf};
+use kostant_engine::{
+    encoder, CancelHandle, Encoder, GenerateRequest, Model, SamplingParams, Session, Speculation,
+};
 
 #[derive(Args, Debug)]
 pub struct QuantizeArgs {
@@ -62,6 +64,33 @@ pub fn verify(path: &Path) -> Result<String> {
     Ok(g.reply)
 }
 
+/// Whether the GGUF at `path` is a sentence encoder rather than a chat model.
+fn is_encoder(path: &Path) -> Result<bool> {
+    let meta = Gguf::read_metadata(path)?;
+    let arch = meta.get("general.architecture").and_then(|v| v.as_str());
+    Ok(arch == Some(encoder::ARCH))
+}
+
+/// Loads the encoder at `path` and embeds a sentence: the file must load and give a unit
+/// vector.
+fn verify_encoder(path: &Path) -> Result<String> {
+    let enc = Encoder::load(path)
+        .with_context(|| format!("the written encoder {} does not load", path.display()))?;
+    let v = enc.embed(&["The capital of France is Paris."])?;
+    let norm = v[0].iter().map(|x| x * x).sum::<f32>().sqrt();
+    let unit = (norm - 1.0).abs() < 1e-3;
+    if !unit {
+        bail!(
+            "the written encoder {} gives a vector of length {norm}",
+            path.display()
+        );
+    }
+    Ok(format!(
+        "embeds a sentence as a unit vector of {}",
+        enc.dim()
+    ))
+}
+
 pub fn run(args: QuantizeArgs) -> Result<()> {
     let ty = parse_type(&args.ty)?;
     if !args.input.is_file() {
@@ -69,9 +98,16 @@ pub fn run(args: QuantizeArgs) -> Result<()> {
     }
     let start = std::time::Instant::now();
     let s = requantize(&args.input, &args.out, ty)?;
-    let said = verify(&args.out)?;
+    let said = if is_encoder(&args.out)? {
+        verify_encoder(&args.out)?
+    } else {
+        format!(
+            "continues \"The capital of France is\" with {:?}",
+            verify(&args.out)?
+        )
+    };
     eprintln!(
-        "wrote {} ({}): {} matrices requantized, {} tensors copied, relative RMS error {:.4}, {:.1} MB -> {:.1} MB in {:.1} s; it loads and continues \"The capital of France is\" with {:?}",
+        "wrote {} ({}): {} matrices requantized, {} tensors copied, relative RMS error {:.4}, {:.1} MB -> {:.1} MB in {:.1} s; it loads and {}",
         args.out.display(),
         ty.name(),
         s.requantized,
@@ -88,6 +124,25 @@ pub fn run(args: QuantizeArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sentence_encoder_requantizes_and_embeds() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/all-MiniLM-L6-v2.F16.gguf");
+        assert!(
+            src.is_file(),
+            "{} is missing: run scripts/setup.sh",
+            src.display()
+        );
+        let dir = std::env::temp_dir().join(format!("kostant-quantize-enc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("encoder.Q8_0.gguf");
+        requantize(&src, &out, GgmlType::Q8_0).unwrap();
+        assert!(is_encoder(&out).unwrap());
+        assert!(!is_encoder(&kostant_engine::testing::real_model_path()).unwrap());
+        let said = verify_encoder(&out).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(said.contains("unit vector of 384"), "{said}");
+    }
 
     #[test]
     fn requantized_tiny_model_loads_generates_and_keeps_norms() {
