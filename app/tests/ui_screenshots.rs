@@ -1,6 +1,7 @@
 //! Pictures of every screen in both form factors (desktop 1100x760, phone 390x844) and both
 //! themes, drawn by Slint's software renderer inside the testing backend, on the real model:
-//! the chat with an answer and a guard refusal, the Safety evals screen after a small run.
+//! the chat with an answer and a guard refusal, the Safety evals screen after a small run, the
+//! Documents screen empty.
 //! With `KOSTANT_WRITE_SCREENSHOTS=1` they are written to docs/screenshots/ (committed, linked
 //! from the README); otherwise into the test's scratch directory, removed at the end, so a
 //! test run leaves nothing behind.
