@@ -89,6 +89,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Models(args) => cli::models::run(args),
         Command::Bench(args) => cli::bench::run(args),
         Command::History(args) => cli::history::run(args),
+        Command::Docs(args) => cli::docs::run(args),
         Command::Doctor(args) => cli::doctor::run(args),
         Command::Synth(args) => cli::synth::run(args),
         Command::Guard(args) => cli::guard::run(args),

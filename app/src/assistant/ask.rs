@@ -1,8 +1,8 @@
 //! "Ask documents" in the chat: a [`Responder`] around the guarded one that, for a question
-//! under [`Feature::Documents`], finds its passages on the chat's worker thread, has the guard
-//! read them, gives the model the numbered passages in the system prompt
-//! ([`ask_system_prompt`]) with the question as typed, and reports the reply's sources before
-//! its end. Other features pass straight through. Also the encoder shared
+//! under [`Feature::Documents`], finds its passages on the chat's worker thread, gives the
+//! model the numbered passages in the system prompt ([`ask_system_prompt`]) with the question
+//! as typed (which the guard reads, as it reads the reply), and reports the reply's sources
+//! before its end. Other features pass straight through. Also the encoder shared
 //! with the Documents screen ([`SharedLibrary`]) and the screen's [`Adder`].
 //!
 //! Only the request's system prompt changes: the chat shows (and the history saves) the
@@ -15,8 +15,8 @@ use kostant_engine::{CancelHandle, Role};
 use kostant_safety::{Guard, Verdict};
 
 use super::documents::{
-    answer_without_passages, ask_system_prompt, citations, passage_label, screen_passages,
-    AddedDocument, DocsError, FoundPassage, Library, ALL_HELD_BACK, ASK_PASSAGES, NOTHING_FOUND,
+    answer_without_passages, ask_system_prompt, citations, passage_label, AddedDocument,
+    DocsError, FoundPassage, Library, ASK_PASSAGES, NOTHING_FOUND,
 };
 use super::responder::{ReplyEvent, ReplyOutcome, ReplyRequest, Responder, ResponderFactory};
 use crate::features::Feature;
@@ -37,6 +37,8 @@ pub struct Source {
     /// Where it is: "lease.md, page 2, Money › Deposit".
     pub label: String,
     pub text: String,
+    /// The passage as found (document, place, scores): what `kostant docs ask --json` prints.
+    pub passage: FoundPassage,
 }
 
 /// The reply's sources, from the passages the model was given.
@@ -47,6 +49,7 @@ pub fn sources(reply: &str, passages: &[FoundPassage]) -> Vec<Source> {
             n,
             label: passage_label(p),
             text: p.text.clone(),
+            passage: p.clone(),
         })
         .collect()
 }
@@ -138,14 +141,9 @@ impl AskDocuments {
         if !found.relevant {
             return instead(guard, question, NOTHING_FOUND);
         }
-        let (kept, _held_back) =
-            screen_passages(guard, found.passages).map_err(|e| e.to_string())?;
-        if kept.is_empty() {
-            return instead(guard, question, ALL_HELD_BACK);
-        }
         let mut asked = req.clone();
-        asked.system = ask_system_prompt(&kept);
-        Ok(Plan::Ask(asked, kept))
+        asked.system = ask_system_prompt(&found.passages);
+        Ok(Plan::Ask(asked, found.passages))
     }
 }
 
@@ -245,7 +243,8 @@ mod tests {
             vec![Source {
                 n: 2,
                 label: "lease.pdf, page 2".into(),
-                text: "two".into()
+                text: "two".into(),
+                passage: ps[1].clone(),
             }]
         );
     }
@@ -302,7 +301,7 @@ mod tests {
 
     #[test]
     fn what_the_app_says_instead_reads_as_plain_sentences() {
-        for text in [NO_DOCUMENTS, DOCUMENTS_OFF, NOTHING_FOUND, ALL_HELD_BACK] {
+        for text in [NO_DOCUMENTS, DOCUMENTS_OFF, NOTHING_FOUND] {
             assert!(text.ends_with('.'), "{text}");
             assert!(!text.contains("Error") && !text.contains("error"), "{text}");
         }

@@ -55,9 +55,8 @@ pub fn list(dir: &Path) -> Vec<InstalledModel> {
 
 /// Whether the GGUF at `path` says it is a BERT-family sentence encoder.
 fn is_sentence_encoder(path: &Path) -> bool {
-    Gguf::read_metadata(path).is_ok_and(|m| {
-        m.get("general.architecture").and_then(|v| v.as_str()) == Some("bert")
-    })
+    Gguf::read_metadata(path)
+        .is_ok_and(|m| m.get("general.architecture").and_then(|v| v.as_str()) == Some("bert"))
 }
 
 /// What `path` is, or why the app cannot run it (as the engine would refuse to load it, but

@@ -1,10 +1,11 @@
 //! The services behind the screens, with no UI state: the guarded responder and the chat's
-//! worker thread, the process-wide model cache, prompt fitting, the eval suite runner, which
+//! worker thread, the document index, the process-wide model cache, prompt fitting, the eval suite runner, which
 //! model the guard reads with, the installed models and the features' shipped adapters.
 //! Controllers (`crate::controllers`) own handles to these and translate between them and what
 //! a screen shows; the CLI calls them directly.
 
 pub mod ask;
+pub mod documents;
 pub mod feature_adapters;
 pub mod guard_model;
 pub mod installed_models;

@@ -9,6 +9,7 @@ mod bench_snapshot;
 mod bench_speculative;
 pub mod chat;
 pub mod complete;
+pub mod docs;
 pub mod doctor;
 pub mod eval;
 pub mod guard;
@@ -51,6 +52,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// List, show, search, delete or export the encrypted chat history.
     History(history::HistoryArgs),
+    /// Add your documents to a sealed index, search them, and ask them with citations.
+    Docs(docs::DocsArgs),
     /// Check that the network is denied and the model is intact.
     ///
     /// Also that local files and sockets still work.

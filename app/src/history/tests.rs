@@ -1123,11 +1123,19 @@ fn documents_are_sealed_removed_whole_and_go_with_delete_all() {
         )
         .unwrap();
     let other = store
-        .add_document("other.txt", 10, "encoder.gguf/3", &[passage("kept", None, 1.0)])
+        .add_document(
+            "other.txt",
+            10,
+            "encoder.gguf/3",
+            &[passage("kept", None, 1.0)],
+        )
         .unwrap();
     drop(store);
     // Neither the name, nor the text, nor the heading is anywhere on disk in the clear.
-    assert_eq!(files_containing(&dirs.root, SECRET.as_bytes()), Vec::<PathBuf>::new());
+    assert_eq!(
+        files_containing(&dirs.root, SECRET.as_bytes()),
+        Vec::<PathBuf>::new()
+    );
 
     let mut store = dirs.open();
     let docs = store.documents().unwrap();
@@ -1152,7 +1160,11 @@ fn documents_are_sealed_removed_whole_and_go_with_delete_all() {
     assert_eq!((left[0].document, left[0].text.as_str()), (other, "kept"));
     let rows: i64 = dirs
         .raw()
-        .query_row("SELECT count(*) FROM document_chunks WHERE document_id = ?1", [doc], |r| r.get(0))
+        .query_row(
+            "SELECT count(*) FROM document_chunks WHERE document_id = ?1",
+            [doc],
+            |r| r.get(0),
+        )
         .unwrap();
     assert_eq!(rows, 0);
 
@@ -1198,7 +1210,9 @@ fn a_passage_moved_to_another_place_does_not_open() {
     assert!(all.passages.is_empty());
     assert_eq!(all.unreadable.len(), 2);
     assert!(
-        all.unreadable[0].to_string().contains("passage 0 of document"),
+        all.unreadable[0]
+            .to_string()
+            .contains("passage 0 of document"),
         "{}",
         all.unreadable[0]
     );
