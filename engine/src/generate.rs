@@ -70,6 +70,11 @@ pub struct GenerationStats {
     pub accepted: usize,
     /// Forward passes after the prompt's.
     pub passes: usize,
+    /// Time a grammar added to choosing the reply's tokens (0 without one), included in
+    /// `decode_ms` (and the first token's in `ttft_ms`).
+    pub grammar_ms: f64,
+    /// Tokens whose unconstrained choice the grammar refused, so that it masked the vocabulary.
+    pub grammar_masks: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -603,6 +608,9 @@ impl<'a, 'd, F: FnMut(Option<u32>, &str)> Run<'a, 'd, F> {
             }
         }
         let mut stats = self.stats;
+        let (grammar_time, masks) = self.sampler.grammar_cost();
+        stats.grammar_ms = grammar_time.as_secs_f64() * 1e3;
+        stats.grammar_masks = masks;
         let n = self.tokens.len();
         stats.first_shown_ms = self.shown.first_ms.unwrap_or(0.0);
         stats.generated_tokens = n;

@@ -3,6 +3,7 @@
 //! With a grammar, only tokens the grammar allows may come out (see [`Sampler::sample`]).
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -98,6 +99,8 @@ pub struct Sampler {
     seen: Vec<u32>,
     /// The grammar's state, when the parameters have a grammar.
     constraint: Option<Constraint>,
+    grammar_time: Duration,
+    masks: usize,
 }
 
 impl Sampler {
@@ -138,6 +141,8 @@ impl Sampler {
             cand: Vec::new(),
             probs: Vec::new(),
             constraint,
+            grammar_time: Duration::ZERO,
+            masks: 0,
         })
     }
 
@@ -199,11 +204,27 @@ impl Sampler {
     /// token with a finite logit, the reply ends.
     fn pick_allowed(&mut self, c: &mut Constraint, logits: &mut [f32], draft: Option<u32>) -> u32 {
         let first = self.pick(logits, draft);
+        // Only what the grammar adds is timed: the first choice is made with or without it.
+        let start = Instant::now();
+        let id = self.pick_again(c, logits, draft, first);
+        self.grammar_time += start.elapsed();
+        id
+    }
+
+    /// `first` if the grammar takes it, else the choice among the tokens it allows.
+    fn pick_again(
+        &mut self,
+        c: &mut Constraint,
+        logits: &mut [f32],
+        draft: Option<u32>,
+        first: u32,
+    ) -> u32 {
         let finite = |l: &[f32], id: u32| l.get(id as usize).is_some_and(|x| x.is_finite());
         // Taking a token tests it: a refused one leaves the state as it was.
         if finite(logits, first) && c.accept(first) {
             return first;
         }
+        self.masks += 1;
         c.mask(logits);
         if !logits.iter().any(|l| l.is_finite()) {
             return c.end_token().unwrap_or(first);
@@ -211,6 +232,12 @@ impl Sampler {
         let id = self.pick(logits, draft);
         c.accept(id);
         id
+    }
+
+    /// Time the grammar has added to choosing tokens so far (testing the unconstrained choice,
+    /// masking when it was refused, choosing again), and how many choices needed a mask.
+    pub fn grammar_cost(&self) -> (Duration, usize) {
+        (self.grammar_time, self.masks)
     }
 
     /// The sampling chain without a grammar.

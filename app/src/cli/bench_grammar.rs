@@ -64,6 +64,16 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
 
 fn report(args: &BenchArgs, without: &[Generation], with: &[Generation]) {
     let rate = |g: &[Generation]| mean(g.iter().map(|x| x.stats.decode_tok_s));
+    // The grammar's own time, a share of decode that noise from other work cannot blur.
+    let share = mean(
+        with.iter()
+            .map(|g| g.stats.grammar_ms / g.stats.decode_ms.max(1e-9)),
+    ) * 100.0;
+    let per_token = mean(
+        with.iter()
+            .map(|g| g.stats.grammar_ms / g.tokens.len().max(1) as f64),
+    );
+    let masks = with.first().map_or(0, |g| g.stats.grammar_masks);
     let tokens = |g: &[Generation]| g.first().map_or(0, |x| x.tokens.len());
     let (plain, constrained) = (rate(without), rate(with));
     let slower = if constrained > 0.0 {
@@ -87,6 +97,9 @@ fn report(args: &BenchArgs, without: &[Generation], with: &[Generation]) {
             "tokens_plain": tokens(without),
             "tokens_grammar": tokens(with),
             "grammar_slower_percent": slower,
+            "grammar_ms_per_token": per_token,
+            "grammar_share_of_decode_percent": share,
+            "grammar_masks": masks,
             "reply_grammar": reply,
             "repetitions": args.repetitions,
         });
@@ -99,6 +112,10 @@ fn report(args: &BenchArgs, without: &[Generation], with: &[Generation]) {
     );
     println!(
         "decode grammar {constrained:>8.1} tok/s  ({} tokens, {slower:+.1}% time a token)",
+        tokens(with)
+    );
+    println!(
+        "grammar's own  {per_token:>8.3} ms a token ({share:.2}% of decode; {masks} of {} tokens masked the vocabulary)",
         tokens(with)
     );
     println!("grammar reply  {reply:?}");
