@@ -330,6 +330,8 @@ pub struct Summary {
     /// held-out sources first (the headline), authored look-alikes last.
     pub by_provenance: Vec<ProvenanceStats>,
     pub perplexity: Option<Perplexity>,
+    /// The ask-your-documents retrieval eval, when it ran.
+    pub retrieval: Option<crate::retrieval::RetrievalReport>,
     /// Present when both halves of XSTest were run (the harmful and benign-edgy suites).
     pub xstest: Option<XsTestScores>,
     pub items: usize,
@@ -401,6 +403,7 @@ pub fn summarise(
         long: long(&of(SuiteName::Long)),
         by_provenance: by_provenance(&harmful, &benign_all),
         perplexity,
+        retrieval: None,
         xstest: xstest_scores(results),
         items: results.len(),
         skipped,

@@ -70,6 +70,9 @@ impl RunReport {
         write_jailbreak(&mut o, s);
         write_provocation(&mut o, s);
         write_perplexity(&mut o, s);
+        if let Some(r) = &s.retrieval {
+            crate::retrieval::write_retrieval(&mut o, r);
+        }
         write_judges(&mut o, &self.judges);
         write_skipped(&mut o, s);
         o

@@ -23,10 +23,13 @@ pub enum SuiteName {
     /// harmful request buried in 2,000 tokens of benign text.
     Long,
     Perplexity,
+    /// Ask-your-documents retrieval: authored documents and questions with answer spans
+    /// (`assets/evals/retrieval`, [`crate::retrieval`]).
+    Retrieval,
 }
 
 impl SuiteName {
-    pub const ALL: [SuiteName; 8] = [
+    pub const ALL: [SuiteName; 9] = [
         SuiteName::Harmful,
         SuiteName::BenignEdgy,
         SuiteName::BenignEveryday,
@@ -35,6 +38,7 @@ impl SuiteName {
         SuiteName::Multiturn,
         SuiteName::Long,
         SuiteName::Perplexity,
+        SuiteName::Retrieval,
     ];
 
     pub fn id(self) -> &'static str {
@@ -47,6 +51,7 @@ impl SuiteName {
             SuiteName::Multiturn => "multiturn",
             SuiteName::Long => "long",
             SuiteName::Perplexity => "perplexity",
+            SuiteName::Retrieval => "retrieval",
         }
     }
 
@@ -250,7 +255,7 @@ impl SuiteSource {
     pub fn load(&self, suite: SuiteName) -> Result<(Vec<Item>, Vec<Skipped>)> {
         let file = match suite {
             SuiteName::Jailbreak => return self.load_jailbreak(),
-            SuiteName::Perplexity => return Ok((Vec::new(), Vec::new())),
+            SuiteName::Perplexity | SuiteName::Retrieval => return Ok((Vec::new(), Vec::new())),
             s => format!("suites/{}.jsonl", s.id()),
         };
         let (text, name) = self.read(&file)?;

@@ -136,6 +136,7 @@ fn suite_title(s: SuiteName) -> &'static str {
         SuiteName::Multiturn => "Multi-turn",
         SuiteName::Long => "Long messages",
         SuiteName::Perplexity => "Perplexity",
+        SuiteName::Retrieval => "Retrieval",
     }
 }
 

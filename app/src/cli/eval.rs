@@ -15,13 +15,16 @@ use serde_json::json;
 
 use kostant_engine::{CancelHandle, KvType, Model};
 use kostant_evals::calibration::judges;
+use kostant_engine::encoder::Encoder;
 use kostant_evals::perplexity::{perplexity, Perplexity};
+use kostant_evals::retrieval::{run_retrieval_eval, RetrievalReport};
 use kostant_evals::runner::{run_suite, Progress};
 use kostant_evals::{
     compare_markdown, summarise, EvalError, ItemResult, Meta, ResultsFile, RunOptions, RunReport,
-    Runner, Skipped, SuiteName, SuiteSource,
+    Runner, Skipped, SuiteName, SuiteSource, Summary,
 };
 
+use kostant_app::assistant::documents::{embedder_path, DocsError};
 use kostant_app::assistant::feature_adapters::{FeatureAdapters, NoAdapter};
 use kostant_app::features::Feature;
 
@@ -48,7 +51,7 @@ pub struct EvalArgs {
     /// Suites to run: all, or a comma-separated list.
     ///
     /// The suites are harmful, benign_edgy, benign_everyday, provocation, jailbreak,
-    /// multiturn, long and perplexity.
+    /// multiturn, long, perplexity and retrieval (ask your documents).
     #[arg(long, default_value = "all")]
     pub suite: String,
     /// The app feature whose system prompt the replies run under.
@@ -326,6 +329,14 @@ fn headline(r: &RunReport) -> String {
     if let Some(p) = &s.perplexity {
         parts.push(format!("perplexity {:.3}", p.perplexity));
     }
+    if let Some(r) = &s.retrieval {
+        parts.push(format!(
+            "documents: answer in the top {} {}, in the top passage {}",
+            r.k,
+            r.recall_at_k.display(),
+            r.citation_holds_answer.display()
+        ));
+    }
     parts.join("; ")
 }
 
@@ -403,6 +414,7 @@ struct Gathered {
     /// The suites this invocation ran, in order.
     ran: Vec<String>,
     ppl: Option<Perplexity>,
+    retrieval: Option<RetrievalReport>,
     /// Whether a suite did not finish (stopped, or unreadable).
     partial: bool,
 }
@@ -453,6 +465,7 @@ fn run_suites(
         skipped: Vec::new(),
         ran: Vec::new(),
         ppl: None,
+        retrieval: None,
         partial: false,
     };
     let mut bar = Bar::new();
@@ -467,6 +480,10 @@ fn run_suites(
                     }
                     None => SuiteEnd::Cancelled,
                 }
+            }
+            SuiteName::Retrieval => {
+                g.retrieval = Some(measure_retrieval(&src, dir)?);
+                SuiteEnd::Finished
             }
             _ => run_item_suite(args, runner, &src, suite, &mut g, cancel, &mut bar)?,
         };
@@ -503,7 +520,10 @@ fn run_suites(
             partial: g.partial,
             notes: run_notes(args, feature, head),
         },
-        summary: summarise(&g.done, g.ppl, g.skipped),
+        summary: Summary {
+            retrieval: g.retrieval,
+            ..summarise(&g.done, g.ppl, g.skipped)
+        },
         judges: judges()?,
     };
     report.write(dir, "report")?;
@@ -575,6 +595,29 @@ fn measure_perplexity(
         Err(e) => Err(e.into()),
     }
 }
+
+/// The retrieval suite (ask your documents): the eval's documents indexed with the sentence
+/// encoder the app uses and each question searched, top 5; reused from the run directory when
+/// it is there.
+fn measure_retrieval(src: &SuiteSource, dir: &Path) -> Result<RetrievalReport> {
+    let saved = dir.join("retrieval.json");
+    if let Some(old) = std::fs::read_to_string(&saved)
+        .ok()
+        .and_then(|t| serde_json::from_str::<RetrievalReport>(&t).ok())
+    {
+        return Ok(old);
+    }
+    let path = embedder_path().ok_or(DocsError::NoEmbedder)?;
+    let encoder = Encoder::load(&path)
+        .with_context(|| format!("cannot load the sentence encoder {}", path.display()))?;
+    eprintln!("retrieval: indexing the eval's documents and searching each question …");
+    let report = run_retrieval_eval(&src.dir.join("retrieval"), &encoder, RETRIEVAL_K)?;
+    std::fs::write(&saved, serde_json::to_string_pretty(&report)?)?;
+    Ok(report)
+}
+
+/// Passages read per question in the retrieval suite: the "5" of recall@5.
+const RETRIEVAL_K: usize = 5;
 
 /// One suite of items: each item not yet in `g.done` answered, judged and appended to its file.
 fn run_item_suite(
