@@ -115,9 +115,19 @@ pub fn step_interned(
     b: u8,
 ) -> Option<(u32, Partial)> {
     match read_byte(partial, b)? {
-        Read::Open(p) => Some((set, p)),
+        // A character no stack could accept, whatever bytes follow, ends the branch here.
+        Read::Open(p) => may_finish(g, arena, tr.set(set), p).then_some((set, p)),
         Read::Char(c) => Some((tr.advance(g, arena, set, c)?, Partial::default())),
     }
+}
+
+/// Whether some stack of `set` could accept a character begun as `partial`.
+fn may_finish(g: &Grammar, arena: &Arena, set: &[u32], partial: Partial) -> bool {
+    let shift = 6 * partial.n_remain;
+    let lo = partial.value << shift;
+    let hi = lo | ((1u32 << shift) - 1);
+    set.iter()
+        .any(|&s| s != DONE && g.may_match_span(arena.top(s) as usize, lo, hi))
 }
 
 /// Whether a token may end here: every character finished and some parse alive, or a

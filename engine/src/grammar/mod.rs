@@ -214,6 +214,22 @@ impl Grammar {
         met != self.is_negated(p)
     }
 
+    /// Whether the class at `p` may accept some code point in `lo..=hi`: exact for a class of
+    /// matching code points; for a negated one, false only when one of its ranges covers the
+    /// span. Used to cut off a trie branch inside a character, so it must never say false
+    /// where a code point could match.
+    pub(crate) fn may_match_span(&self, p: usize, lo: u32, hi: u32) -> bool {
+        if matches!(self.elems[p], Elem::Any) {
+            return true;
+        }
+        if self.is_negated(p) {
+            let (_, covered) = self.scan_class(p, |a, b| a <= lo && hi <= b);
+            !covered
+        } else {
+            self.scan_class(p, |a, b| a <= hi && lo <= b).1
+        }
+    }
+
     /// The element after a class or rule reference at `p`.
     pub(crate) fn after(&self, p: usize) -> usize {
         match self.elems[p] {

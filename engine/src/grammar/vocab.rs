@@ -267,5 +267,9 @@ mod tests {
         let g = "root ::= [0-9]+ (\",\" [0-9]+)*";
         assert_eq!(check_walk(g, &v, &[b"1"]), vec![0, 14, 15, 16, 17]);
         check_walk("root ::= [\\u00e9]", &v, &[b"\xC3"]);
+        // A branch inside a character is cut only where no character could follow.
+        check_walk("root ::= [^\\u00c0-\\u00ff]+", &v, &[]);
+        check_walk("root ::= [^\\u00e9]+", &v, &[]);
+        check_walk("root ::= [\\u20ac] | \"a\"", &v, &[]);
     }
 }
