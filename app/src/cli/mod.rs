@@ -271,7 +271,10 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub grammar: GrammarArgs,
     /// The text the grammar benchmark continues (no chat template).
-    #[arg(long, default_value = "A fictional person described as a JSON object:\n")]
+    #[arg(
+        long,
+        default_value = "A fictional person described as a JSON object:\n"
+    )]
     pub grammar_prompt: String,
 }
 
