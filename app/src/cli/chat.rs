@@ -35,7 +35,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         bail!("--max-tokens must be at least 1");
     }
     // Opened before the model loads, so a wrong key or damaged history fails fast.
-    let recorder = match args.no_history {
+    let recorder = match args.no_history || args.temporary {
         true => None,
         false => Some(crate::history::Recorder::open(args.data_dir.as_deref())?),
     };
@@ -83,6 +83,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         max_tokens: args.max_tokens,
         cancel: CancelHandle::new(),
         recorder,
+        temporary: args.temporary,
     };
     if let Some(id) = args.continue_id {
         chat.continue_conversation(id)?;
@@ -115,6 +116,8 @@ struct Chat {
     cancel: CancelHandle,
     /// Saves each exchange to the encrypted history; `None` with --no-history.
     recorder: Option<crate::history::Recorder>,
+    /// `--temporary`: the banner says so (there is no recorder either).
+    temporary: bool,
     /// Saves the session's context beside the conversation after each reply.
     keeper: crate::history::context::ContextKeeper,
     /// Tokens the session got from a saved context (`--continue`), not from a forward pass.
@@ -420,9 +423,10 @@ fn print_banner(chat: &Chat, err: &mut impl Write) -> Result<()> {
             chat.model.name()
         )?;
     }
-    match &chat.recorder {
-        Some(r) => writeln!(err, "{}", r.notice())?,
-        None => writeln!(err, "history: off for this chat (--no-history)")?,
+    match (&chat.recorder, chat.temporary) {
+        (Some(r), _) => writeln!(err, "{}", r.notice())?,
+        (None, true) => writeln!(err, "{}", crate::history::TEMPORARY_NOTICE)?,
+        (None, false) => writeln!(err, "history: off for this chat (--no-history)")?,
     }
     Ok(())
 }

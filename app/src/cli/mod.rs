@@ -186,6 +186,11 @@ pub struct ChatArgs {
     /// it.
     #[arg(long = "continue", value_name = "ID", conflicts_with = "no_history")]
     pub continue_id: Option<i64>,
+    /// A temporary chat: nothing of it is written anywhere (no messages, no saved context).
+    ///
+    /// Implies --no-history; what it said is gone when the chat ends.
+    #[arg(long, conflicts_with = "continue_id")]
+    pub temporary: bool,
     /// Where the history lives.
     ///
     /// Default: $XDG_DATA_HOME/kostant or ~/.local/share/kostant.

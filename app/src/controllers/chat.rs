@@ -47,6 +47,15 @@ pub(crate) fn model_context(messages: &[ChatMessage]) -> Vec<Message> {
     turns
 }
 
+/// Whether the chat is saved to the history or temporary: a temporary chat writes nothing (no
+/// messages, no saved context) and is forgotten, by the screen and the responder, on leaving.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ChatMode {
+    #[default]
+    Saved,
+    Temporary,
+}
+
 /// Whether a finished reply adds an exchange to the history or replaces the last one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Save {
@@ -80,6 +89,7 @@ pub struct ChatController {
     pending_context: Option<ContextSave>,
     /// The last problem worth a line on screen (a failed save, a failed reply).
     status: Option<String>,
+    mode: ChatMode,
 }
 
 impl ChatController {
@@ -100,6 +110,7 @@ impl ChatController {
             switched: None,
             pending_context: None,
             status: None,
+            mode: ChatMode::Saved,
         }
     }
 
@@ -230,6 +241,22 @@ impl ChatController {
         self.messages.get(index)?.sources.get(n)
     }
 
+    pub fn mode(&self) -> ChatMode {
+        self.mode
+    }
+
+    /// Turns the temporary mode on or off. Either way the chat on screen is left: a new, empty
+    /// one starts, and the responder forgets the context it kept (a temporary chat's memory
+    /// is cleared when it closes; a saved chat is not carried into a temporary one).
+    pub fn set_mode(&mut self, mode: ChatMode) -> Result<(), AppError> {
+        if mode == self.mode {
+            return Ok(());
+        }
+        self.new_chat()?;
+        self.mode = mode;
+        Ok(())
+    }
+
     /// Starts an empty conversation (the next exchange creates a new history entry).
     pub fn new_chat(&mut self) -> Result<(), AppError> {
         if self.running.is_some() {
@@ -261,6 +288,8 @@ impl ChatController {
             last.saved = last.role == Role::Assistant;
         }
         self.conversation = Some(id);
+        // A saved conversation is saved to: opening one leaves a temporary chat behind.
+        self.mode = ChatMode::Saved;
         self.last_stats = None;
         self.status = None;
         // Its saved context, restored by the responder before the next reply; one that does
@@ -469,6 +498,10 @@ impl ChatController {
 
     /// Saves the exchange that just ended; a failed save is shown, not fatal.
     fn save_last(&mut self, save: Save) {
+        if self.mode == ChatMode::Temporary {
+            self.pending_context = None;
+            return;
+        }
         let Some(store) = &self.store else { return };
         let n = self.messages.len();
         if n < 2 || self.messages[n - 1].text.trim().is_empty() {

@@ -513,3 +513,55 @@ fn a_context_kept_under_another_context_memory_is_named_in_settings_words() {
     let text = not_restored_notice(b"not a header", &compact, &"the header does not read");
     assert!(text.contains("(the header does not read)"), "{text}");
 }
+
+#[test]
+fn a_temporary_chat_saves_nothing_and_is_forgotten_when_left() {
+    let t = TempStore::new("temporary");
+    let (mut c, seen) = chat(
+        vec![
+            Script::Answer(vec!["Hi", "."]),
+            Script::Answer(vec!["Yes."]),
+        ],
+        Some(t.store.clone()),
+    );
+    c.set_mode(ChatMode::Temporary).unwrap();
+    assert_eq!(c.mode(), ChatMode::Temporary);
+    c.send("Remember the word apricot.").unwrap();
+    c.wait_idle().unwrap();
+    assert_eq!(c.messages()[1].text, "Hi.");
+    assert_eq!(c.conversation(), None, "no history entry");
+    assert!(t.store.borrow().list().unwrap().is_empty());
+    assert!(!c.messages()[1].saved);
+
+    // Leaving it clears the screen, and the next request tells the responder to forget what
+    // it kept of the temporary chat.
+    c.set_mode(ChatMode::Saved).unwrap();
+    assert!(c.messages().is_empty());
+    c.send("Anything?").unwrap();
+    c.wait_idle().unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[1].origin, ContextOrigin::Switched(None));
+    assert_eq!(
+        seen[1].turns.len(),
+        1,
+        "the temporary exchange is not sent again"
+    );
+    assert_eq!(seen[0].conversation, None);
+    drop(seen);
+    // Saved again: this one is in the history.
+    assert_eq!(t.store.borrow().list().unwrap().len(), 1);
+}
+
+#[test]
+fn the_mode_does_not_change_while_a_reply_runs() {
+    let (mut c, _) = chat(vec![Script::UntilStopped], None);
+    c.send("Tell me a long story").unwrap();
+    c.wait_event().unwrap();
+    assert!(matches!(
+        c.set_mode(ChatMode::Temporary),
+        Err(AppError::Busy)
+    ));
+    assert_eq!(c.mode(), ChatMode::Saved);
+    c.stop();
+    c.wait_idle().unwrap();
+}

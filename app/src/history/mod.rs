@@ -30,6 +30,10 @@ pub use store::{SavedContext, Store};
 /// The database file's name inside the data directory.
 pub const DB_FILE: &str = "history.sqlite3";
 
+/// What a temporary chat tells the user (`kostant chat --temporary`, the app's banner).
+pub const TEMPORARY_NOTICE: &str =
+    "Temporary: this chat is not saved and is cleared when you leave it";
+
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {

@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use slint::{Model as _, ModelRc, SharedString, VecModel};
 
-use super::{App, AppRoot, ChatItem, MessageRole, MessageStatus, Page};
+use super::{App, AppRoot, ChatItem, ChatMode, MessageRole, MessageStatus, Page};
 use crate::assistant::ask::Source;
 use crate::assistant::worker::ModelState;
 use crate::controllers::message::MessageState;
@@ -111,6 +111,10 @@ pub(super) fn refresh<R: AppRoot>(ui: &R, app: &App) {
     s.set_badge_text(app.badge.text.as_str().into());
     s.set_badge_ok(app.badge.enforced);
     s.set_feature(chat.feature().index() as i32);
+    s.set_mode(match chat.mode() {
+        crate::controllers::chat::ChatMode::Saved => ChatMode::Saved,
+        crate::controllers::chat::ChatMode::Temporary => ChatMode::Temporary,
+    });
     s.set_scroll_tick(s.get_scroll_tick().wrapping_add(1));
 }
 
@@ -216,6 +220,21 @@ pub(super) fn connect<R: AppRoot>(ui: &R, app: &Rc<App>) {
         if let Some(ui) = w.upgrade() {
             ui.chat_state().set_source_open(false);
         }
+    });
+
+    s.set_temporary_text(crate::history::TEMPORARY_NOTICE.into());
+    let (w, a) = (ui.as_weak(), app.clone());
+    s.on_set_mode(move |mode| {
+        let Some(ui) = w.upgrade() else { return };
+        let mode = match mode {
+            ChatMode::Temporary => crate::controllers::chat::ChatMode::Temporary,
+            _ => crate::controllers::chat::ChatMode::Saved,
+        };
+        if let Err(e) = a.chat.borrow_mut().set_mode(mode) {
+            ui.chat_state().set_status_line(e.to_string().into());
+        }
+        ui.chat_state().set_editing(false);
+        refresh(&ui, &a);
     });
 
     let (w, a) = (ui.as_weak(), app.clone());
