@@ -14,6 +14,7 @@ pub mod model_dirs;
 pub mod notices;
 pub mod prefixes;
 pub mod prompt;
+pub mod proofread;
 pub mod responder;
 pub mod suite_runner;
 pub mod worker;
