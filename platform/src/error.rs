@@ -33,6 +33,25 @@ pub enum PlatformError {
     Random,
     #[error("no key directory: set KOSTANT_KEY_DIR, XDG_CONFIG_HOME or HOME")]
     NoKeyDir,
+    /// The wrapped key is locked with a passphrase and none was given.
+    #[error(
+        "the history is locked: give its passphrase in a file named by KOSTANT_PASSPHRASE_FILE"
+    )]
+    Locked,
+    /// The passphrase given does not open the lock.
+    #[error("that passphrase does not open the history")]
+    WrongPassphrase,
+    #[error("the passphrase is empty")]
+    EmptyPassphrase,
+    #[error("passphrase file {path}: {source}")]
+    PassphraseFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A lock's header cannot be used (costs past the caps, too short).
+    #[error("the history's passphrase lock is damaged: {0}")]
+    LockDamaged(String),
     /// The Android Keystore refused or failed (the call that failed, and Java's exception).
     #[error("the Android Keystore: {0}")]
     Keystore(String),

@@ -13,5 +13,6 @@ mod error;
 pub mod keystore;
 pub mod memory;
 pub mod netguard;
+pub mod passphrase;
 
 pub use error::PlatformError;

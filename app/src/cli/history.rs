@@ -1,6 +1,7 @@
-//! `kostant history`: list, show, search, delete and export the encrypted chat history.
-//! Every command opens the store with the key from the key directory; text is decrypted in
-//! memory only for printing.
+//! `kostant history`: list, show, search, delete and export the encrypted chat history, and
+//! lock it with a passphrase. Every command opens the store with the key from the key
+//! directory (and the passphrase from `KOSTANT_PASSPHRASE_FILE` when it is locked); text is
+//! decrypted in memory only for printing.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -10,7 +11,8 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use crate::history::{
-    self, store::Conversation, store::Message, time::format_utc, HistoryError, Store,
+    self, store::Conversation, store::Message, time::format_utc, HistoryError, LockParams,
+    Passphrase, Store,
 };
 
 #[derive(Args, Debug)]
@@ -61,13 +63,46 @@ pub enum HistoryAction {
         #[arg(long)]
         passphrase_file: Option<PathBuf>,
     },
+    /// Lock the history with a passphrase: it then opens only with the passphrase and the key.
+    ///
+    /// The data key is sealed once more under a key derived from the passphrase (Argon2id,
+    /// about half a second per try); no row is re-encrypted. Other commands then need
+    /// KOSTANT_PASSPHRASE_FILE. A forgotten passphrase cannot be recovered.
+    Lock {
+        /// Read the new passphrase from the first line of this file.
+        #[arg(long)]
+        passphrase_file: PathBuf,
+    },
+    /// Remove the lock: the key file alone opens the history again.
+    Unlock {
+        /// Read the passphrase from the first line of this file.
+        #[arg(long)]
+        passphrase_file: PathBuf,
+    },
+    /// Change the lock's passphrase (the data key is rewrapped; no row is re-encrypted).
+    Passphrase {
+        /// The current passphrase, from the first line of this file.
+        #[arg(long)]
+        passphrase_file: PathBuf,
+        /// The new passphrase, from the first line of this file.
+        #[arg(long)]
+        new_passphrase_file: PathBuf,
+    },
 }
 
 pub fn run(args: HistoryArgs) -> Result<()> {
     let dir = history::data_dir(args.data_dir.as_deref())?;
-    let mut store = history::open_default(&dir)?;
     let out = &mut std::io::stdout().lock();
     let j = args.json;
+    // The lock's commands open the store with the passphrase they are given.
+    let current = match &args.action {
+        HistoryAction::Unlock { passphrase_file }
+        | HistoryAction::Passphrase {
+            passphrase_file, ..
+        } => Some(Passphrase::from_file(passphrase_file)?),
+        _ => history::passphrase_from_env()?,
+    };
+    let mut store = history::open_with_passphrase(&dir, current)?;
     match args.action {
         HistoryAction::List => list(&store, out, &dir, j),
         HistoryAction::Evals { id: Some(id) } => eval_report(&store, out, id),
@@ -80,7 +115,41 @@ pub fn run(args: HistoryArgs) -> Result<()> {
             out: file,
             passphrase_file,
         } => export(&store, out, &file, passphrase_file.as_deref(), j),
+        HistoryAction::Lock { passphrase_file } => {
+            store.lock(
+                &Passphrase::from_file(&passphrase_file)?,
+                LockParams::DEFAULT,
+            )?;
+            said(out, j, json!({ "locked": true }), LOCKED)
+        }
+        HistoryAction::Unlock { passphrase_file } => {
+            store.unlock(&Passphrase::from_file(&passphrase_file)?)?;
+            said(out, j, json!({ "locked": false }), UNLOCKED)
+        }
+        HistoryAction::Passphrase {
+            passphrase_file,
+            new_passphrase_file,
+        } => {
+            let old = Passphrase::from_file(&passphrase_file)?;
+            let new = Passphrase::from_file(&new_passphrase_file)?;
+            store.change_passphrase(&old, &new, LockParams::DEFAULT)?;
+            said(out, j, json!({ "locked": true }), REWRAPPED)
+        }
     }
+}
+
+const LOCKED: &str = "locked: the history now opens only with its passphrase (give it with \
+KOSTANT_PASSPHRASE_FILE). Keep the passphrase safe: without it the history cannot be opened.";
+const UNLOCKED: &str = "unlocked: the key file alone opens the history again";
+const REWRAPPED: &str = "the passphrase is changed; the old one no longer opens the history";
+
+/// Prints `value` as JSON or `text` as a line.
+fn said(out: &mut impl Write, j: bool, value: serde_json::Value, text: &str) -> Result<()> {
+    match j {
+        true => writeln!(out, "{value}")?,
+        false => writeln!(out, "{text}")?,
+    }
+    Ok(())
 }
 
 /// `history list`: one line (or JSON object) per conversation.

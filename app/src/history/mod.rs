@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 
 #[cfg(not(target_os = "android"))]
 use kostant_platform::keystore::FileKeyStore;
+use kostant_platform::passphrase::LockedKeyStore;
+pub use kostant_platform::passphrase::{LockParams, Passphrase};
 use kostant_platform::PlatformError;
 
 pub use store::{SavedContext, Store};
@@ -79,6 +81,19 @@ pub enum HistoryError {
          (wrong key directory, or the database belongs to another key)"
     )]
     WrongKey { key: String },
+    /// Locked with a passphrase, and none was given. Same words as the platform's.
+    #[error(
+        "the history is locked: give its passphrase in a file named by KOSTANT_PASSPHRASE_FILE"
+    )]
+    Locked,
+    #[error("that passphrase does not open the history")]
+    WrongPassphrase,
+    #[error(
+        "the history is locked already (to change its passphrase: kostant history passphrase)"
+    )]
+    AlreadyLocked,
+    #[error("the history is not locked")]
+    NotLocked,
     #[error("{0}: integrity check failed (the stored ciphertext was altered or moved)")]
     Integrity(String),
     #[error("no conversation {0}")]
@@ -129,14 +144,49 @@ pub fn data_dir(given: Option<&Path>) -> Result<PathBuf, HistoryError> {
 /// refusing a key directory inside the data directory.
 #[cfg(target_os = "android")]
 pub fn open_default(data_dir: &Path) -> Result<Store, HistoryError> {
+    open_with_passphrase(data_dir, None)
+}
+
+/// As [`open_default`], with the passphrase lock's layer over the Keystore (the phone's
+/// own lock, issue 62's device lock, is meant to replace it there).
+#[cfg(target_os = "android")]
+pub fn open_with_passphrase(
+    data_dir: &Path,
+    passphrase: Option<Passphrase>,
+) -> Result<Store, HistoryError> {
     let keys = kostant_platform::android_keystore::AndroidKeyStore::new()?;
-    Store::open(&data_dir.join(DB_FILE), keys)
+    Store::open(
+        &data_dir.join(DB_FILE),
+        LockedKeyStore::new(keys, passphrase),
+    )
 }
 
 /// Opens (creating if needed) the history in `data_dir` with the desktop file key store from
 /// `KOSTANT_KEY_DIR` / the config directory, refusing a key directory inside the data directory.
+/// A locked history opens with the passphrase in the file `KOSTANT_PASSPHRASE_FILE` names.
 #[cfg(not(target_os = "android"))]
 pub fn open_default(data_dir: &Path) -> Result<Store, HistoryError> {
+    open_with_passphrase(data_dir, passphrase_from_env()?)
+}
+
+/// The passphrase in the file `KOSTANT_PASSPHRASE_FILE` names, if it is set.
+pub fn passphrase_from_env() -> Result<Option<Passphrase>, HistoryError> {
+    match std::env::var_os(PASSPHRASE_ENV).filter(|v| !v.is_empty()) {
+        Some(path) => Ok(Some(Passphrase::from_file(Path::new(&path))?)),
+        None => Ok(None),
+    }
+}
+
+/// The variable naming a file with the history's passphrase.
+pub const PASSPHRASE_ENV: &str = "KOSTANT_PASSPHRASE_FILE";
+
+/// As [`open_default`], with the passphrase given (the app's dialog, `--passphrase-file`);
+/// `None` opens an unlocked history only.
+#[cfg(not(target_os = "android"))]
+pub fn open_with_passphrase(
+    data_dir: &Path,
+    passphrase: Option<Passphrase>,
+) -> Result<Store, HistoryError> {
     let key_dir = FileKeyStore::default_dir()?;
     let (k, d) = (normalize(&key_dir), normalize(data_dir));
     if k.starts_with(&d) || d.starts_with(&k) {
@@ -145,7 +195,8 @@ pub fn open_default(data_dir: &Path) -> Result<Store, HistoryError> {
             data_dir: data_dir.to_path_buf(),
         });
     }
-    Store::open(&data_dir.join(DB_FILE), FileKeyStore::new(key_dir))
+    let keys = LockedKeyStore::new(FileKeyStore::new(key_dir), passphrase);
+    Store::open(&data_dir.join(DB_FILE), keys)
 }
 
 /// An absolute path with symlinks resolved as far as the path exists.
@@ -197,8 +248,12 @@ impl Recorder {
     /// One line for the user: history is on, encrypted, and where its key is kept. On a desktop
     /// without an OS keyring the key is a 0600 file, and the user should know that.
     pub fn notice(&self) -> String {
+        let lock = match self.store.is_locked() {
+            Ok(true) => "locked with a passphrase, and ",
+            _ => "",
+        };
         format!(
-            "history: saved encrypted (ChaCha20-Poly1305); {} — a file, as this desktop offers no OS keystore; --no-history to not save",
+            "history: saved encrypted (ChaCha20-Poly1305); {lock}{} — a file, as this desktop offers no OS keystore; --no-history to not save",
             self.store.key_location()
         )
     }

@@ -19,6 +19,7 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Tran
 
 use kostant_platform::dirs::create_private_dir;
 use kostant_platform::keystore::{random_key, DataKey, KeyStore};
+use kostant_platform::passphrase::{self, LockParams, Passphrase};
 use kostant_platform::PlatformError;
 
 use super::crypto::{Cipher, Slot};
@@ -299,6 +300,69 @@ impl Store {
 
     fn unwrap_data_key(&self) -> Result<DataKey, HistoryError> {
         open_data_key(&*self.keys, &stored_data_key(&self.conn, &self.path)?)
+    }
+
+    /// Whether the data key is locked with a passphrase.
+    pub fn is_locked(&self) -> Result<bool, HistoryError> {
+        Ok(passphrase::is_locked(&stored_data_key(
+            &self.conn, &self.path,
+        )?))
+    }
+
+    /// Locks the history: the wrapped data key sealed once more under `pass` (Argon2id with
+    /// `params`). Rows are not touched. Reopen the store (with the passphrase) to go on.
+    pub fn lock(&mut self, pass: &Passphrase, params: LockParams) -> Result<(), HistoryError> {
+        self.rewrap(|wrapped| match passphrase::is_locked(wrapped) {
+            true => Err(HistoryError::AlreadyLocked),
+            false => passphrase::lock(wrapped, pass, params, DATA_KEY_CONTEXT).map_err(lock_error),
+        })
+    }
+
+    /// Removes the lock: back to the key store's wrapping alone.
+    pub fn unlock(&mut self, pass: &Passphrase) -> Result<(), HistoryError> {
+        self.rewrap(|wrapped| match passphrase::is_locked(wrapped) {
+            false => Err(HistoryError::NotLocked),
+            true => passphrase::unlock(wrapped, pass, DATA_KEY_CONTEXT).map_err(lock_error),
+        })
+    }
+
+    /// Changes the passphrase: the lock opened with `old` and sealed under `new` (a new salt).
+    /// The data key and every row stay as they are.
+    pub fn change_passphrase(
+        &mut self,
+        old: &Passphrase,
+        new: &Passphrase,
+        params: LockParams,
+    ) -> Result<(), HistoryError> {
+        self.rewrap(|wrapped| match passphrase::is_locked(wrapped) {
+            false => Err(HistoryError::NotLocked),
+            true => {
+                let inner =
+                    passphrase::unlock(wrapped, old, DATA_KEY_CONTEXT).map_err(lock_error)?;
+                passphrase::lock(&inner, new, params, DATA_KEY_CONTEXT).map_err(lock_error)
+            }
+        })
+    }
+
+    /// Replaces the stored wrapped data key with `change(stored)`, in one write transaction
+    /// (the old wrapping stays until the commit, so a crash leaves one or the other).
+    fn rewrap(
+        &mut self,
+        change: impl FnOnce(&[u8]) -> Result<Vec<u8>, HistoryError>,
+    ) -> Result<(), HistoryError> {
+        let path = self.path.clone();
+        let e = |e| classify(&path, e);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(e)?;
+        let wrapped = change(&stored_data_key(&tx, &path)?)?;
+        tx.execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'data_key'",
+            [&wrapped],
+        )
+        .map_err(e)?;
+        tx.commit().map_err(e)
     }
 
     /// Saves a user message and its reply in one transaction, creating the conversation
@@ -819,8 +883,17 @@ fn open_data_key(keys: &dyn KeyStore, wrapped: &[u8]) -> Result<DataKey, History
         PlatformError::KeyUnwrap => HistoryError::WrongKey {
             key: keys.describe(),
         },
-        other => HistoryError::Key(other),
+        other => lock_error(other),
     })
+}
+
+/// The history's words for the passphrase lock's refusals.
+fn lock_error(e: PlatformError) -> HistoryError {
+    match e {
+        PlatformError::Locked => HistoryError::Locked,
+        PlatformError::WrongPassphrase => HistoryError::WrongPassphrase,
+        other => HistoryError::Key(other),
+    }
 }
 
 /// An error inside a transaction step, before the path is known to attach.

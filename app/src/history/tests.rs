@@ -1217,3 +1217,162 @@ fn a_passage_moved_to_another_place_does_not_open() {
         all.unreadable[0]
     );
 }
+
+/// Cheap Argon2id costs: these tests check what the lock keeps and refuses, not its cost.
+const FAST_LOCK: super::LockParams = super::LockParams {
+    m_kib: 64,
+    t: 1,
+    p: 1,
+};
+
+fn pass(s: &str) -> super::Passphrase {
+    super::Passphrase::new(s).unwrap()
+}
+
+/// Opens the history through the lock layer, with `passphrase` if given.
+fn open_locked(dirs: &Dirs, passphrase: Option<&str>) -> Result<Store, HistoryError> {
+    let keys = kostant_platform::passphrase::LockedKeyStore::new(dirs.keys(), passphrase.map(pass));
+    Store::open(&dirs.db(), keys)
+}
+
+/// Every conversation with its messages' texts, for before/after comparisons.
+fn contents(store: &Store) -> Vec<(String, Vec<String>)> {
+    store
+        .list()
+        .unwrap()
+        .into_iter()
+        .map(|c| {
+            let texts = store
+                .messages(c.id)
+                .unwrap()
+                .into_iter()
+                .map(|m| m.text.unwrap())
+                .collect();
+            (c.title.unwrap(), texts)
+        })
+        .collect()
+}
+
+#[test]
+fn a_locked_history_refuses_without_its_passphrase_and_loses_nothing() {
+    let dirs = Dirs::new("lock");
+    let mut store = filled(&dirs);
+    let before = contents(&store);
+    let rows = sealed_rows(&dirs);
+    assert!(!store.is_locked().unwrap());
+    store.lock(&pass("correct horse"), FAST_LOCK).unwrap();
+    drop(store);
+
+    // The key file alone no longer opens it; nor does a wrong passphrase.
+    let missing = open_locked(&dirs, None).err().unwrap();
+    assert!(matches!(missing, HistoryError::Locked));
+    let wrong = open_locked(&dirs, Some("wrong horse")).err().unwrap();
+    assert!(matches!(wrong, HistoryError::WrongPassphrase));
+    assert!(matches!(
+        Store::open(&dirs.db(), dirs.keys()).err().unwrap(),
+        HistoryError::WrongKey { .. }
+    ));
+
+    // The right one opens everything, and the rows are the bytes they were.
+    let mut store = open_locked(&dirs, Some("correct horse")).unwrap();
+    assert!(store.is_locked().unwrap());
+    assert_eq!(contents(&store), before);
+    assert_eq!(sealed_rows(&dirs), rows);
+    assert!(matches!(
+        store.lock(&pass("again"), FAST_LOCK),
+        Err(HistoryError::AlreadyLocked)
+    ));
+    // Writing while locked works, and stays locked.
+    store.append_exchange(None, "locked hello", "hi").unwrap();
+    drop(store);
+
+    // Unlocking with a wrong passphrase changes nothing; with the right one the key file
+    // opens it again.
+    let mut store = open_locked(&dirs, Some("correct horse")).unwrap();
+    assert!(matches!(
+        store.unlock(&pass("nope")),
+        Err(HistoryError::WrongPassphrase)
+    ));
+    assert!(store.is_locked().unwrap());
+    store.unlock(&pass("correct horse")).unwrap();
+    drop(store);
+    let store = Store::open(&dirs.db(), dirs.keys()).unwrap();
+    assert!(!store.is_locked().unwrap());
+    assert_eq!(contents(&store).len(), before.len() + 1);
+    assert!(matches!(
+        open_locked(&dirs, None).unwrap().unlock(&pass("x")),
+        Err(HistoryError::NotLocked)
+    ));
+}
+
+#[test]
+fn changing_the_passphrase_rewraps_the_key_and_leaves_every_row_byte_identical() {
+    let dirs = Dirs::new("rewrap");
+    let mut store = filled(&dirs);
+    store.lock(&pass("old"), FAST_LOCK).unwrap();
+    drop(store);
+    let rows = sealed_rows(&dirs);
+    let wrapped = stored_wrapped_key(&dirs);
+
+    let mut store = open_locked(&dirs, Some("old")).unwrap();
+    assert!(matches!(
+        store.change_passphrase(&pass("not it"), &pass("new"), FAST_LOCK),
+        Err(HistoryError::WrongPassphrase)
+    ));
+    store
+        .change_passphrase(&pass("old"), &pass("new"), FAST_LOCK)
+        .unwrap();
+    drop(store);
+    assert_ne!(stored_wrapped_key(&dirs), wrapped);
+    assert_eq!(sealed_rows(&dirs), rows, "no row was re-encrypted");
+    assert!(matches!(
+        open_locked(&dirs, Some("old")).err().unwrap(),
+        HistoryError::WrongPassphrase
+    ));
+    let store = open_locked(&dirs, Some("new")).unwrap();
+    assert_eq!(store.list().unwrap().len(), 5);
+}
+
+#[test]
+fn delete_all_keeps_a_locked_history_locked_and_the_old_lock_opens_nothing() {
+    let dirs = Dirs::new("lock-erase");
+    let mut store = filled(&dirs);
+    store.lock(&pass("pw"), FAST_LOCK).unwrap();
+    drop(store);
+    let old = stored_wrapped_key(&dirs);
+    let mut store = open_locked(&dirs, Some("pw")).unwrap();
+    assert_eq!(store.delete_all().unwrap(), 5);
+    drop(store);
+    assert!(kostant_platform::passphrase::is_locked(
+        &stored_wrapped_key(&dirs)
+    ));
+    assert!(matches!(
+        open_locked(&dirs, None).err().unwrap(),
+        HistoryError::Locked
+    ));
+    let store = open_locked(&dirs, Some("pw")).unwrap();
+    assert!(store.list().unwrap().is_empty());
+    // The old lock, with the right passphrase, holds a wrapping whose KEK is gone.
+    let inner =
+        kostant_platform::passphrase::unlock(&old, &pass("pw"), super::store::DATA_KEY_CONTEXT)
+            .unwrap();
+    use kostant_platform::keystore::KeyStore;
+    assert!(dirs
+        .keys()
+        .unwrap(&inner, super::store::DATA_KEY_CONTEXT)
+        .is_err());
+}
+
+#[test]
+fn the_lock_messages_say_what_to_do_without_blame() {
+    let locked = HistoryError::Locked.to_string();
+    assert!(locked.contains("KOSTANT_PASSPHRASE_FILE"));
+    let wrong = HistoryError::WrongPassphrase.to_string();
+    assert_eq!(wrong, "that passphrase does not open the history");
+    for m in [locked, wrong] {
+        let lower = m.to_lowercase();
+        for word in ["invalid", "illegal", "denied", "you failed", "error"] {
+            assert!(!lower.contains(word), "{m:?} says {word:?}");
+        }
+    }
+}
