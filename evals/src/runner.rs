@@ -11,8 +11,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use kostant_engine::{
-    ActiveAdapter, CancelHandle, GenerateRequest, KvType, Message, Model, Role, SamplingParams,
-    Session, Speculation,
+    ActiveAdapter, CancelHandle, GenerateRequest, Grammar, KvType, Message, Model, Role,
+    SamplingParams, Session, Speculation,
 };
 use kostant_safety::{policy, Category, Guard, StoppedBy, Verdict};
 
@@ -145,6 +145,20 @@ impl Runner {
         prompt: &str,
         cancel: &CancelHandle,
     ) -> Result<Answer> {
+        let max_tokens = self.opts.max_tokens;
+        self.answer_shaped(history, prompt, max_tokens, None, cancel)
+    }
+
+    /// [`Runner::answer_after`] with a reply of at most `max_tokens` tokens that `grammar`
+    /// accepts (the proofreader's one sentence, say).
+    pub fn answer_shaped(
+        &mut self,
+        history: &[Message],
+        prompt: &str,
+        max_tokens: usize,
+        grammar: Option<Arc<Grammar>>,
+        cancel: &CancelHandle,
+    ) -> Result<Answer> {
         let start = Instant::now();
         let mut messages = Vec::with_capacity(history.len() + 2);
         messages.push(Message::new(Role::System, self.opts.system.clone()));
@@ -157,14 +171,17 @@ impl Runner {
             .tokens;
         // A prompt longer than the context keeps its end (where the request sits); the reply
         // needs room too.
-        let room = self.opts.n_ctx.saturating_sub(self.opts.max_tokens).max(16);
+        let room = self.opts.n_ctx.saturating_sub(max_tokens).max(16);
         if tokens.len() > room {
             tokens.drain(..tokens.len() - room);
         }
         let req = GenerateRequest {
             prompt: tokens,
-            max_tokens: self.opts.max_tokens,
-            sampling: SamplingParams::greedy(),
+            max_tokens,
+            sampling: SamplingParams {
+                grammar,
+                ..SamplingParams::greedy()
+            },
             speculation: Speculation::Off,
         };
         let reply = kostant_safety::respond(

@@ -200,23 +200,47 @@ pub fn verify(text: &str, range: Range<usize>, output: &str) -> Vec<Change> {
     let (mut i, mut j) = (0, 0);
     for (mi, mj) in lcs_pairs(&ka, &kb).into_iter().chain([(a.len(), b.len())]) {
         if (i < mi || j < mj) && hunk_is_local(&a[i..mi], &b[j..mj], range.start) {
-            changes.push(hunk_change(text, &a, i..mi, &b[j..mj]));
+            let mut inserted: Vec<String> = b[j..mj].iter().map(|w| w.to_string()).collect();
+            if let (Some(last), Some(before)) = (inserted.last_mut(), mi.checked_sub(1)) {
+                if mi < a.len() && before >= i {
+                    *last = no_new_sentence_end(a[before].text, last);
+                }
+            }
+            changes.push(hunk_change(text, &a, i..mi, &inserted));
         }
         // Keys agree: only case or the punctuation at the word's edges changed.
-        if mi < a.len() && a[mi].text != b[mj] {
-            changes.push(Change {
-                range_in_original: a[mi].range.clone(),
-                removed: a[mi].text.to_string(),
-                inserted: b[mj].to_string(),
-            });
+        if mi < a.len() {
+            let inserted = match mi + 1 < a.len() {
+                true => no_new_sentence_end(a[mi].text, b[mj]),
+                false => b[mj].to_string(),
+            };
+            if a[mi].text != inserted {
+                changes.push(Change {
+                    range_in_original: a[mi].range.clone(),
+                    removed: a[mi].text.to_string(),
+                    inserted,
+                });
+            }
         }
         (i, j) = (mi + 1, mj + 1);
     }
     changes
 }
 
+/// `output`, a word inside the sentence, with the punctuation after it taken from `input`
+/// when it would end a sentence there: a model stopped early puts a full stop where the
+/// sentence goes on ("meeting, so" must not become "meeting. so").
+fn no_new_sentence_end(input: &str, output: &str) -> String {
+    if ends_in_terminal(output) && !ends_in_terminal(input) {
+        let core = output.trim_end_matches(is_edge_punct);
+        let tail = &input[input.trim_end_matches(is_edge_punct).len()..];
+        return format!("{core}{tail}");
+    }
+    output.to_string()
+}
+
 /// The change replacing words `span` of `a` by `inserted`, with the spaces around it right.
-fn hunk_change(text: &str, a: &[Word<'_>], span: Range<usize>, inserted: &[&str]) -> Change {
+fn hunk_change(text: &str, a: &[Word<'_>], span: Range<usize>, inserted: &[String]) -> Change {
     let joined = inserted.join(" ");
     let range = match (span.is_empty(), inserted.is_empty()) {
         // A deletion takes the space after it (or before it, at the sentence's end).
@@ -548,6 +572,19 @@ mod tests {
             kept("i meet anna at 10.", "I meet Anna at 10."),
             "I meet Anna at 10."
         );
+    }
+
+    #[test]
+    fn a_model_stopped_early_never_splits_the_sentence() {
+        assert_eq!(
+            kept(
+                "Ill be home late becuase of a meeting, so don't wait for me.",
+                "I'll be home late because of a meeting."
+            ),
+            "I'll be home late because of a meeting, so don't wait for me."
+        );
+        let out = kept("Can I pay by card, or cash", "Can I pay by card? Or cash?");
+        assert_eq!(sentences(&out).len(), 1, "{out}");
     }
 
     #[test]
