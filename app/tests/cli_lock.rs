@@ -181,3 +181,40 @@ fn a_locked_history_opens_only_with_its_passphrase_and_comes_back_whole() {
         "the history is not locked",
     );
 }
+
+#[test]
+fn wipe_erases_a_locked_history_without_its_passphrase_keys_first() {
+    let s = Scratch::new();
+    ok(&s.run(&["history", "list"], None));
+    let pass = s.pass("pass", "panic button");
+    ok(&s.run(
+        &[
+            "history",
+            "lock",
+            "--passphrase-file",
+            pass.to_str().unwrap(),
+        ],
+        None,
+    ));
+    std::fs::create_dir_all(s.0.join("data/evals/run")).unwrap();
+    std::fs::write(s.0.join("data/settings.json"), "{}").unwrap();
+
+    refused(&s.run(&["history", "wipe"], None), "pass --yes to confirm");
+    assert!(
+        s.0.join("data/history.sqlite3").exists(),
+        "nothing without --yes"
+    );
+
+    let out = ok(&s.run(&["history", "wipe", "--yes", "--json"], None));
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["key_files"], 1);
+    assert!(v["unreadable_after_ms"].as_f64().unwrap() >= 0.0);
+    assert_eq!(v["removed"].as_array().unwrap().len(), 3, "{v}");
+    assert!(!s.0.join("data").exists() && !s.0.join("keys").exists());
+
+    let text = ok(&s.run(&["history", "wipe", "--yes"], None));
+    assert!(
+        text.starts_with("erased: 0 key file(s) destroyed in "),
+        "{text}"
+    );
+}

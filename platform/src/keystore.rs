@@ -289,6 +289,50 @@ impl FileKeyStore {
     }
 }
 
+impl FileKeyStore {
+    /// Destroys every key this store holds (the KEK, staged ones, a creation's leftover
+    /// temporary file): each overwritten with random bytes in place and synced, then removed.
+    /// Whatever they wrapped then opens with nothing (a crypto-erase; `promote` says what
+    /// overwriting cannot promise on flash storage). Returns how many key files went.
+    pub fn destroy(&self) -> Result<usize, PlatformError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(Self::io(&self.dir)(e)),
+        };
+        let mut n = 0;
+        for entry in entries {
+            let path = entry.map_err(Self::io(&self.dir))?.path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            let ours = name == KEY_FILE
+                || name.starts_with(STAGED_PREFIX)
+                || (name.starts_with(&format!(".{KEY_FILE}.")) && name.ends_with(".tmp"));
+            if ours && path.is_file() {
+                overwrite(&path)?;
+                fs::remove_file(&path).map_err(Self::io(&path))?;
+                n += 1;
+            }
+        }
+        self.sync_dir();
+        Ok(n)
+    }
+}
+
+/// Overwrites the file at `path` with random bytes of its length, through a handle on the
+/// file itself, and syncs it.
+fn overwrite(path: &Path) -> Result<(), PlatformError> {
+    let io = FileKeyStore::io(path);
+    let mut f = fs::OpenOptions::new().write(true).open(path).map_err(io)?;
+    let len = f.metadata().map_err(FileKeyStore::io(path))?.len() as usize;
+    let mut noise = vec![0u8; len];
+    SystemRandom::new()
+        .fill(&mut noise)
+        .map_err(|_| PlatformError::Random)?;
+    f.write_all(&noise)
+        .and_then(|_| f.sync_all())
+        .map_err(FileKeyStore::io(path))
+}
+
 /// Name prefix of a staged KEK in the key directory.
 const STAGED_PREFIX: &str = "history.key.next-";
 
@@ -543,6 +587,25 @@ mod tests {
             Err(PlatformError::KeyUnwrap)
         ));
         ks.finish_rotation(&w3, b"c").unwrap();
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn destroy_removes_every_key_and_what_they_wrapped_opens_no_more() {
+        let dir = temp_dir("destroy");
+        let ks = FileKeyStore::new(&dir);
+        let k = random_key().unwrap();
+        let w = ks.wrap(&k, b"c").unwrap();
+        let staged = ks.begin_rotation(&random_key().unwrap(), b"c").unwrap();
+        fs::write(dir.join("notes.txt"), b"not ours").unwrap();
+        assert_eq!(ks.destroy().unwrap(), 2);
+        assert_eq!(names(&dir), ["notes.txt"]);
+        assert!(matches!(
+            ks.unwrap(&w, b"c"),
+            Err(PlatformError::KeyMissing(_))
+        ));
+        assert!(ks.unwrap(&staged, b"c").is_err());
+        assert_eq!(ks.destroy().unwrap(), 0, "nothing left: done already");
         let _ = fs::remove_dir_all(&dir);
     }
 

@@ -45,6 +45,16 @@ pub enum HistoryAction {
         #[arg(long)]
         yes: bool,
     },
+    /// Erase everything Kostant keeps: the keys first, then the history, eval runs, settings.
+    ///
+    /// The key files are overwritten and removed, so the history cannot be opened from that
+    /// moment (no passphrase is needed); then the database, its journals, the app's eval runs
+    /// and its settings are removed. Nothing without --yes.
+    Wipe {
+        /// Confirm: without it nothing is erased.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Safety eval runs stored by `kostant eval`, newest first.
     ///
     /// With an id, that run's report as it was written.
@@ -94,6 +104,10 @@ pub fn run(args: HistoryArgs) -> Result<()> {
     let dir = history::data_dir(args.data_dir.as_deref())?;
     let out = &mut std::io::stdout().lock();
     let j = args.json;
+    // The wipe needs no key or passphrase: it opens nothing.
+    if let HistoryAction::Wipe { yes } = args.action {
+        return wipe(&dir, out, yes, j);
+    }
     // The lock's commands open the store with the passphrase they are given.
     let current = match &args.action {
         HistoryAction::Unlock { passphrase_file }
@@ -115,6 +129,7 @@ pub fn run(args: HistoryArgs) -> Result<()> {
             out: file,
             passphrase_file,
         } => export(&store, out, &file, passphrase_file.as_deref(), j),
+        HistoryAction::Wipe { .. } => unreachable!("handled above"),
         HistoryAction::Lock { passphrase_file } => {
             store.lock(
                 &Passphrase::from_file(&passphrase_file)?,
@@ -142,6 +157,34 @@ const LOCKED: &str = "locked: the history now opens only with its passphrase (gi
 KOSTANT_PASSPHRASE_FILE). Keep the passphrase safe: without it the history cannot be opened.";
 const UNLOCKED: &str = "unlocked: the key file alone opens the history again";
 const REWRAPPED: &str = "the passphrase is changed; the old one no longer opens the history";
+
+/// `history wipe --yes`: the keys destroyed, then the files; the time until the history no
+/// longer opened is printed.
+fn wipe(dir: &Path, out: &mut impl Write, yes: bool, j: bool) -> Result<()> {
+    if !yes {
+        bail!(
+            "wipe erases {}; pass --yes to confirm",
+            history::wipe::WHAT_GOES
+        );
+    }
+    let w = history::wipe::wipe(dir)?;
+    let ms = w.unreadable_after.as_secs_f64() * 1000.0;
+    if j {
+        let removed: Vec<_> = w.removed.iter().map(|p| p.display().to_string()).collect();
+        let v = json!({ "wiped": true, "key_files": w.key_files, "unreadable_after_ms": ms, "removed": removed });
+        writeln!(out, "{v}")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "erased: {} key file(s) destroyed in {ms:.1} ms, and from then on the history could not be opened",
+        w.key_files
+    )?;
+    for p in &w.removed {
+        writeln!(out, "removed {}", p.display())?;
+    }
+    Ok(())
+}
 
 /// Prints `value` as JSON or `text` as a line.
 fn said(out: &mut impl Write, j: bool, value: serde_json::Value, text: &str) -> Result<()> {

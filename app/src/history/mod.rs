@@ -18,6 +18,8 @@ pub mod store;
 #[cfg(test)]
 mod tests;
 pub mod time;
+#[cfg(not(target_os = "android"))]
+pub mod wipe;
 
 use std::path::{Path, PathBuf};
 
