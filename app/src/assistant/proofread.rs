@@ -8,7 +8,8 @@
 //!
 //! Input and output words are aligned by a longest common subsequence of their keys (the word
 //! lowercased, without leading or trailing punctuation). A pair whose keys agree may change
-//! case or punctuation. Every run of words between two aligned pairs (a hunk) is kept only if
+//! case or punctuation, except that a function word inside the sentence is not capitalized
+//! (it was the first word only in a rewrite that was reverted). Every run of words between two aligned pairs (a hunk) is kept only if
 //! it can be read, word by word in order, as these local edits alone:
 //! - **spelling**: one word replaced by another within a small edit distance (insertions,
 //!   deletions, substitutions and swaps of two neighbours): at most 1 for words of up to 7
@@ -16,7 +17,8 @@
 //!   does not count ("Tom" → "Tim");
 //! - **function words**: substitution inside one of [`FUNCTION_GROUPS`] (is → are, their →
 //!   there, me → I, are → our, …), insertion or deletion of one of [`SLIGHT_WORDS`] (articles,
-//!   forms of be, have and do, to, of, a few prepositions, and, that, I, me);
+//!   forms of be, have and do, to, of, a few prepositions, that); pronouns and "and" are
+//!   never inserted or deleted, as that changes who does what ("Me and my sister");
 //! - punctuation on its own (a dash, a comma standing alone).
 //!
 //! Protected words never change beyond case and surrounding punctuation: words with a digit,
@@ -27,8 +29,14 @@
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
-use kostant_engine::Grammar;
+use kostant_engine::{
+    CancelHandle, GenerateRequest, Grammar, Message, Role, SamplingParams, Session, Speculation,
+};
+use kostant_safety::{pipeline, Guard, Verdict};
 use serde::Serialize;
+
+use super::prompt::fit_prompt;
+use crate::error::AppError;
 
 /// One correction: bytes `range_in_original` of the original (`removed`) become `inserted`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -81,6 +89,74 @@ pub fn proofread<E>(
         corrected: apply(text, &changes, |_| true),
         original: text.to_string(),
         changes,
+    })
+}
+
+/// A guarded proofreading: the reply as the user sees it and, when the guard let every
+/// sentence through, the changes behind it.
+#[derive(Clone, Debug)]
+pub struct ProofreadReply {
+    /// The corrected text (verdict answered), or the guard's refusal or notice; its
+    /// generation is the last sentence's.
+    pub reply: pipeline::Reply,
+    pub proofread: Option<Proofread>,
+}
+
+/// Proofreads `text` on `session` (the feature's adapter already on): each sentence is its
+/// own message under `system`, screened and generated through [`pipeline::respond`] under
+/// `sampling` held to [`sentence_grammar`]. A sentence the guard stops ends the whole reply
+/// with its verdict. The app's responder and `kostant chat --feature proofread` both come here.
+pub fn respond(
+    session: &mut Session,
+    guard: &mut Guard,
+    system: &str,
+    sampling: &SamplingParams,
+    text: &str,
+    cancel: &CancelHandle,
+) -> Result<ProofreadReply, AppError> {
+    let mut last: Option<pipeline::Reply> = None;
+    let mut stopped: Option<pipeline::Reply> = None;
+    let result = proofread(text, |sentence| -> Result<String, AppError> {
+        if stopped.is_some() {
+            return Ok(sentence.to_string());
+        }
+        let model = session.model().clone();
+        let budget = token_budget(model.tokenizer.encode(sentence, false)?.len());
+        let turn = [Message::new(Role::User, sentence)];
+        let (prompt, _) = fit_prompt(&model, Some(system), &turn, budget, session.n_ctx())?;
+        let req = GenerateRequest {
+            prompt,
+            max_tokens: budget,
+            sampling: SamplingParams {
+                grammar: Some(sentence_grammar()),
+                ..sampling.clone()
+            },
+            speculation: Speculation::default(),
+        };
+        let reply = pipeline::respond(session, guard, &req, sentence, cancel, |_| {})?;
+        if reply.verdict != Verdict::Answered {
+            stopped = Some(reply);
+            return Ok(sentence.to_string());
+        }
+        let out = reply.text.clone();
+        last = Some(reply);
+        Ok(out)
+    })?;
+    if let Some(reply) = stopped {
+        return Ok(ProofreadReply {
+            reply,
+            proofread: None,
+        });
+    }
+    let reply = pipeline::Reply {
+        verdict: Verdict::Answered,
+        text: result.corrected.clone(),
+        generation: last.as_mut().and_then(|r| r.generation.take()),
+        guard: last.map(|r| r.guard).unwrap_or_default(),
+    };
+    Ok(ProofreadReply {
+        reply,
+        proofread: Some(result),
     })
 }
 
@@ -209,7 +285,7 @@ pub fn verify(text: &str, range: Range<usize>, output: &str) -> Vec<Change> {
             changes.push(hunk_change(text, &a, i..mi, &inserted));
         }
         // Keys agree: only case or the punctuation at the word's edges changed.
-        if mi < a.len() {
+        if mi < a.len() && !capitalizes_function_word(&a[mi], b[mj], range.start) {
             let inserted = match mi + 1 < a.len() {
                 true => no_new_sentence_end(a[mi].text, b[mj]),
                 false => b[mj].to_string(),
@@ -225,6 +301,19 @@ pub fn verify(text: &str, range: Range<usize>, output: &str) -> Vec<Change> {
         (i, j) = (mi + 1, mj + 1);
     }
     changes
+}
+
+/// Whether `output` capitalizes function word `input` inside the sentence ("Me and my" must
+/// not become "Me and My"); "i" is capitalized anywhere.
+fn capitalizes_function_word(input: &Word<'_>, output: &str, sentence_start: usize) -> bool {
+    let k = key(input.text);
+    let first = |w: &str| w.trim_start_matches(is_edge_punct).chars().next();
+    input.range.start > sentence_start
+        && k != "i"
+        && !k.starts_with("i'")
+        && first(input.text).is_some_and(char::is_lowercase)
+        && first(output).is_some_and(char::is_uppercase)
+        && (is_slight(&k) || FUNCTION_GROUPS.iter().any(|g| g.contains(&k.as_str())))
 }
 
 /// `output`, a word inside the sentence, with the punctuation after it taken from `input`
@@ -380,7 +469,7 @@ pub const FUNCTION_GROUPS: &[&[&str]] = &[
 /// Function words that may be inserted or deleted on their own.
 pub const SLIGHT_WORDS: &[&str] = &[
     "a", "an", "the", "is", "are", "was", "were", "am", "be", "been", "has", "have", "had", "do",
-    "does", "did", "to", "of", "in", "on", "at", "for", "with", "and", "that", "i", "me",
+    "does", "did", "to", "of", "in", "on", "at", "for", "with", "that",
 ];
 
 fn same_group(a: &str, b: &str) -> bool {
@@ -537,7 +626,16 @@ mod tests {
         );
         assert_eq!(
             out,
-            "My sister and I are going to visit our aunt next sunday."
+            "Me and my sister is going to visit our aunt next sunday."
+        );
+        // The same sentence corrected as the model did on the CLI: "Me and" must not go.
+        let out = kept(
+            "Me and my sister is going to visit are aunt next sunday.",
+            "My sister is going to visit our aunt next Sunday.",
+        );
+        assert_eq!(
+            out,
+            "Me and my sister is going to visit our aunt next Sunday."
         );
     }
 

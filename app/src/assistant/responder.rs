@@ -17,6 +17,7 @@ use super::model_cache::shared_model;
 use super::notices::not_restored_notice;
 use super::prefixes::{PrefixCounts, SystemPrefixes};
 use super::prompt::fit_prompt;
+use super::proofread;
 use crate::error::AppError;
 use crate::features::Feature;
 use crate::history::context::{ContextKeeper, ContextSave};
@@ -138,6 +139,9 @@ pub enum ReplyEvent {
     /// The passages an "Ask documents" reply stands on, sent just before its `Done`
     /// ([`super::ask::AskDocuments`]); a reply refused or withdrawn by the guard has none.
     Sources(Vec<super::ask::Source>),
+    /// A proofread reply's changes to the user's text, sent just before its `Done`
+    /// ([`super::proofread`]); a reply the guard stopped has none.
+    Changes(super::proofread::Proofread),
     Done(ReplyOutcome),
     Failed(String),
 }
@@ -256,6 +260,9 @@ impl GuardedResponder {
         };
         // Looked up before the session is taken, so a failure keeps the session.
         let adapter = self.adapters.get(req.feature)?.ok();
+        if req.feature == Feature::Proofread {
+            return self.proofread(req, &user, adapter, cancel, emit);
+        }
         let mut session = self.take_session(req)?;
         let prepared = self.prepare(&mut session, req, adapter);
         let (prompt, notice) = match prepared {
@@ -292,6 +299,56 @@ impl GuardedResponder {
             stats,
             context: Some(context),
             notice,
+        }));
+        Ok(())
+    }
+
+    /// A proofread reply ([`proofread::respond`]): each sentence on its own, so the session
+    /// keeps no conversation context afterwards.
+    fn proofread(
+        &mut self,
+        req: &ReplyRequest,
+        user: &str,
+        adapter: Option<ActiveAdapter>,
+        cancel: &CancelHandle,
+        emit: &mut dyn FnMut(ReplyEvent),
+    ) -> Result<(), AppError> {
+        let mut session = self.take_session(req)?;
+        self.keeper.forget();
+        let result = session
+            .set_adapter(adapter)
+            .map_err(AppError::from)
+            .and_then(|_| {
+                proofread::respond(
+                    &mut session,
+                    &mut self.guard,
+                    &req.system,
+                    &req.settings.sampling(),
+                    user,
+                    cancel,
+                )
+            });
+        let adapter = session.adapter().map(|a| a.adapter.name().to_string());
+        self.session = Some(session);
+        let done = result?;
+        let stats = done.reply.generation.as_ref().map(|g| ReplyStats {
+            prompt_tokens: g.stats.prompt_tokens,
+            reused_tokens: g.stats.reused_tokens,
+            generated_tokens: g.stats.generated_tokens,
+            ttft_ms: g.stats.ttft_ms,
+            decode_tok_s: g.stats.decode_tok_s,
+            adapter,
+        });
+        emit(ReplyEvent::Token(done.reply.text.clone()));
+        if let Some(p) = done.proofread {
+            emit(ReplyEvent::Changes(p));
+        }
+        emit(ReplyEvent::Done(ReplyOutcome {
+            text: done.reply.text,
+            verdict: done.reply.verdict,
+            stats,
+            context: None,
+            notice: None,
         }));
         Ok(())
     }

@@ -14,6 +14,7 @@ use kostant_engine::{
 use kostant_safety::pipeline::{self, Reply, ReplyEvent, StreamEvent};
 use kostant_safety::{policy, Guard};
 
+use kostant_app::assistant::proofread;
 use kostant_app::features::Feature;
 
 use super::guard::HeadId;
@@ -84,6 +85,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         cancel: CancelHandle::new(),
         recorder,
         temporary: args.temporary,
+        changes: None,
     };
     if let Some(id) = args.continue_id {
         chat.continue_conversation(id)?;
@@ -118,6 +120,8 @@ struct Chat {
     recorder: Option<crate::history::Recorder>,
     /// `--temporary`: the banner says so (there is no recorder either).
     temporary: bool,
+    /// The last proofread reply's changes (`--feature proofread`).
+    changes: Option<proofread::Proofread>,
     /// Saves the session's context beside the conversation after each reply.
     keeper: crate::history::context::ContextKeeper,
     /// Tokens the session got from a saved context (`--continue`), not from a forward pass.
@@ -195,6 +199,9 @@ impl Chat {
     /// Runs one guarded reply on the generation thread, passing what the user should see to
     /// `on_event`.
     fn reply(&mut self, user: &str, mut on_event: impl FnMut(&ReplyEvent)) -> Result<Reply> {
+        if self.feature == Feature::Proofread {
+            return self.proofread(user, on_event);
+        }
         self.history.push(Message::new(Role::User, user));
         let prompt = match self.prompt() {
             Ok(p) => p,
@@ -263,6 +270,67 @@ impl Chat {
         }
         Ok(g)
     }
+}
+
+impl Chat {
+    /// A proofread reply ([`proofread::respond`], as the app's): the text a sentence at a
+    /// time, shown once whole, its changes kept for the report after it. Each sentence is read
+    /// on its own, so no context is saved beside the conversation.
+    fn proofread(&mut self, user: &str, mut on_event: impl FnMut(&ReplyEvent)) -> Result<Reply> {
+        let mut session = self.session.take().context("generation already running")?;
+        let Some(mut guard) = self.guard.take() else {
+            self.session = Some(session);
+            bail!("generation already running");
+        };
+        self.cancel.reset();
+        let system = self
+            .system
+            .clone()
+            .unwrap_or_else(|| self.feature.system_prompt());
+        let result = proofread::respond(
+            &mut session,
+            &mut guard,
+            &system,
+            &self.sampling,
+            user,
+            &self.cancel,
+        );
+        self.session = Some(session);
+        self.guard = Some(guard);
+        let done = result?;
+        on_event(&ReplyEvent::Token(done.reply.text.clone()));
+        self.changes = done.proofread;
+        self.history.push(Message::new(Role::User, user));
+        kostant_safety::close_exchange(
+            &mut self.history,
+            done.reply.text.clone(),
+            done.reply.verdict,
+        );
+        if let Some(r) = self.recorder.as_mut() {
+            if let Err(e) = r.record(user, &done.reply.text) {
+                eprintln!("kostant: this exchange was not saved to the history: {e}");
+            }
+        }
+        Ok(done.reply)
+    }
+}
+
+/// A proofread reply's changes for the terminal, one a line: "sunday → Sunday".
+fn print_changes(err: &mut impl Write, changes: &[proofread::Change]) -> std::io::Result<()> {
+    match changes.len() {
+        0 => writeln!(err, "No changes."),
+        1 => writeln!(err, "1 change:"),
+        n => writeln!(err, "{n} changes:"),
+    }?;
+    for c in changes {
+        let (was, now) = (c.removed.trim(), c.inserted.trim());
+        match (was.is_empty(), now.is_empty()) {
+            (true, _) => writeln!(err, "  + {now}"),
+            (_, true) => writeln!(err, "  - {was}"),
+            _ => writeln!(err, "  {was} → {now}"),
+        }?;
+    }
+    Ok(())
 }
 
 fn stats_json(
@@ -360,9 +428,17 @@ fn one_shot(chat: &mut Chat, prompt: &str, as_json: bool) -> Result<()> {
                 chat.restored_tokens
             ),
         });
+        let mut done = done;
+        if let Some(p) = &chat.changes {
+            done["changes"] = json!(p.changes);
+        }
         writeln!(out, "{done}")?;
     } else {
         writeln!(out)?;
+        out.flush()?;
+        if let Some(p) = &chat.changes {
+            print_changes(&mut std::io::stderr(), &p.changes)?;
+        }
     }
     Ok(())
 }
@@ -395,6 +471,9 @@ fn interactive(chat: &mut Chat) -> Result<()> {
             }
             line => {
                 let result = reply_to_line(chat, line);
+                if let (Ok(_), Some(p)) = (&result, chat.changes.take()) {
+                    print_changes(&mut err, &p.changes)?;
+                }
                 report_turn(&mut err, result)?;
             }
         }

@@ -16,6 +16,7 @@ use kostant_engine::Message;
 use kostant_safety::Verdict;
 
 use super::message::{ChatMessage, MessageState};
+use super::proofread::ChangeReview;
 use super::{AppError, Notify, SharedStore};
 use crate::assistant::ask::Source;
 use crate::assistant::responder::{
@@ -231,9 +232,29 @@ impl ChatController {
         })
     }
 
-    /// The text of message `index`, for the clipboard.
+    /// The text of message `index`, for the clipboard; a proofread reply's is the user's text
+    /// with the changes they accepted.
     pub fn copy_text(&self, index: usize) -> Option<String> {
-        self.messages.get(index).map(|m| m.text.clone())
+        let m = self.messages.get(index)?;
+        Some(
+            m.review
+                .as_ref()
+                .map_or_else(|| m.text.clone(), ChangeReview::text),
+        )
+    }
+
+    /// Accepts change `change` of proofread reply `index`, or takes it back.
+    pub fn toggle_change(&mut self, index: usize, change: usize) {
+        if let Some(r) = self.messages.get_mut(index).and_then(|m| m.review.as_mut()) {
+            r.toggle(change);
+        }
+    }
+
+    /// Accepts every change of proofread reply `index`.
+    pub fn accept_all_changes(&mut self, index: usize) {
+        if let Some(r) = self.messages.get_mut(index).and_then(|m| m.review.as_mut()) {
+            r.accept_all();
+        }
     }
 
     /// Source `n` (0-based, as listed) under message `index`, for the passage panel.
@@ -459,6 +480,7 @@ impl ChatController {
                 }
             }
             ReplyEvent::Sources(sources) => reply.sources = sources,
+            ReplyEvent::Changes(p) => reply.review = Some(ChangeReview::new(p)),
             ReplyEvent::Withdrawn { from, to, notice } => {
                 replace_range(&mut reply.text, from, to, &notice);
                 reply.state = MessageState::WITHDRAWN;

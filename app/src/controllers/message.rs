@@ -79,6 +79,9 @@ pub struct ChatMessage {
     /// The passages an "Ask documents" reply stands on (empty for every other message). Kept
     /// on screen only: the history saves the question and the reply, not the passages.
     pub sources: Vec<Source>,
+    /// A proofread reply's changes to the user's text, under review (None for every other
+    /// message).
+    pub review: Option<super::proofread::ChangeReview>,
     /// Saved to the history as the last exchange (so regenerate can replace it there).
     pub(super) saved: bool,
 }
@@ -90,6 +93,7 @@ impl ChatMessage {
             text: text.into(),
             state,
             sources: Vec::new(),
+            review: None,
             saved: false,
         }
     }
