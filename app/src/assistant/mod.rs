@@ -5,6 +5,7 @@
 //! a screen shows; the CLI calls them directly.
 
 pub mod ask;
+pub mod choices;
 pub mod documents;
 pub mod feature_adapters;
 pub mod guard_model;
