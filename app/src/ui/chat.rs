@@ -6,10 +6,11 @@ use std::rc::Rc;
 
 use slint::{Model as _, ModelRc, SharedString, VecModel};
 
-use super::{App, AppRoot, ChatItem, ChatMode, MessageRole, MessageStatus, Page};
+use super::{App, AppRoot, ChangeItem, ChatItem, ChatMode, MessageRole, MessageStatus, Page};
 use crate::assistant::ask::Source;
 use crate::assistant::worker::ModelState;
 use crate::controllers::message::MessageState;
+use crate::controllers::proofread::ChangeReview;
 use crate::features::Feature;
 use crate::history::Role;
 use kostant_safety::{StoppedBy, Verdict};
@@ -75,6 +76,23 @@ fn source_labels(sources: &[Source]) -> ModelRc<SharedString> {
     ModelRc::new(VecModel::from(labels))
 }
 
+/// A proofread reply's changes as the screen lists them.
+fn change_items(review: Option<&ChangeReview>) -> ModelRc<ChangeItem> {
+    let Some(review) = review.filter(|r| !r.is_empty()) else {
+        return ModelRc::default();
+    };
+    let items: Vec<ChangeItem> = review
+        .rows()
+        .into_iter()
+        .map(|c| ChangeItem {
+            removed: c.removed.into(),
+            inserted: c.inserted.into(),
+            accepted: c.accepted,
+        })
+        .collect();
+    ModelRc::new(VecModel::from(items))
+}
+
 /// The chat's state into `ChatState`: the messages (only the rows that changed), the model's
 /// status, the readout and the status line.
 pub(super) fn refresh<R: AppRoot>(ui: &R, app: &App) {
@@ -92,6 +110,8 @@ pub(super) fn refresh<R: AppRoot>(ui: &R, app: &App) {
             status: status_of(m.state),
             caption: m.state.caption().into(),
             sources: source_labels(&m.sources),
+            changes: change_items(m.review.as_ref()),
+            all_accepted: m.review.as_ref().is_some_and(ChangeReview::all_accepted),
         })
         .collect();
     sync_rows(&app.messages, items);
@@ -183,6 +203,26 @@ pub(super) fn connect<R: AppRoot>(ui: &R, app: &Rc<App>) {
         if let Some(text) = text {
             ui.copy_to_clipboard(&text);
             ui.chat_state().set_status_line("copied".into());
+        }
+    });
+
+    let (w, a) = (ui.as_weak(), app.clone());
+    s.on_toggle_change(move |message, change| {
+        if let (Ok(m), Ok(c)) = (usize::try_from(message), usize::try_from(change)) {
+            a.chat.borrow_mut().toggle_change(m, c);
+        }
+        if let Some(ui) = w.upgrade() {
+            refresh(&ui, &a);
+        }
+    });
+
+    let (w, a) = (ui.as_weak(), app.clone());
+    s.on_accept_all_changes(move |message| {
+        if let Ok(m) = usize::try_from(message) {
+            a.chat.borrow_mut().accept_all_changes(m);
+        }
+        if let Some(ui) = w.upgrade() {
+            refresh(&ui, &a);
         }
     });
 
