@@ -13,6 +13,7 @@ pub mod error;
 pub use kostant_safety::features;
 pub mod history;
 pub mod preferences;
+pub mod privacy;
 pub mod ui;
 
 pub mod android;

@@ -166,3 +166,45 @@ fn doctor_fails_on_a_key_file_others_can_read() {
         "{stderr}"
     );
 }
+
+/// `kostant doctor --json`'s privacy facts: the same network status as the netguard check, no
+/// permissions, desktop-only protections said to be not applicable, and the key protection
+/// read from the history file itself (none yet, then the file key).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[test]
+fn doctor_json_reports_the_privacy_facts_the_settings_screen_shows() {
+    let root = temp_dir("privacy");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kostant"))
+            .args(args)
+            .env("KOSTANT_MODEL", model())
+            .env("KOSTANT_KEY_DIR", root.join("keys"))
+            .env("KOSTANT_DATA_DIR", root.join("data"))
+            .env_remove("KOSTANT_MODELS_DIR")
+            .env_remove("KOSTANT_PASSPHRASE_FILE")
+            .output()
+            .expect("kostant starts")
+    };
+    let first = report(&run(&["doctor", "--json"]));
+    let p = &first["privacy"];
+    assert_eq!(p["network_denied"], true, "{p}");
+    assert_eq!(check(&first, "netguard")["ok"], p["network_denied"]);
+    assert_eq!(p["permissions"], serde_json::json!([]));
+    assert_eq!(p["backups"]["state"], "not_applicable");
+    assert_eq!(p["keyboard_learning"]["state"], "not_applicable");
+    assert_eq!(p["key_protection"], "none", "{p}");
+    assert!(!root.join("data").exists(), "looking creates nothing");
+
+    assert!(run(&["history", "list"]).status.success());
+    let second = report(&run(&["doctor", "--json"]));
+    let p = &second["privacy"];
+    assert_eq!(p["key_protection"], "file", "{p}");
+    assert_eq!(p["stored"]["chats_bytes"], 0, "{p}");
+    assert_eq!(p["temporary_chat"], serde_json::Value::Null);
+    let text = String::from_utf8_lossy(&run(&["doctor"]).stdout).into_owned();
+    assert!(
+        text.contains("privacy") && text.contains("Permissions"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}

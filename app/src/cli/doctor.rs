@@ -18,9 +18,16 @@ pub struct DoctorArgs {
     pub model: Option<PathBuf>,
     /// Print one JSON object.
     ///
-    /// {"ok": bool, "checks": [{"name", "ok", "required", "detail"}]}.
+    /// {"ok": bool, "checks": [{"name", "ok", "required", "detail"}], "privacy": {...}}: the
+    /// privacy facts are Settings' Privacy section (network, permissions, backups, keyboard,
+    /// screenshots, where the data and key live, what protects the key, sizes).
     #[arg(long)]
     pub json: bool,
+    /// Where the history lives (for the privacy facts).
+    ///
+    /// Default: $XDG_DATA_HOME/kostant or ~/.local/share/kostant.
+    #[arg(long, env = "KOSTANT_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 /// One line of the report. A check that is not `required` informs without failing the run.
@@ -58,6 +65,8 @@ pub fn run(args: DoctorArgs) -> Result<()> {
         },
         key_storage_check(),
     ];
+    let data_dir = crate::history::data_dir(args.data_dir.as_deref()).ok();
+    let privacy = kostant_app::privacy::gather(data_dir.as_deref(), None);
     let failed: Vec<&str> = checks
         .iter()
         .filter(|c| c.required && !c.ok)
@@ -70,7 +79,10 @@ pub fn run(args: DoctorArgs) -> Result<()> {
                 |c| json!({"name": c.name, "ok": c.ok, "required": c.required, "detail": c.detail}),
             )
             .collect();
-        println!("{}", json!({"ok": failed.is_empty(), "checks": items}));
+        println!(
+            "{}",
+            json!({"ok": failed.is_empty(), "checks": items, "privacy": privacy.to_json()})
+        );
     } else {
         for c in &checks {
             let mark = match (c.ok, c.required) {
@@ -79,6 +91,10 @@ pub fn run(args: DoctorArgs) -> Result<()> {
                 (false, false) => "note",
             };
             println!("{mark}  {:<16} {}", c.name, c.detail);
+        }
+        println!("privacy");
+        for (what, value) in privacy.lines() {
+            println!("      {what:<16} {value}");
         }
     }
     if !failed.is_empty() {

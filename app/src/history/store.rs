@@ -841,6 +841,57 @@ impl Store {
     }
 }
 
+/// What can be read of a history without its key: whether it is locked, and how many bytes of
+/// sealed data each kind holds (sizes are no secret: anyone with the file sees them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Inspection {
+    pub locked: bool,
+    pub file_bytes: u64,
+    /// Conversations' titles and messages.
+    pub chats: u64,
+    /// Saved contexts.
+    pub contexts: u64,
+    /// Documents' names, passages and vectors.
+    pub documents: u64,
+    /// Safety eval reports.
+    pub eval_runs: u64,
+}
+
+/// Reads `path` as [`Inspection`] without a key, read-only (nothing is created or changed);
+/// `None` when there is no history there.
+pub fn inspect(path: &Path) -> Result<Option<Inspection>, HistoryError> {
+    let file_bytes = match fs::metadata(path) {
+        Ok(m) if m.len() > 0 => m.len(),
+        Ok(_) => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(HistoryError::Io {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| classify(path, e))?;
+    let locked = kostant_platform::passphrase::is_locked(&stored_data_key(&conn, path)?);
+    // A table an older history lacks holds nothing.
+    let sum = |sql: &str| -> u64 {
+        conn.query_row(sql, [], |r| r.get::<_, i64>(0))
+            .map_or(0, |n| n.max(0) as u64)
+    };
+    Ok(Some(Inspection {
+        locked,
+        file_bytes,
+        chats: sum("SELECT coalesce(sum(length(title)), 0) FROM conversations")
+            + sum("SELECT coalesce(sum(length(body)), 0) FROM messages"),
+        contexts: sum("SELECT coalesce(sum(length(header) + length(context)), 0) FROM snapshots")
+            + sum("SELECT coalesce(sum(length(body)), 0) FROM snapshot_pieces"),
+        documents: sum("SELECT coalesce(sum(length(meta)), 0) FROM documents")
+            + sum("SELECT coalesce(sum(length(body) + length(vector)), 0) FROM document_chunks"),
+        eval_runs: sum("SELECT coalesce(sum(length(report)), 0) FROM eval_runs"),
+    }))
+}
+
 /// The wrapped data key in `meta`, once the file shows it is a Kostant history of this schema.
 fn stored_data_key(conn: &Connection, path: &Path) -> Result<Vec<u8>, HistoryError> {
     let not_history = |detail: String| HistoryError::NotHistory {
