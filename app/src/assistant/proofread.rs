@@ -423,9 +423,7 @@ fn edit_distance(a: &[char], b: &[char]) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=m {
-        d[0][j] = j;
-    }
+    d[0] = (0..=m).collect();
     for i in 1..=n {
         for j in 1..=m {
             let sub = d[i - 1][j - 1] + usize::from(a[i - 1] != b[j - 1]);
@@ -615,7 +613,7 @@ mod tests {
             ]
         );
         assert!(sentences("   \n ").is_empty());
-        assert_eq!(sentences("no stop at all"), [0..14]);
+        assert_eq!(sentences("no stop at all"), vec![0..14]);
     }
 
     #[test]
