@@ -12,12 +12,17 @@ use kostant_safety::{policy, Verdict};
 
 use crate::features::Feature;
 
-/// Three numbered suggestions, one line of 1 to 200 characters each, starting with a visible
-/// character. The grammar cannot compare the lines, so it cannot make them differ: the prompt
-/// asks for three different ones, and identical lines are kept as written ([`choices`]).
+/// Three numbered suggestions, one line each of one or two sentences ending in `.`, `!` or
+/// `?` (at most 199 characters). Sentence ends are where a small model, left to itself, runs
+/// the next suggestion on in the same line ("Sure! 2. No, thanks."), so a line stops after
+/// its second sentence and no sentence starts with a digit. Abbreviations and decimals
+/// ("Mr.", "10.30") end a sentence too. The grammar cannot compare the lines, so it cannot make
+/// them differ: the prompt asks for three different ones, and identical lines are kept as
+/// written ([`choices`]).
 pub const REPLY_GRAMMAR: &str = r#"# Three reply suggestions, numbered, one line each.
 root ::= "1. " line "\n2. " line "\n3. " line
-line ::= [^\n\r\t ] [^\n\r]{0,199}
+line ::= sentence (" " sentence)?
+sentence ::= [^\n\r\t .!?0-9] [^\n\r.!?]{0,97} [.!?]
 "#;
 
 /// A rewrite with no preamble: the text starts with a visible character and its first line
@@ -313,30 +318,45 @@ mod tests {
     #[test]
     fn reply_grammar_holds_three_numbered_lines() {
         let good =
-            "1. Sounds good, see you then!\n2. Sorry, I can't make it.\n3. Can we do Friday?";
+            "1. Sounds good, see you then!\n2. Sorry, I can't make it.\n3. Thanks! Can we do Friday?";
         assert!(accepts(Shape::Choices, good));
         assert_eq!(
             choices(good).unwrap(),
             [
                 "Sounds good, see you then!",
                 "Sorry, I can't make it.",
-                "Can we do Friday?"
+                "Thanks! Can we do Friday?"
             ]
         );
         for bad in [
             "1. Yes\n2. No",
-            "1. Yes\n2. No\n3. Maybe\n4. Later",
-            "1. \n2. No\n3. Maybe",
-            "Sure! 1. Yes\n2. No\n3. Maybe",
-            "1. Yes\n\n2. No\n3. Maybe",
+            "1. Yes.\n2. No.\n3. Maybe.\n4. Later.",
+            "1. \n2. No.\n3. Maybe.",
+            "Sure! 1. Yes.\n2. No.\n3. Maybe.",
+            "1. Yes.\n\n2. No.\n3. Maybe.",
         ] {
             assert!(!accepts(Shape::Choices, bad), "{bad:?}");
             assert_eq!(choices(bad), None, "{bad:?}");
         }
-        // 200 characters fit a line, 201 do not.
-        let long = "a".repeat(200);
-        assert!(accepts(Shape::Choices, &format!("1. {long}\n2. b\n3. c")));
-        assert!(!accepts(Shape::Choices, &format!("1. {long}a\n2. b\n3. c")));
+        // A suggestion run on into the next, or a third sentence, cannot be written.
+        for bad in [
+            "1. Yes! 2. No.\n2. No.\n3. Maybe.",
+            "1. Yes. No. Maybe.\n2. No.\n3. Maybe.",
+        ] {
+            assert!(!accepts(Shape::Choices, bad), "{bad:?}");
+        }
+        // A sentence holds 99 characters, its end included.
+        let long = "a".repeat(98);
+        assert!(accepts(
+            Shape::Choices,
+            &format!("1. {long}.\n2. b.\n3. c?")
+        ));
+        assert!(!accepts(
+            Shape::Choices,
+            &format!("1. {long}a.\n2. b.\n3. c?")
+        ));
+        // The parse reads what the grammar would not allow too, so it takes any reply.
+        assert_eq!(choices("1. Yes\n2. No\n3. Maybe").unwrap()[2], "Maybe");
     }
 
     #[test]
@@ -378,7 +398,7 @@ mod tests {
 
     #[test]
     fn only_an_answered_reply_has_items() {
-        let text = "1. Yes\n2. No\n3. Maybe";
+        let text = "1. Yes.\n2. No.\n3. Maybe.";
         assert!(Shape::Choices.items(text, Verdict::Answered).is_some());
         let withdrawn = Verdict::Stopped {
             by: StoppedBy::Guard,

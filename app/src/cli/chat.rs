@@ -14,6 +14,7 @@ use kostant_engine::{
 use kostant_safety::pipeline::{self, Reply, ReplyEvent, StreamEvent};
 use kostant_safety::{policy, Guard};
 
+use kostant_app::assistant::choices::Shape;
 use kostant_app::assistant::proofread;
 use kostant_app::features::Feature;
 
@@ -21,6 +22,11 @@ use super::guard::HeadId;
 use super::{load_model_kv, peak_rss_mb, ChatArgs};
 
 pub fn run(args: ChatArgs) -> Result<()> {
+    let shape = shape_of(&args)?;
+    let grammar = match shape {
+        Some(s) => Some(s.grammar()?),
+        None => args.grammar.load()?,
+    };
     let sampling = SamplingParams {
         temperature: args.temperature,
         top_k: args.top_k,
@@ -29,7 +35,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         repeat_penalty: args.repeat_penalty,
         repeat_last_n: 64,
         seed: args.seed.unwrap_or_else(time_seed),
-        grammar: args.grammar.load()?,
+        grammar,
     };
     sampling.validate()?;
     if args.max_tokens == 0 {
@@ -64,7 +70,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
     // The tone rules ride along with any system prompt, the user's own included.
     let system = match (&args.system, args.feature) {
         (Some(s), _) => format!("{s}\n\n{}", policy::TONE_RULES),
-        (None, Some(f)) => f.system_prompt(),
+        (None, Some(f)) => shape.map_or_else(|| f.system_prompt(), Shape::system_prompt),
         (None, None) => policy::default_system_prompt(),
     };
     let mut chat = Chat {
@@ -76,6 +82,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         head,
         adapter,
         feature: args.feature.unwrap_or(Feature::Chat),
+        shape,
         draft_model,
         history: Vec::new(),
         system: Some(system),
@@ -108,6 +115,9 @@ struct Chat {
     adapter: Option<String>,
     /// The feature whose prompt the chat runs under (`--feature`; chat by default).
     feature: Feature,
+    /// The shape a grammar holds the feature's reply to (`--feature reply`, `--length`,
+    /// `--tone`).
+    shape: Option<Shape>,
     /// The draft model's name, when one drafts (`--draft-model`).
     draft_model: Option<String>,
     history: Vec<Message>,
@@ -333,6 +343,27 @@ fn print_changes(err: &mut impl Write, changes: &[proofread::Change]) -> std::io
     Ok(())
 }
 
+/// The shape the feature's reply is held to. `--length` and `--tone` belong to their
+/// features, and a shaped feature brings its own grammar, so a grammar of the user's goes with
+/// the others.
+fn shape_of(args: &ChatArgs) -> Result<Option<Shape>> {
+    let feature = args.feature.unwrap_or(Feature::Chat);
+    if args.length.is_some() && feature != Feature::Summarize {
+        bail!("--length goes with --feature summarize");
+    }
+    if args.tone.is_some() && feature != Feature::Rewrite {
+        bail!("--tone goes with --feature rewrite");
+    }
+    let shape = Shape::of(feature, args.length, args.tone);
+    if shape.is_some() && args.grammar.is_set() {
+        bail!(
+            "--feature {} holds the reply to a grammar of its own; --grammar-file and --json-schema go with other features",
+            feature.id()
+        );
+    }
+    Ok(shape)
+}
+
 fn stats_json(
     g: Option<&Generation>,
     head: &HeadId,
@@ -431,6 +462,12 @@ fn one_shot(chat: &mut Chat, prompt: &str, as_json: bool) -> Result<()> {
         let mut done = done;
         if let Some(p) = &chat.changes {
             done["changes"] = json!(p.changes);
+        }
+        // A shaped reply's items, or null when it has none (refused, withdrawn, cut off).
+        match chat.shape {
+            Some(s @ Shape::Choices) => done["choices"] = json!(s.items(&r.text, r.verdict)),
+            Some(s @ Shape::Bullets(_)) => done["bullets"] = json!(s.items(&r.text, r.verdict)),
+            Some(Shape::Rewrite(_)) | None => {}
         }
         writeln!(out, "{done}")?;
     } else {

@@ -157,6 +157,17 @@ pub struct ChatArgs {
     /// Plain chat's adapter included.
     #[arg(long, conflicts_with = "adapter")]
     pub no_adapter: bool,
+    /// With --feature summarize: a summary of exactly 3 bullets (short) or 5 (medium).
+    ///
+    /// Each bullet one line starting with "- ", held so by a grammar.
+    #[arg(long, value_name = "short|medium")]
+    pub length: Option<kostant_app::assistant::choices::SummaryLength>,
+    /// With --feature rewrite: the tone, friendlier, formal or shorter.
+    ///
+    /// A grammar keeps the rewrite to the text itself: its first line cannot end with a colon,
+    /// as "Here is the rewritten text:" does.
+    #[arg(long, value_name = "friendlier|formal|shorter")]
+    pub tone: Option<kostant_app::assistant::choices::Tone>,
     /// One JSON object per line on stdout: a line per token, then a final "done" line.
     #[arg(long)]
     pub json: bool,
