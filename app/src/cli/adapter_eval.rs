@@ -339,7 +339,7 @@ mod constrained {
             model.quantization(),
             super::super::eval::command_line(),
         );
-        md.push_str("| run | exact match | character error rate | sentences added | sentences dropped | sentences stopped by the guard |\n|---|---|---|---|---|---|\n");
+        md.push_str("| run | exact match | character error rate | sentences added | sentences dropped | stopped by the guard |\n|---|---|---|---|---|---|\n");
         for c in &columns {
             md.push_str(&format!(
                 "| {} | {}/{} = {:.3} [{:.3}, {:.3}] | {} | {} | {} | {} |\n",
@@ -355,7 +355,7 @@ mod constrained {
                 c.stopped,
             ));
         }
-        md.push_str("\nIntervals: 95% (Wilson for exact match, bootstrap for the character error rate, lower is better).\n");
+        md.push_str("\nIntervals: 95% (Wilson for exact match, bootstrap for the character error rate, lower is better). Sentences added or dropped: the reply's sentences against the input's. Stopped by the guard: replies for the free run; sentences for the constrained one, each then kept as written.\n");
         match &args.out {
             Some(out) => {
                 std::fs::write(out, &md)
