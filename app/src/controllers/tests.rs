@@ -32,6 +32,9 @@ enum Script {
     Withdraw(Option<Category>),
     /// Refuses outright (the guard's early stop), likewise.
     Refuse(Option<Category>),
+    /// Proofreads the message as the model would have (this output for each sentence), sends
+    /// the changes the rule keeps, then the corrected text.
+    Proofread(&'static str),
     Fail,
 }
 
@@ -112,6 +115,17 @@ impl Responder for Scripted {
                     policy::refusal(category),
                     Verdict::Refused { category },
                 ));
+            }
+            Script::Proofread(output) => {
+                let user = &req.turns.last().unwrap().content;
+                let p = crate::assistant::proofread::proofread(user, |_| {
+                    Ok::<_, ()>(output.to_string())
+                })
+                .unwrap();
+                let text = p.corrected.clone();
+                emit(ReplyEvent::Token(text.clone()));
+                emit(ReplyEvent::Changes(p));
+                emit(done(&text, Verdict::Answered));
             }
             Script::Fail => emit(ReplyEvent::Failed("the model broke".into())),
         }
@@ -564,4 +578,36 @@ fn the_mode_does_not_change_while_a_reply_runs() {
     assert_eq!(c.mode(), ChatMode::Saved);
     c.stop();
     c.wait_idle().unwrap();
+}
+
+#[test]
+fn a_proofread_reply_copies_only_the_changes_accepted() {
+    let model_said = "We were going to the beach on Saturday.";
+    let (mut c, _) = chat(vec![Script::Proofread(model_said)], None);
+    c.set_feature(Feature::Proofread);
+    c.send("We was going too the beach on sunday.").unwrap();
+    c.wait_idle().unwrap();
+    // The day the model changed is not among the changes; the reply shows the rest.
+    assert_eq!(
+        c.messages()[1].text,
+        "We were going to the beach on sunday."
+    );
+    let review = c.messages()[1].review.clone().expect("the changes");
+    assert_eq!(review.rows().len(), 2, "{:?}", review.rows());
+    // Nothing is accepted yet: Copy gives the user's own text.
+    assert_eq!(
+        c.copy_text(1).as_deref(),
+        Some("We was going too the beach on sunday.")
+    );
+    c.toggle_change(1, 0);
+    assert_eq!(
+        c.copy_text(1).as_deref(),
+        Some("We were going too the beach on sunday.")
+    );
+    c.accept_all_changes(1);
+    assert_eq!(
+        c.copy_text(1).as_deref(),
+        Some("We were going to the beach on sunday.")
+    );
+    assert!(c.messages()[0].review.is_none());
 }
