@@ -142,6 +142,7 @@ fn the_apps_responder_runs_the_chats_adapter_on_a_plain_chat() {
     let req = ReplyRequest {
         system: Feature::Chat.system_prompt(),
         feature: Feature::Chat,
+        shape: None,
         turns: vec![Message::new(
             Role::User,
             "You useless thing, how many minutes are in an hour?",

@@ -16,6 +16,7 @@ fn new_chat(r: &mut GuardedResponder, feature: Feature, user: &str) -> (ReplyOut
     let req = ReplyRequest {
         system: feature.system_prompt(),
         feature,
+        shape: None,
         turns: vec![Message::new(Role::User, user)],
         settings: GenerationSettings {
             temperature: 0.0,

@@ -274,6 +274,7 @@ mod tests {
         let req = ReplyRequest {
             system: String::new(),
             feature,
+            shape: None,
             turns: vec![Message::new(Role::User, "What is the deposit?")],
             settings: Default::default(),
             conversation: None,

@@ -11,6 +11,7 @@ use kostant_engine::{
 };
 use kostant_safety::{pipeline, Guard, Verdict};
 
+use super::choices::Shape;
 use super::feature_adapters::{fingerprint_hex, FeatureAdapters};
 use super::guard_model::{guard_bytes, guard_for};
 use super::model_cache::shared_model;
@@ -79,6 +80,8 @@ pub struct ReplyRequest {
     /// The feature the reply is for: the responder puts its shipped adapter on when the model
     /// is the one it was trained on.
     pub feature: Feature,
+    /// The shape a grammar holds the reply to ([`super::choices`]); `system` asks for it.
+    pub shape: Option<Shape>,
     pub turns: Vec<Message>,
     pub settings: GenerationSettings,
     /// The history conversation the reply will be saved into (None: a new one).
@@ -434,10 +437,12 @@ impl GuardedResponder {
             .max_tokens
             .min(session.n_ctx().saturating_sub(prompt.len()))
             .max(1);
+        let mut sampling = req.settings.sampling();
+        sampling.grammar = req.shape.map(Shape::grammar).transpose()?;
         let gen = GenerateRequest {
             prompt,
             max_tokens: budget,
-            sampling: req.settings.sampling(),
+            sampling,
             speculation: Speculation::default(),
         };
         pipeline::respond(

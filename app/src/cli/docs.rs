@@ -260,6 +260,7 @@ fn ask(data_dir: &Path, out: &mut impl Write, args: &AskArgs, j: bool) -> Result
     let req = ReplyRequest {
         system: Feature::Documents.system_prompt(),
         feature: Feature::Documents,
+        shape: None,
         turns: vec![Message {
             role: Role::User,
             content: args.prompt.clone(),

@@ -19,6 +19,7 @@ use super::message::{ChatMessage, MessageState};
 use super::proofread::ChangeReview;
 use super::{AppError, Notify, SharedStore};
 use crate::assistant::ask::Source;
+use crate::assistant::choices::{Shape, SummaryLength, Tone};
 use crate::assistant::responder::{
     ContextOrigin, GenerationSettings, ModelSummary, ReplyEvent, ReplyRequest, ReplyStats,
     ResponderFactory,
@@ -67,6 +68,8 @@ enum Save {
 struct Running {
     job: u64,
     save: Save,
+    /// The shape the reply was asked in: its items are read off the text when it ends.
+    shape: Option<Shape>,
     started: Instant,
     first_token: Option<Instant>,
     tokens: usize,
@@ -77,6 +80,10 @@ pub struct ChatController {
     model: ModelState,
     messages: Vec<ChatMessage>,
     feature: Feature,
+    /// The Summarize chip's length and the Rewrite chip's tone (none: the feature writes
+    /// freely).
+    length: Option<SummaryLength>,
+    tone: Option<Tone>,
     pub settings: GenerationSettings,
     running: Option<Running>,
     next_job: u64,
@@ -102,6 +109,8 @@ impl ChatController {
             model,
             messages: Vec::new(),
             feature: Feature::Chat,
+            length: None,
+            tone: None,
             settings: GenerationSettings::default(),
             running: None,
             next_job: 0,
@@ -153,6 +162,29 @@ impl ChatController {
     /// Applies to the next reply: the system prompt is part of every prompt.
     pub fn set_feature(&mut self, f: Feature) {
         self.feature = f;
+    }
+
+    pub fn length(&self) -> Option<SummaryLength> {
+        self.length
+    }
+
+    /// Applies to the next Summarize reply: that many bullets, or free sentences with `None`.
+    pub fn set_length(&mut self, length: Option<SummaryLength>) {
+        self.length = length;
+    }
+
+    pub fn tone(&self) -> Option<Tone> {
+        self.tone
+    }
+
+    /// Applies to the next Rewrite reply: that tone, or a plain rewrite with `None`.
+    pub fn set_tone(&mut self, tone: Option<Tone>) {
+        self.tone = tone;
+    }
+
+    /// Suggestion `n` under message `index`, for the composer (a Reply reply's chip).
+    pub fn choice(&self, index: usize, n: usize) -> Option<&str> {
+        self.messages.get(index)?.choices.get(n).map(String::as_str)
     }
 
     /// The conversation this chat saves into, if it was saved or opened from the history.
@@ -429,9 +461,11 @@ impl ChatController {
 
     fn start(&mut self, save: Save) -> Result<(), AppError> {
         let turns = model_context(&self.messages);
+        let shape = Shape::of(self.feature, self.length, self.tone);
         let req = ReplyRequest {
-            system: self.feature.system_prompt(),
+            system: shape.map_or_else(|| self.feature.system_prompt(), Shape::system_prompt),
             feature: self.feature,
+            shape,
             turns,
             settings: self.settings.clone(),
             conversation: self.conversation,
@@ -452,6 +486,7 @@ impl ChatController {
         self.running = Some(Running {
             job,
             save,
+            shape,
             started: Instant::now(),
             first_token: None,
             tokens: 0,
@@ -497,6 +532,11 @@ impl ChatController {
                 // notice, the reply); a responder that only withdrew keeps the patched text.
                 if !outcome.text.is_empty() || !reply.state.is_withdrawn() {
                     reply.text = outcome.text;
+                }
+                if run.shape == Some(Shape::Choices) {
+                    reply.choices = Shape::Choices
+                        .items(&reply.text, outcome.verdict)
+                        .unwrap_or_default();
                 }
                 self.last_stats = outcome.stats;
                 let save = run.save;

@@ -82,6 +82,9 @@ pub struct ChatMessage {
     /// A proofread reply's changes to the user's text, under review (None for every other
     /// message).
     pub review: Option<super::proofread::ChangeReview>,
+    /// A Reply reply's three suggestions, parsed from its text once it was answered in full
+    /// (empty for every other message): the screen shows them as chips.
+    pub choices: Vec<String>,
     /// Saved to the history as the last exchange (so regenerate can replace it there).
     pub(super) saved: bool,
 }
@@ -94,6 +97,7 @@ impl ChatMessage {
             state,
             sources: Vec::new(),
             review: None,
+            choices: Vec::new(),
             saved: false,
         }
     }

@@ -611,3 +611,49 @@ fn a_proofread_reply_copies_only_the_changes_accepted() {
     );
     assert!(c.messages()[0].review.is_none());
 }
+
+#[test]
+fn a_reply_with_three_suggestions_offers_them_and_a_refused_one_none() {
+    use crate::assistant::choices::{Shape, SummaryLength, Tone};
+    let (mut c, seen) = chat(
+        vec![
+            Script::Answer(vec![
+                "1. Sure, see you then!",
+                "\n2. Sorry, I can't.",
+                "\n3. Friday?",
+            ]),
+            Script::Refuse(None),
+            Script::Answer(vec!["- a\n- b\n- c"]),
+        ],
+        None,
+    );
+    c.set_feature(Feature::Reply);
+    c.send("Lunch on Friday?").unwrap();
+    c.wait_idle().unwrap();
+    // The request asked for the shape, under its own prompt.
+    let req = seen.lock().unwrap()[0].clone();
+    assert_eq!(req.shape, Some(Shape::Choices));
+    assert_eq!(req.system, Shape::Choices.system_prompt());
+    assert_eq!(c.messages()[1].choices.len(), 3);
+    // A chip fills the composer with its suggestion; there is no fourth.
+    assert_eq!(c.choice(1, 1), Some("Sorry, I can't."));
+    assert_eq!(c.choice(1, 3), None);
+    assert_eq!(c.choice(0, 0), None);
+    c.send("Something the guard refuses").unwrap();
+    c.wait_idle().unwrap();
+    assert!(c.messages()[3].choices.is_empty());
+    // Summarize at a length asks for bullets; its bullets are not suggestions.
+    c.set_feature(Feature::Summarize);
+    c.set_length(Some(SummaryLength::Short));
+    c.set_tone(Some(Tone::Formal));
+    c.send("Long text").unwrap();
+    c.wait_idle().unwrap();
+    let req = seen.lock().unwrap()[2].clone();
+    assert_eq!(req.shape, Some(Shape::Bullets(SummaryLength::Short)));
+    assert!(
+        req.system.contains("exactly 3 bullet points"),
+        "{}",
+        req.system
+    );
+    assert!(c.messages()[5].choices.is_empty());
+}
