@@ -76,6 +76,15 @@ fn source_labels(sources: &[Source]) -> ModelRc<SharedString> {
     ModelRc::new(VecModel::from(labels))
 }
 
+/// A Reply reply's suggestions for its chips.
+fn choice_labels(choices: &[String]) -> ModelRc<SharedString> {
+    if choices.is_empty() {
+        return ModelRc::default();
+    }
+    let labels: Vec<SharedString> = choices.iter().map(|c| c.as_str().into()).collect();
+    ModelRc::new(VecModel::from(labels))
+}
+
 /// A proofread reply's changes as the screen lists them.
 fn change_items(review: Option<&ChangeReview>) -> ModelRc<ChangeItem> {
     let Some(review) = review.filter(|r| !r.is_empty()) else {
@@ -112,6 +121,7 @@ pub(super) fn refresh<R: AppRoot>(ui: &R, app: &App) {
             sources: source_labels(&m.sources),
             changes: change_items(m.review.as_ref()),
             all_accepted: m.review.as_ref().is_some_and(ChangeReview::all_accepted),
+            choices: choice_labels(&m.choices),
         })
         .collect();
     sync_rows(&app.messages, items);
@@ -213,6 +223,20 @@ pub(super) fn connect<R: AppRoot>(ui: &R, app: &Rc<App>) {
         }
         if let Some(ui) = w.upgrade() {
             refresh(&ui, &a);
+        }
+    });
+
+    // A suggestion goes to the composer, not out: the user may edit it, and sends it.
+    let (w, a) = (ui.as_weak(), app.clone());
+    s.on_use_choice(move |message, n| {
+        let Some(ui) = w.upgrade() else { return };
+        let text = usize::try_from(message)
+            .ok()
+            .zip(usize::try_from(n).ok())
+            .and_then(|(m, n)| a.chat.borrow().choice(m, n).map(str::to_string));
+        if let Some(text) = text {
+            ui.chat_state().set_draft(text.into());
+            ui.chat_state().set_editing(false);
         }
     });
 
