@@ -1,9 +1,10 @@
 //! The app, headless, on the real model: a Reply reply ends with its three suggestions as chips
-//! under it, and tapping one puts it in the composer without sending it. One test per process,
-//! as every UI test here.
+//! under it, and tapping one puts it in the composer without sending it; the Summarize and
+//! Rewrite chips offer a length and a tone. One test per process, as every UI test here.
 
 mod ui_support;
 
+use kostant_app::assistant::choices::{SummaryLength, Tone};
 use kostant_app::ui::{AppRoot, DesktopApp};
 use slint::{ComponentHandle, Model};
 use ui_support::*;
@@ -35,4 +36,16 @@ fn a_suggestion_fills_the_composer_and_is_not_sent() {
         "nothing was sent"
     );
     assert!(!ui.chat_state().get_busy());
+
+    // Summarize and Rewrite show a length and a tone to choose; other chips show none.
+    assert!(!exists(&ui, "Length: Short"));
+    press(&ui, "Feature: Summarize");
+    press(&ui, "Length: Short");
+    assert_eq!(app.chat.borrow().length(), Some(SummaryLength::Short));
+    press(&ui, "Feature: Rewrite");
+    assert!(!exists(&ui, "Length: Short"));
+    press(&ui, "Tone: Shorter");
+    assert_eq!(app.chat.borrow().tone(), Some(Tone::Shorter));
+    press(&ui, "Feature: Chat");
+    assert!(!exists(&ui, "Tone: Shorter"));
 }

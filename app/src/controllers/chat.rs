@@ -182,6 +182,55 @@ impl ChatController {
         self.tone = tone;
     }
 
+    /// The small choice beside the active chip: its name and its options, the first being the
+    /// feature as it writes unshaped ("Sentences", "Clearer"); `None` for chips without one.
+    pub fn shape_options(&self) -> Option<(&'static str, Vec<&'static str>)> {
+        match self.feature {
+            Feature::Summarize => Some((
+                "Length",
+                std::iter::once("Sentences")
+                    .chain(SummaryLength::ALL.map(SummaryLength::label))
+                    .collect(),
+            )),
+            Feature::Rewrite => Some((
+                "Tone",
+                std::iter::once("Clearer")
+                    .chain(Tone::ALL.map(Tone::label))
+                    .collect(),
+            )),
+            _ => None,
+        }
+    }
+
+    /// Which of [`ChatController::shape_options`] is chosen (0: unshaped).
+    pub fn shape_option(&self) -> usize {
+        let at = |i: Option<usize>| i.map_or(0, |i| i + 1);
+        match self.feature {
+            Feature::Summarize => at(self
+                .length
+                .and_then(|l| SummaryLength::ALL.iter().position(|x| *x == l))),
+            Feature::Rewrite => at(self
+                .tone
+                .and_then(|t| Tone::ALL.iter().position(|x| *x == t))),
+            _ => 0,
+        }
+    }
+
+    /// Chooses option `i` of [`ChatController::shape_options`] for the active chip; an index
+    /// past the options is ignored.
+    pub fn set_shape_option(&mut self, i: usize) {
+        let pick = |n: usize| i.checked_sub(1).filter(|k| *k < n);
+        match self.feature {
+            Feature::Summarize if i <= SummaryLength::ALL.len() => {
+                self.length = pick(SummaryLength::ALL.len()).map(|k| SummaryLength::ALL[k])
+            }
+            Feature::Rewrite if i <= Tone::ALL.len() => {
+                self.tone = pick(Tone::ALL.len()).map(|k| Tone::ALL[k])
+            }
+            _ => {}
+        }
+    }
+
     /// Suggestion `n` under message `index`, for the composer (a Reply reply's chip).
     pub fn choice(&self, index: usize, n: usize) -> Option<&str> {
         self.messages.get(index)?.choices.get(n).map(String::as_str)

@@ -657,3 +657,43 @@ fn a_reply_with_three_suggestions_offers_them_and_a_refused_one_none() {
     );
     assert!(c.messages()[5].choices.is_empty());
 }
+
+#[test]
+fn summarize_and_rewrite_offer_a_length_and_a_tone() {
+    use crate::assistant::choices::{Shape, SummaryLength, Tone};
+    let (mut c, seen) = chat(vec![], None);
+    assert_eq!(c.shape_options(), None);
+    c.set_feature(Feature::Summarize);
+    let (name, options) = c.shape_options().unwrap();
+    assert_eq!(
+        (name, options),
+        ("Length", vec!["Sentences", "Short", "Medium"])
+    );
+    assert_eq!(c.shape_option(), 0);
+    c.set_shape_option(2);
+    assert_eq!(
+        (c.shape_option(), c.length()),
+        (2, Some(SummaryLength::Medium))
+    );
+    c.set_shape_option(9);
+    assert_eq!(
+        c.length(),
+        Some(SummaryLength::Medium),
+        "past the options: ignored"
+    );
+    c.set_feature(Feature::Rewrite);
+    assert_eq!(c.shape_options().unwrap().1[2], "More formal");
+    c.set_shape_option(2);
+    assert_eq!(c.tone(), Some(Tone::Formal));
+    c.send("hey can't come").unwrap();
+    c.wait_idle().unwrap();
+    assert_eq!(
+        seen.lock().unwrap()[0].shape,
+        Some(Shape::Rewrite(Tone::Formal))
+    );
+    // Back to the plain rewrite, and each chip keeps its own choice.
+    c.set_shape_option(0);
+    assert_eq!(c.tone(), None);
+    c.set_feature(Feature::Summarize);
+    assert_eq!(c.shape_option(), 2);
+}

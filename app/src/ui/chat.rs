@@ -141,6 +141,14 @@ pub(super) fn refresh<R: AppRoot>(ui: &R, app: &App) {
     s.set_badge_text(app.badge.text.as_str().into());
     s.set_badge_ok(app.badge.enforced);
     s.set_feature(chat.feature().index() as i32);
+    // The options are replaced only when the chip changes, so a refresh per token leaves them.
+    let (name, options) = chat.shape_options().unwrap_or_default();
+    if s.get_shape_name() != name || s.get_shape_options().row_count() != options.len() {
+        let options: Vec<SharedString> = options.into_iter().map(Into::into).collect();
+        s.set_shape_name(name.into());
+        s.set_shape_options(ModelRc::new(VecModel::from(options)));
+    }
+    s.set_shape_option(chat.shape_option() as i32);
     s.set_mode(match chat.mode() {
         crate::controllers::chat::ChatMode::Saved => ChatMode::Saved,
         crate::controllers::chat::ChatMode::Temporary => ChatMode::Temporary,
@@ -237,6 +245,16 @@ pub(super) fn connect<R: AppRoot>(ui: &R, app: &Rc<App>) {
         if let Some(text) = text {
             ui.chat_state().set_draft(text.into());
             ui.chat_state().set_editing(false);
+        }
+    });
+
+    let (w, a) = (ui.as_weak(), app.clone());
+    s.on_set_shape_option(move |i| {
+        if let Ok(i) = usize::try_from(i) {
+            a.chat.borrow_mut().set_shape_option(i);
+        }
+        if let Some(ui) = w.upgrade() {
+            refresh(&ui, &a);
         }
     });
 
