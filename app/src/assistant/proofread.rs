@@ -16,7 +16,8 @@
 //!   letters, 2 for longer ones; a substitution of a letter in a word of 4 letters or fewer
 //!   does not count ("Tom" → "Tim");
 //! - **function words**: substitution inside one of [`FUNCTION_GROUPS`] (is → are, their →
-//!   there, me → I, are → our, …), insertion or deletion of one of [`SLIGHT_WORDS`] (articles,
+//!   there, me → I, are → our, …), insertion (not beside the same word: "the the") or deletion
+//!   of one of [`SLIGHT_WORDS`] (articles,
 //!   forms of be, have and do, to, of, a few prepositions, that); pronouns and "and" are
 //!   never inserted or deleted, as that changes who does what ("Me and my sister");
 //! - punctuation on its own (a dash, a comma standing alone).
@@ -275,7 +276,7 @@ pub fn verify(text: &str, range: Range<usize>, output: &str) -> Vec<Change> {
     let mut changes = Vec::new();
     let (mut i, mut j) = (0, 0);
     for (mi, mj) in lcs_pairs(&ka, &kb).into_iter().chain([(a.len(), b.len())]) {
-        if (i < mi || j < mj) && hunk_is_local(&a[i..mi], &b[j..mj], range.start) {
+        if (i < mi || j < mj) && hunk_is_local(&a[i..mi], &b, j..mj, range.start) {
             let mut inserted: Vec<String> = b[j..mj].iter().map(|w| w.to_string()).collect();
             if let (Some(last), Some(before)) = (inserted.last_mut(), mi.checked_sub(1)) {
                 if mi < a.len() && before >= i {
@@ -358,7 +359,13 @@ fn hunk_change(text: &str, a: &[Word<'_>], span: Range<usize>, inserted: &[Strin
 }
 
 /// Whether `a` (input words) can become `b` (output words) by local edits alone, in order.
-fn hunk_is_local(a: &[Word<'_>], b: &[&str], sentence_start: usize) -> bool {
+fn hunk_is_local(
+    a: &[Word<'_>],
+    output: &[&str],
+    span: Range<usize>,
+    sentence_start: usize,
+) -> bool {
+    let b = &output[span.clone()];
     let (n, m) = (a.len(), b.len());
     // reach[i][j]: the first i input words can become the first j output words.
     let mut reach = vec![vec![false; m + 1]; n + 1];
@@ -374,12 +381,19 @@ fn hunk_is_local(a: &[Word<'_>], b: &[&str], sentence_start: usize) -> bool {
             if i < n && !is_protected(&a[i], sentence_start) && is_slight(a[i].text) {
                 reach[i + 1][j] = true;
             }
-            if j < m && is_slight(b[j]) {
+            if j < m && is_slight(b[j]) && !repeats_neighbour(output, span.start + j) {
                 reach[i][j + 1] = true;
             }
         }
     }
     reach[n][m]
+}
+
+/// Whether output word `j` is the word beside it again ("the the"): a stutter, not a fix.
+fn repeats_neighbour(output: &[&str], j: usize) -> bool {
+    let k = key(output[j]);
+    let same = |i: usize| output.get(i).is_some_and(|w| key(w) == k);
+    !k.is_empty() && (same(j + 1) || j.checked_sub(1).is_some_and(same))
 }
 
 fn substitution_is_local(a: &Word<'_>, b: &str, sentence_start: usize) -> bool {
@@ -739,6 +753,10 @@ mod tests {
         assert_eq!(kept("Where is it", "Where is it at"), "Where is it at");
         assert_eq!(kept("It is the best", "It the best"), "It the best");
         assert_eq!(kept("Go to the shop", "Go to shop"), "Go to shop");
+        assert_eq!(
+            kept("Go to the shop", "Go to the the shop"),
+            "Go to the shop"
+        );
     }
 
     #[test]
