@@ -15,9 +15,25 @@
 # where the 3B file lives (default target/bench/llama-3.2-3b-synth.Q4_0.gguf, about 1.9 GB;
 # written once, reused after). RAW=FILE keeps the runs' JSON lines; keep it out of the
 # repository. The table is written only when every run succeeded.
+#
+# Under it goes a second table, the documents feature's speed (issue 59): the sentence
+# encoder's tokens/s against llama-embedding on models/all-MiniLM-L6-v2.F16.gguf
+# (scripts/bench-embed.sh, same texts, threads and batches), the pages per minute to index
+# and the query latency on the retrieval eval's documents (`kostant bench --documents`), and
+# the same with the peak memory on a corpus of about 300 pages (the eval's documents copied
+# under new names until they hold 750,000 characters of text). LLAMA_CPP_BIN is the directory
+# of llama-embedding (default: LLAMA_BENCH's). DOCUMENTS=0 leaves the second table out;
+# DOCUMENTS_ONLY=1 measures and rewrites only it (between its `documents:begin` and
+# `documents:end` markers, added at the end of the table block when missing), so LLAMA_BENCH
+# is not needed then.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary (see BENCHMARKS.md, how to rerun)}"
+documents="${DOCUMENTS:-1}"
+documents_only="${DOCUMENTS_ONLY:-0}"
+[ "$documents_only" = 1 ] && documents=1
+[ "$documents_only" = 1 ] ||
+  : "${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary (see BENCHMARKS.md, how to rerun)}"
+llama_cpp_bin="${LLAMA_CPP_BIN:-$(dirname "${LLAMA_BENCH:-/work/ref/build512/bin/llama-bench}")}"
 rounds="${ROUNDS:-3}"
 threads="${THREADS:-1 2}"
 threads_3b="${THREADS_3B:-$threads}"
@@ -30,7 +46,11 @@ if ! grep -q '^<!-- table:begin -->$' "$page" || ! grep -q '^<!-- table:end -->$
   echo "bench-table: $page lacks its table markers" >&2
   exit 1
 fi
-for f in "$default_model" "$gemma"; do
+embedder=models/all-MiniLM-L6-v2.F16.gguf
+needed=("$embedder")
+[ "$documents_only" = 1 ] || needed+=("$default_model" "$gemma")
+[ "$documents" = 1 ] || needed=("$default_model" "$gemma")
+for f in "${needed[@]}"; do
   [ -f "$f" ] || { echo "bench-table: $f missing; run scripts/setup.sh --test-models" >&2; exit 1; }
 done
 
@@ -42,7 +62,7 @@ if [ -z "${KOSTANT:-}" ]; then
 fi
 export KOSTANT
 
-if [ ! -f "$synth_3b" ]; then
+if [ "$documents_only" != 1 ] && [ ! -f "$synth_3b" ]; then
   mkdir -p "$(dirname "$synth_3b")"
   "$KOSTANT" synth --shape llama-3.2-3b --quant Q4_0 --out "$synth_3b" >&2
 fi
@@ -69,15 +89,108 @@ cpu_description() {
 }
 load() { cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?"; }
 
+block=$(mktemp)
+docs_block=$(mktemp)
+corpus=$(mktemp -d)
+trap 'rm -rf "$block" "$docs_block" "$corpus"' EXIT
+
+# The documents table: embedding throughput against llama-embedding (F16, THREADS), then
+# indexing and queries on the eval's documents at each thread count, ROUNDS times, and once on
+# the ~300-page corpus at the highest thread count, with its peak memory.
+documents_table() {
+  local eval_docs=assets/evals/retrieval/documents raw t r chars copies top
+  raw=$(mktemp)
+  ROUNDS="$rounds" THREADS="$threads" LLAMA_CPP_BIN="$llama_cpp_bin" KOSTANT="$KOSTANT" \
+    scripts/bench-embed.sh "$embedder"
+  echo
+  for r in $(seq "$rounds"); do
+    for t in $threads; do
+      echo "bench-table: documents round $r/$rounds, threads=$t" >&2
+      "$KOSTANT" bench --documents "$eval_docs" --embedder "$embedder" --threads "$t" --json |
+        sed "s/^{/{\"corpus\":\"eval\",\"round\":$r,/" >> "$raw"
+    done
+  done
+  chars=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["text_chars"])' "$raw")
+  copies=$(( (750000 + chars - 1) / chars ))
+  for c in $(seq "$copies"); do
+    for f in "$eval_docs"/*; do cp "$f" "$corpus/copy$c-$(basename "$f")"; done
+  done
+  top=$(tr ' ' '\n' <<<"$threads" | sort -n | tail -1)
+  echo "bench-table: documents, $copies copies of the eval's documents, threads=$top" >&2
+  "$KOSTANT" bench --documents "$corpus" --embedder "$embedder" --threads "$top" \
+    --questions assets/evals/retrieval/questions.jsonl --json |
+    sed "s/^{/{\"corpus\":\"copies\",\"copies\":$copies,\"round\":1,/" >> "$raw"
+  python3 - "$raw" <<'PY'
+import json, sys
+from collections import defaultdict
+recs = [json.loads(l) for l in open(sys.argv[1])]
+runs = defaultdict(list)
+for r in recs:
+    runs[(r["corpus"], r["threads"])].append(r)
+mean = lambda v: sum(v) / len(v)
+def cell(rs, k, fmt="{:.0f}"):
+    v = [r[k] for r in rs]
+    s = fmt.format(mean(v))
+    return s if len(v) == 1 else f"{s} ({fmt.format(min(v))}–{fmt.format(max(v))})"
+print("| documents | threads | pages/min to index | query mean ms | query p95 ms | peak RSS MB |")
+print("|---|--:|--:|--:|--:|--:|")
+for (corpus, t), rs in sorted(runs.items()):
+    r0 = rs[0]
+    what = (f"retrieval eval, {r0['pages']:.0f} pages, {r0['questions']} questions"
+            if corpus == "eval" else
+            f"eval copied {r0['copies']}x, {r0['pages']:.0f} pages, {r0['passages']} passages")
+    print(f"| {what} | {t} | {cell(rs, 'pages_per_min')} | {cell(rs, 'query_mean_ms', '{:.1f}')} "
+          f"| {cell(rs, 'query_p95_ms', '{:.1f}')} | {cell(rs, 'peak_rss_mb')} |")
+n = len({r["round"] for r in recs if r["corpus"] == "eval"})
+print()
+print(f"Documents: pages are characters of extracted text / 2,500 (no PDFs here); indexing is "
+      f"`docs add`'s path (read, chunk, embed, seal, write) into a fresh sealed history; a query "
+      f"opens the sealed rows, embeds the question and runs the hybrid search (k = 5), as "
+      f"`docs search`; peak RSS is the process's, the index and the encoder resident. Eval rows: "
+      f"means of {n} rounds, lowest–highest in brackets; the copied corpus ran once.")
+PY
+  rm -f "$raw"
+}
+
 load_start=$(load)
 started=$(date -u '+%Y-%m-%d %H:%M')
-table=$(ROUNDS="$rounds" THREADS="$threads" PROMPT=512 GEN=128 DEPTH=0 \
-  scripts/bench-compare.sh "$default_model" "$gemma" "$synth_3b@${threads_3b// /,}")
+table=""
+[ "$documents_only" = 1 ] ||
+  table=$(ROUNDS="$rounds" THREADS="$threads" PROMPT=512 GEN=128 DEPTH=0 \
+    scripts/bench-compare.sh "$default_model" "$gemma" "$synth_3b@${threads_3b// /,}")
+if [ "$documents" = 1 ]; then
+  {
+    echo "<!-- documents:begin -->"
+    documents_table
+    echo
+    echo "Documents machine: $(cpu_description); kostant at \`$commit\`; $started–$(date -u '+%H:%M')" \
+      "UTC, load average $load_start at the start and $(load) at the end."
+    echo "<!-- documents:end -->"
+  } > "$docs_block"
+fi
 finished=$(date -u '+%H:%M')
 load_end=$(load)
 
-block=$(mktemp)
-trap 'rm -f "$block"' EXIT
+if [ "$documents_only" = 1 ]; then
+  python3 - "$page" "$docs_block" <<'PY'
+import sys, textwrap
+page, lines = sys.argv[1], open(sys.argv[2]).read().rstrip("\n").split("\n")
+block = "\n".join(l if l.startswith(("|", "<!--")) else textwrap.fill(
+    l, 100, break_long_words=False, break_on_hyphens=False) for l in lines)
+text = open(page).read()
+if "<!-- documents:begin -->\n" in text:
+    head, rest = text.split("<!-- documents:begin -->\n", 1)
+    _, tail = rest.split("<!-- documents:end -->\n", 1)
+    text = f"{head}{block}\n{tail}"
+else:
+    head, tail = text.split("<!-- table:end -->\n", 1)
+    text = f"{head}\n{block}\n<!-- table:end -->\n{tail}"
+open(page, "w").write(text)
+PY
+  echo "bench-table: $page's documents table rewritten" >&2
+  exit 0
+fi
+
 {
   echo "$table"
   echo
@@ -88,13 +201,14 @@ trap 'rm -f "$block"' EXIT
     "since both tools ran in turn on the same load."
   [ "$threads_3b" = "$threads" ] || echo "The 3B file ran at $threads_3b threads only, to keep" \
     "the run short."
+  if [ "$documents" = 1 ]; then echo; cat "$docs_block"; fi
 } > "$block"
 
 python3 - "$page" "$block" <<'PY'
 import sys, textwrap
 page, lines = sys.argv[1], open(sys.argv[2]).read().rstrip("\n").split("\n")
 # Table rows stay whole; the notes are wrapped like the rest of the page.
-block = "\n".join(l if l.startswith("|") else textwrap.fill(l, 100, break_long_words=False,
+block = "\n".join(l if l.startswith(("|", "<!--")) else textwrap.fill(l, 100, break_long_words=False,
                                                             break_on_hyphens=False) for l in lines)
 text = open(page).read()
 head, rest = text.split("<!-- table:begin -->\n", 1)

@@ -16,6 +16,10 @@ use kostant_engine::{Batch, Model, Outputs, Session};
 use super::{load_model_kv, peak_rss_mb, BenchArgs};
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    // The documents benchmarks run the sentence encoder, not the chat model.
+    if args.documents.is_set() {
+        return super::bench_documents::run(&args);
+    }
     anyhow::ensure!(
         args.prompt_tokens >= 1,
         "--prompt-tokens must be at least 1"

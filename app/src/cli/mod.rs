@@ -3,6 +3,7 @@
 pub mod adapter;
 mod adapter_eval;
 pub mod bench;
+mod bench_documents;
 mod bench_grammar;
 mod bench_guard;
 mod bench_snapshot;
@@ -292,6 +293,9 @@ pub struct BenchArgs {
         default_value = "A fictional person described as a JSON object:\n"
     )]
     pub grammar_prompt: String,
+    /// Instead of the above: the documents feature's indexing, query and embedding speed.
+    #[command(flatten)]
+    pub documents: bench_documents::DocumentsBenchArgs,
 }
 
 /// Constrains a reply to a grammar (`chat`, `complete`, `bench`).
@@ -364,13 +368,7 @@ pub fn load_model_kv(
     kv_type: KvType,
 ) -> anyhow::Result<std::sync::Arc<kostant_engine::Model>> {
     use anyhow::Context;
-    let threads = match args.threads {
-        Some(0) => anyhow::bail!("--threads must be at least 1"),
-        Some(n) => n,
-        None => kostant_platform::cpu::performance_cores(),
-    };
-    kostant_kernels::init_threads(threads)?;
-    let _ = THREADS.set(threads);
+    init_threads(args)?;
     let path = crate::model_path::resolve(args.model.as_deref())?;
     let model = kostant_engine::Model::load(&path)
         .with_context(|| format!("cannot load model {}", path.display()))?;
@@ -378,6 +376,19 @@ pub fn load_model_kv(
         .check_memory_budget_with_kv(args.ctx, kv_type, args.memory_budget << 20)
         .with_context(|| format!("cannot load model {}", path.display()))?;
     Ok(model)
+}
+
+/// Sets the kernel thread count from `--threads` (default: the performance cores) and returns
+/// it; [`load_model`] calls it, and so do the commands that run no chat model.
+pub fn init_threads(args: &ModelArgs) -> anyhow::Result<usize> {
+    let threads = match args.threads {
+        Some(0) => anyhow::bail!("--threads must be at least 1"),
+        Some(n) => n,
+        None => kostant_platform::cpu::performance_cores(),
+    };
+    kostant_kernels::init_threads(threads)?;
+    let _ = THREADS.set(threads);
+    Ok(threads)
 }
 
 pub fn peak_rss_mb() -> Option<f64> {
