@@ -13,6 +13,7 @@ pub mod history;
 pub mod lifecycle;
 pub mod message;
 pub mod network;
+pub mod privacy;
 pub mod proofread;
 pub mod settings;
 

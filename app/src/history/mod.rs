@@ -18,7 +18,6 @@ pub mod store;
 #[cfg(test)]
 mod tests;
 pub mod time;
-#[cfg(not(target_os = "android"))]
 pub mod wipe;
 
 use std::path::{Path, PathBuf};

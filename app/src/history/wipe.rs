@@ -2,7 +2,8 @@
 //! key-encryption key makes the history (messages, contexts, documents, eval reports) unreadable
 //! at once, wherever a copy of it lies; then the files go: the database and its journals, the
 //! app's eval runs and its settings. `kostant history wipe --yes` and Settings' "Erase
-//! everything" call [`wipe`].
+//! everything" call [`wipe`]. On Android the wrapping key lives in the Keystore, which this
+//! does not delete yet (issue 62's device-lock work): there the files go, the key stays.
 
 use std::fs;
 use std::path::{Path, PathBuf};

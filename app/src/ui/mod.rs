@@ -136,6 +136,10 @@ pub struct App {
     pub documents: Option<RefCell<DocumentsController>>,
     pub settings: RefCell<SettingsController>,
     pub evals: RefCell<EvalsController>,
+    /// Settings' Privacy section and its "Erase everything".
+    pub privacy: RefCell<crate::controllers::privacy::PrivacyController>,
+    /// The Privacy section's rows, changed in place as the facts are read again.
+    privacy_facts: Rc<VecModel<FactItem>>,
     data_dir: Option<PathBuf>,
     /// The sentence encoder, shared by the chat's questions and the Documents screen.
     library: SharedLibrary,
@@ -297,6 +301,11 @@ pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
             cfg.eval_settings,
             notify.clone(),
         )),
+        privacy: RefCell::new(crate::controllers::privacy::PrivacyController::new(
+            data_dir.clone(),
+            None,
+        )),
+        privacy_facts: Rc::new(VecModel::default()),
         data_dir,
         library,
         badge: NetworkBadge::current(),

@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use slint::{ModelRc, VecModel};
+use slint::{Model as _, ModelRc, VecModel};
 
-use super::{AdapterItem, App, AppRoot, KvItem, LicenceItem, ModelItem};
+use super::{AdapterItem, App, AppRoot, FactItem, KvItem, LicenceItem, ModelItem};
 use crate::assistant::responder::guarded_factory;
 use crate::assistant::suite_runner::SuiteRunner;
 use crate::assistant::worker::ModelState;
@@ -17,6 +17,90 @@ use crate::preferences::Preferences;
 
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// The privacy facts as they are now into `SettingsState` (called as the screen is shown).
+pub(super) fn refresh_privacy<R: AppRoot>(ui: &R, app: &App) {
+    let temporary = app.chat.borrow().mode() == crate::controllers::chat::ChatMode::Temporary;
+    let facts: Vec<FactItem> = app
+        .privacy
+        .borrow()
+        .facts(temporary)
+        .lines()
+        .into_iter()
+        .map(|(what, value)| FactItem {
+            what: what.into(),
+            value: value.into(),
+        })
+        .collect();
+    // Rows changed in place: the screen's rows, made when it opened, take the new values.
+    let model = &app.privacy_facts;
+    for (i, f) in facts.iter().enumerate() {
+        match i < model.row_count() {
+            true => model.set_row_data(i, f.clone()),
+            false => model.push(f.clone()),
+        }
+    }
+    while model.row_count() > facts.len() {
+        model.remove(model.row_count() - 1);
+    }
+}
+
+/// The erase confirmation's state into `SettingsState`.
+fn refresh_erase<R: AppRoot>(ui: &R, app: &App) {
+    let p = app.privacy.borrow();
+    let s = ui.settings_state();
+    s.set_erase_confirming(p.confirming_erase());
+    s.set_erase_question(p.erase_question().into());
+    s.set_erased_text(p.erased().unwrap_or("").into());
+}
+
+/// Forwards the Privacy section's callbacks: the facts read again, and "Erase everything".
+fn connect_privacy<R: AppRoot>(ui: &R, app: &Rc<App>) {
+    let s = ui.settings_state();
+    s.set_privacy_facts(ModelRc::from(app.privacy_facts.clone()));
+    refresh_privacy(ui, app);
+    let (w, a) = (ui.as_weak(), app.clone());
+    s.on_refresh_privacy(move || {
+        if let Some(ui) = w.upgrade() {
+            refresh_privacy(&ui, &a);
+        }
+    });
+    let (w, a) = (ui.as_weak(), app.clone());
+    s.on_request_erase(move || {
+        a.privacy.borrow_mut().request_erase();
+        if let Some(ui) = w.upgrade() {
+            refresh_erase(&ui, &a);
+        }
+    });
+    let (w, a) = (ui.as_weak(), app.clone());
+    s.on_cancel_erase(move || {
+        a.privacy.borrow_mut().cancel_erase();
+        if let Some(ui) = w.upgrade() {
+            refresh_erase(&ui, &a);
+        }
+    });
+    let (w, a) = (ui.as_weak(), app.clone());
+    s.on_confirm_erase(move || {
+        // A reply going on would save into what is being erased: it stops first.
+        a.chat.borrow_mut().stop();
+        let result = a.privacy.borrow_mut().confirm_erase();
+        let Some(ui) = w.upgrade() else { return };
+        match result {
+            Ok(_) => {
+                // What is on screen goes too; the app closes from the notice.
+                let _ = a.chat.borrow_mut().new_chat();
+                super::chat::refresh(&ui, &a);
+            }
+            Err(e) => ui
+                .settings_state()
+                .set_notice(format!("Not everything could be erased: {e}").into()),
+        }
+        refresh_erase(&ui, &a);
+    });
+    s.on_close_app(|| {
+        let _ = slint::quit_event_loop();
+    });
 }
 
 /// The settings controller's state into `SettingsState`.
@@ -138,6 +222,7 @@ fn settings_changed<R: AppRoot>(ui: &R, app: &App) {
 /// Forwards the Settings screen's callbacks (model picker, steppers, context memory, theme)
 /// to the settings controller, and what they change to the chat.
 pub(super) fn connect<R: AppRoot>(ui: &R, app: &Rc<App>) {
+    connect_privacy(ui, app);
     let s = ui.settings_state();
     let (w, a) = (ui.as_weak(), app.clone());
     s.on_use_model(move |i| {
