@@ -318,7 +318,7 @@ pub(super) fn connect<R: AppRoot>(ui: &R, app: &Rc<App>) {
         ui.chat_state().set_editing(false);
         refresh(&ui, &a);
         // Settings' Privacy section says whether a temporary chat is on.
-        super::settings::refresh_privacy(&ui, &a);
+        super::settings::refresh_privacy(&a);
     });
 
     let (w, a) = (ui.as_weak(), app.clone());

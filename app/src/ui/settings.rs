@@ -19,8 +19,9 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
-/// The privacy facts as they are now into `SettingsState` (called as the screen is shown).
-pub(super) fn refresh_privacy<R: AppRoot>(ui: &R, app: &App) {
+/// The privacy facts as they are now into the rows `SettingsState` shows (called as the
+/// screen is shown and when the chat's mode changes).
+pub(super) fn refresh_privacy(app: &App) {
     let temporary = app.chat.borrow().mode() == crate::controllers::chat::ChatMode::Temporary;
     let facts: Vec<FactItem> = app
         .privacy
@@ -59,13 +60,9 @@ fn refresh_erase<R: AppRoot>(ui: &R, app: &App) {
 fn connect_privacy<R: AppRoot>(ui: &R, app: &Rc<App>) {
     let s = ui.settings_state();
     s.set_privacy_facts(ModelRc::from(app.privacy_facts.clone()));
-    refresh_privacy(ui, app);
-    let (w, a) = (ui.as_weak(), app.clone());
-    s.on_refresh_privacy(move || {
-        if let Some(ui) = w.upgrade() {
-            refresh_privacy(&ui, &a);
-        }
-    });
+    refresh_privacy(app);
+    let a = app.clone();
+    s.on_refresh_privacy(move || refresh_privacy(&a));
     let (w, a) = (ui.as_weak(), app.clone());
     s.on_request_erase(move || {
         a.privacy.borrow_mut().request_erase();
