@@ -1,7 +1,7 @@
 //! The app, headless, on a history locked with a passphrase and started without it: it does
 //! not open the history, says why in Settings (the same words as the command line), keeps the
-//! chat usable without saving, and changes nothing on disk. (The app has no passphrase dialog
-//! yet; `KOSTANT_PASSPHRASE_FILE` opens a locked history for it as for every command.)
+//! chat usable without saving, and changes nothing on disk; the passphrase dialog `run_window`
+//! shows first decides as `try_unlock` does (tested here without its window).
 //! One test per process, as every UI test here.
 
 mod ui_support;
@@ -9,6 +9,7 @@ mod ui_support;
 use kostant_app::history::{LockParams, Passphrase, Store, DB_FILE};
 use kostant_app::ui::{AppRoot, DesktopApp};
 use kostant_platform::keystore::FileKeyStore;
+use slint::ComponentHandle;
 use ui_support::*;
 
 #[test]
@@ -38,4 +39,28 @@ fn a_locked_history_is_refused_with_a_clear_notice_and_left_untouched() {
     assert!(app.history.is_none() && app.documents.is_none());
     app.shutdown();
     assert_eq!(std::fs::read(&db).unwrap(), before, "nothing was written");
+
+    // The dialog shown before the window when started for real (`run_window`): a wrong or
+    // empty passphrase is said in its words and changes nothing; the right one opens it.
+    use kostant_app::ui::{try_unlock, UNLOCK_ASK, UNLOCK_WRONG};
+    assert_eq!(
+        try_unlock(&scratch.data(), "nope").err().unwrap(),
+        UNLOCK_WRONG
+    );
+    assert_eq!(try_unlock(&scratch.data(), "").err().unwrap(), UNLOCK_ASK);
+    assert_eq!(std::fs::read(&db).unwrap(), before);
+    let store = try_unlock(&scratch.data(), "pw").unwrap();
+    assert_eq!(store.list().unwrap().len(), 1);
+
+    // The dialog itself: its passphrase field and Open hand the typed text to Rust.
+    let dialog = kostant_app::ui::UnlockWindow::new().expect("the dialog builds");
+    dialog.show().unwrap();
+    let typed = std::rc::Rc::new(std::cell::RefCell::new(String::new()));
+    let t = typed.clone();
+    dialog.on_unlock(move |s| *t.borrow_mut() = s.to_string());
+    dialog.set_message(UNLOCK_WRONG.into());
+    assert_eq!(last_value(&dialog, "Unlock notice"), UNLOCK_WRONG);
+    type_into(&dialog, "Passphrase", "pw");
+    press(&dialog, "Open history");
+    assert_eq!(*typed.borrow(), "pw");
 }

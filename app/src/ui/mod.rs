@@ -58,6 +58,8 @@ pub struct AppConfig {
     pub suites_dir: Option<PathBuf>,
     /// The quick run's size and the reply budget of eval runs.
     pub eval_settings: EvalSettings,
+    /// A history opened already (a locked one, with the passphrase the dialog was given).
+    pub opened_history: Option<crate::history::Store>,
 }
 
 impl AppConfig {
@@ -71,6 +73,7 @@ impl AppConfig {
             evals: None,
             suites_dir: None,
             eval_settings: EvalSettings::default(),
+            opened_history: None,
         }
     }
 }
@@ -255,7 +258,8 @@ pub fn attach<R: AppRoot>(ui: &R, mut cfg: AppConfig) -> Rc<App> {
     let (store, history_status): (Option<SharedStore>, Result<String, String>) = if !cfg.history {
         (None, Err("turned off for this run".into()))
     } else {
-        match data_dir.as_deref().map(crate::history::open_default) {
+        let opened = cfg.opened_history.take().map(Ok);
+        match opened.or_else(|| data_dir.as_deref().map(crate::history::open_default)) {
             Some(Ok(s)) => {
                 let key = s.key_location();
                 (Some(Rc::new(RefCell::new(s))), Ok(key))
@@ -410,13 +414,103 @@ pub fn run_window(cfg: AppConfig, phone: bool) -> Result<Launch, AppError> {
 }
 
 fn run_root<R: AppRoot>(ui: R, cfg: AppConfig) -> Result<Launch, AppError> {
-    if let Err(e) = ui.show() {
+    let Some(dir) = locked_history(&cfg) else {
+        if let Err(e) = ui.show() {
+            return Ok(Launch::NoWindow(e.to_string()));
+        }
+        let app = attach(&ui, cfg);
+        let result = slint::run_event_loop().map_err(|e| AppError::Ui(e.to_string()));
+        // The window may close mid-reply: stop it and wait for the worker before returning.
+        app.shutdown();
+        drop(ui);
+        return result.map(|()| Launch::Closed);
+    };
+    let dialog = match UnlockWindow::new() {
+        Ok(d) => d,
+        Err(e) => return Ok(Launch::NoWindow(e.to_string())),
+    };
+    if let Err(e) = dialog.show() {
         return Ok(Launch::NoWindow(e.to_string()));
     }
-    let app = attach(&ui, cfg);
+    let attached: Attached<R> = Rc::default();
+    connect_unlock(&dialog, ui, cfg, dir, attached.clone());
     let result = slint::run_event_loop().map_err(|e| AppError::Ui(e.to_string()));
-    // The window may close mid-reply: stop it and wait for the worker before returning.
-    app.shutdown();
-    drop(ui);
+    if let Some((ui, app)) = attached.borrow_mut().take() {
+        app.shutdown();
+        drop(ui);
+    }
     result.map(|()| Launch::Closed)
+}
+
+/// The app's window and wiring once the dialog let it open, kept until the loop ends.
+type Attached<R> = Rc<RefCell<Option<(R, Rc<App>)>>>;
+
+/// The data directory of a history that is locked and was given no passphrase
+/// (`KOSTANT_PASSPHRASE_FILE`): the app asks for it first.
+fn locked_history(cfg: &AppConfig) -> Option<PathBuf> {
+    if !cfg.history || std::env::var_os(crate::history::PASSPHRASE_ENV).is_some() {
+        return None;
+    }
+    let dir = crate::history::data_dir(cfg.data_dir.as_deref()).ok()?;
+    let inspected = crate::history::store::inspect(&dir.join(crate::history::DB_FILE));
+    matches!(inspected, Ok(Some(i)) if i.locked).then_some(dir)
+}
+
+/// What the dialog says first, and after a passphrase that does not open the history.
+pub const UNLOCK_ASK: &str =
+    "Give its passphrase to open your saved chats and documents. Nothing is saved until you do.";
+pub const UNLOCK_WRONG: &str =
+    "That passphrase does not open the history. Nothing was changed; try again.";
+
+/// Opens the locked history in `dir` with `typed`, or says why not in the dialog's words.
+pub fn try_unlock(dir: &std::path::Path, typed: &str) -> Result<crate::history::Store, String> {
+    let pass = crate::history::Passphrase::new(typed).map_err(|_| UNLOCK_ASK.to_string())?;
+    match crate::history::open_with_passphrase(dir, Some(pass)) {
+        Ok(store) => Ok(store),
+        Err(crate::history::HistoryError::WrongPassphrase) => Err(UNLOCK_WRONG.into()),
+        Err(e) => Err(format!("The history could not be opened: {e}")),
+    }
+}
+
+/// The dialog's callbacks: the right passphrase opens the app on the history; Continue
+/// without history opens it with the history off.
+fn connect_unlock<R: AppRoot>(
+    dialog: &UnlockWindow,
+    ui: R,
+    cfg: AppConfig,
+    dir: PathBuf,
+    attached: Attached<R>,
+) {
+    dialog.set_message(UNLOCK_ASK.into());
+    let pending = Rc::new(RefCell::new(Some((ui, cfg))));
+    let open = {
+        let (pending, attached, weak) = (pending.clone(), attached.clone(), dialog.as_weak());
+        move |store: Option<crate::history::Store>| {
+            let Some((ui, mut cfg)) = pending.borrow_mut().take() else {
+                return;
+            };
+            match store {
+                Some(s) => cfg.opened_history = Some(s),
+                None => cfg.history = false,
+            }
+            // The app's window first, so the loop never runs without a window.
+            let _ = ui.show();
+            let app = attach(&ui, cfg);
+            *attached.borrow_mut() = Some((ui, app));
+            if let Some(d) = weak.upgrade() {
+                let _ = d.hide();
+            }
+        }
+    };
+    let open = Rc::new(open);
+    let (o, weak) = (open.clone(), dialog.as_weak());
+    dialog.on_unlock(move |typed| match try_unlock(&dir, &typed) {
+        Ok(store) => o(Some(store)),
+        Err(why) => {
+            if let Some(d) = weak.upgrade() {
+                d.set_message(why.into());
+            }
+        }
+    });
+    dialog.on_skip(move || open(None));
 }
