@@ -31,7 +31,10 @@ mod tests {
             page: Some(3),
             heading: Some("Money › Deposit".into()),
         };
-        assert_eq!(place_label("lease.pdf", &place), "lease.pdf, page 3, Money › Deposit");
+        assert_eq!(
+            place_label("lease.pdf", &place),
+            "lease.pdf, page 3, Money › Deposit"
+        );
         assert_eq!(place_label("a.txt", &Place::default()), "a.txt");
         assert_eq!(
             indexed_text("a.txt", &Place::default(), "Two months."),

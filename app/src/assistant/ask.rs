@@ -15,8 +15,8 @@ use kostant_engine::{CancelHandle, Role};
 use kostant_safety::{Guard, Verdict};
 
 use super::documents::{
-    answer_without_passages, ask_system_prompt, citations, passage_label, AddedDocument,
-    DocsError, FoundPassage, Library, ASK_PASSAGES, NOTHING_FOUND,
+    answer_without_passages, ask_system_prompt, citations, passage_label, AddedDocument, DocsError,
+    FoundPassage, Library, ASK_PASSAGES, NOTHING_FOUND,
 };
 use super::responder::{ReplyEvent, ReplyOutcome, ReplyRequest, Responder, ResponderFactory};
 use crate::features::Feature;
@@ -215,8 +215,8 @@ pub fn with_documents(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kostant_engine::Message;
     use crate::history::documents::PassagePlace;
+    use kostant_engine::Message;
 
     fn passage(name: &str, text: &str) -> FoundPassage {
         FoundPassage {

@@ -27,7 +27,6 @@ pub const EMBEDDER_FILE: &str = "all-MiniLM-L6-v2.F16.gguf";
 /// Passages handed to the model with a question.
 pub const ASK_PASSAGES: usize = 4;
 
-
 /// Passages embedded per call: bounds the encoder's scratch memory while indexing.
 const EMBED_BATCH: usize = 16;
 
@@ -365,9 +364,18 @@ mod tests {
             passage("notes.pdf", Some(3), None),
         ];
         let prompt = ask_system_prompt(&ps);
-        assert!(prompt.starts_with(&Feature::Documents.system_prompt()), "{prompt}");
-        assert!(prompt.contains("[1] (lease.md, Money › Deposit) The deposit"), "{prompt}");
-        assert!(prompt.contains("[2] (notes.pdf, page 3) The deposit"), "{prompt}");
+        assert!(
+            prompt.starts_with(&Feature::Documents.system_prompt()),
+            "{prompt}"
+        );
+        assert!(
+            prompt.contains("[1] (lease.md, Money › Deposit) The deposit"),
+            "{prompt}"
+        );
+        assert!(
+            prompt.contains("[2] (notes.pdf, page 3) The deposit"),
+            "{prompt}"
+        );
     }
 
     #[test]

@@ -13,9 +13,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
 
+use kostant_engine::encoder::Encoder;
 use kostant_engine::{CancelHandle, KvType, Model};
 use kostant_evals::calibration::judges;
-use kostant_engine::encoder::Encoder;
 use kostant_evals::perplexity::{perplexity, Perplexity};
 use kostant_evals::retrieval::{run_retrieval_eval, RetrievalReport};
 use kostant_evals::runner::{run_suite, Progress};
