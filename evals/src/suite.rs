@@ -464,7 +464,7 @@ mod tests {
 
     #[test]
     fn suite_names() {
-        assert_eq!(SuiteName::parse_list("all").unwrap().len(), 8);
+        assert_eq!(SuiteName::parse_list("all").unwrap().len(), 9);
         assert_eq!(
             SuiteName::parse_list("harmful, jailbreak,harmful").unwrap(),
             [SuiteName::Harmful, SuiteName::Jailbreak]
