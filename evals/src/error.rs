@@ -10,7 +10,7 @@ pub enum EvalError {
         #[source]
         source: std::io::Error,
     },
-    #[error("unknown suite {0:?} (known: harmful, benign_edgy, benign_everyday, provocation, jailbreak, perplexity, all)")]
+    #[error("unknown suite {0:?} (known: harmful, benign_edgy, benign_everyday, provocation, jailbreak, multiturn, long, perplexity, retrieval, all)")]
     UnknownSuite(String),
     #[error("{path}: no usable items ({skipped} lines skipped)")]
     EmptySuite { path: PathBuf, skipped: usize },
