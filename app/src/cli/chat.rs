@@ -28,13 +28,13 @@ pub fn run(args: ChatArgs) -> Result<()> {
         None => args.grammar.load()?,
     };
     let sampling = SamplingParams {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        repeat_penalty: args.repeat_penalty,
+        temperature: args.sampling.temperature,
+        top_k: args.sampling.top_k,
+        top_p: args.sampling.top_p,
+        min_p: args.sampling.min_p,
+        repeat_penalty: args.sampling.repeat_penalty,
         repeat_last_n: 64,
-        seed: args.seed.unwrap_or_else(time_seed),
+        seed: args.sampling.seed.unwrap_or_else(time_seed),
         grammar,
     };
     sampling.validate()?;

@@ -18,7 +18,7 @@ use kostant_app::history::{self, time::format_utc, Store};
 use kostant_engine::{CancelHandle, Message, Role};
 use kostant_safety::Verdict;
 
-use super::ModelArgs;
+use super::{ModelArgs, SamplingArgs};
 
 #[derive(Args, Debug)]
 pub struct DocsArgs {
@@ -47,6 +47,7 @@ pub enum DocsAction {
     Remove { id: i64 },
     /// The passages that best match a query.
     Search {
+        /// What to look for: a question or a few words.
         #[arg(long)]
         query: String,
         /// How many passages.
@@ -59,6 +60,7 @@ pub enum DocsAction {
 
 #[derive(Args, Debug)]
 pub struct AskArgs {
+    /// The question.
     #[arg(long)]
     pub prompt: String,
     #[command(flatten)]
@@ -66,20 +68,8 @@ pub struct AskArgs {
     /// Most tokens to generate.
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
-    /// Sampling temperature; 0 is greedy and deterministic.
-    #[arg(long, default_value_t = 0.7, allow_negative_numbers = true)]
-    pub temperature: f32,
-    #[arg(long, default_value_t = 0.95)]
-    pub top_p: f32,
-    #[arg(long, default_value_t = 40)]
-    pub top_k: usize,
-    #[arg(long, default_value_t = 0.05)]
-    pub min_p: f32,
-    #[arg(long, default_value_t = 1.1)]
-    pub repeat_penalty: f32,
-    /// Random seed (default: a new one each run).
-    #[arg(long)]
-    pub seed: Option<u64>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
 }
 
 pub fn run(args: DocsArgs) -> Result<()> {
@@ -266,14 +256,14 @@ fn ask(data_dir: &Path, out: &mut impl Write, args: &AskArgs, j: bool) -> Result
             content: args.prompt.clone(),
         }],
         settings: GenerationSettings {
-            temperature: args.temperature,
-            top_k: args.top_k,
-            top_p: args.top_p,
-            min_p: args.min_p,
-            repeat_penalty: args.repeat_penalty,
+            temperature: args.sampling.temperature,
+            top_k: args.sampling.top_k,
+            top_p: args.sampling.top_p,
+            min_p: args.sampling.min_p,
+            repeat_penalty: args.sampling.repeat_penalty,
             max_tokens: args.max_tokens,
             n_ctx: args.model.ctx,
-            seed: args.seed,
+            seed: args.sampling.seed,
             ..GenerationSettings::default()
         },
         conversation: None,

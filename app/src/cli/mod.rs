@@ -112,6 +112,25 @@ pub struct KvArgs {
     pub kv_type: KvType,
 }
 
+/// How a reply's tokens are picked, for the commands that answer (`chat`, `docs ask`).
+#[derive(Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 is greedy and deterministic.
+    #[arg(long, default_value_t = 0.7, allow_negative_numbers = true)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    #[arg(long, default_value_t = 1.1)]
+    pub repeat_penalty: f32,
+    /// Random seed (default: a new one each run).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
 /// Also a `Parser`, so that `kostant` with no subcommand can build the default chat arguments.
 #[derive(Parser, Debug)]
 pub struct ChatArgs {
@@ -127,20 +146,8 @@ pub struct ChatArgs {
     /// Most tokens to generate per reply.
     #[arg(long, default_value_t = 512)]
     pub max_tokens: usize,
-    /// Sampling temperature; 0 is greedy and deterministic.
-    #[arg(long, default_value_t = 0.7, allow_negative_numbers = true)]
-    pub temperature: f32,
-    #[arg(long, default_value_t = 0.95)]
-    pub top_p: f32,
-    #[arg(long, default_value_t = 40)]
-    pub top_k: usize,
-    #[arg(long, default_value_t = 0.05)]
-    pub min_p: f32,
-    #[arg(long, default_value_t = 1.1)]
-    pub repeat_penalty: f32,
-    /// Random seed (default: a new one each run).
-    #[arg(long)]
-    pub seed: Option<u64>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
     /// System prompt (default: Kostant's own).
     ///
     /// The tone rules are always added to it. A prompt of your own runs without the chat's
