@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use kostant_app::assistant::documents::{embedder_path, Library};
 use kostant_app::history::{Store, DB_FILE};
 use kostant_documents::{chunk, indexed_text, read_document, ChunkOptions, Document, Format};
+use kostant_engine::encoder::batches;
 use kostant_platform::keystore::FileKeyStore;
 
 use super::{peak_rss_mb, BenchArgs};
@@ -325,24 +326,6 @@ fn embed_texts(args: &BenchArgs, library: &Library, file: &Path) -> Result<Value
     }))
 }
 
-/// Consecutive runs of texts of at most `budget` tokens (a longer text alone), in order: how
-/// llama-embedding fills a batch of -b tokens before it runs it.
-fn batches(ids: &[Vec<u32>], budget: usize) -> Vec<&[Vec<u32>]> {
-    let mut out = Vec::new();
-    let (mut start, mut tokens) = (0, 0);
-    for (i, t) in ids.iter().enumerate() {
-        if i > start && tokens + t.len() > budget {
-            out.push(&ids[start..i]);
-            (start, tokens) = (i, 0);
-        }
-        tokens += t.len();
-    }
-    if start < ids.len() {
-        out.push(&ids[start..]);
-    }
-    out
-}
-
 fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
@@ -407,16 +390,6 @@ fn print_text(r: &Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn batches_fill_the_budget_in_order() {
-        let ids: Vec<Vec<u32>> = [600, 300, 200, 1500, 10].map(|n| vec![0; n]).to_vec();
-        let lens: Vec<Vec<usize>> = batches(&ids, 1024)
-            .iter()
-            .map(|b| b.iter().map(Vec::len).collect())
-            .collect();
-        assert_eq!(lens, [vec![600, 300], vec![200], vec![1500], vec![10]]);
-    }
 
     #[test]
     fn percentile_is_the_nearest_rank() {

@@ -95,7 +95,7 @@ impl Encoder {
             .map(|t| self.token_ids(t))
             .collect::<Result<Vec<_>>>()?;
         let mut out = Vec::with_capacity(texts.len());
-        for batch in batches(&ids) {
+        for batch in batches(&ids, TOKENS_PER_PASS) {
             out.extend(self.embed_ids(batch)?);
         }
         Ok(out)
@@ -123,12 +123,14 @@ impl Encoder {
     }
 }
 
-/// Consecutive runs of texts of at most [`TOKENS_PER_PASS`] tokens (a longer text alone).
-fn batches(ids: &[Vec<u32>]) -> Vec<&[Vec<u32>]> {
+/// Consecutive runs of texts of at most `budget` tokens (a longer text alone), in order: the
+/// passes [`Encoder::embed`] runs (with [`TOKENS_PER_PASS`]), as llama-embedding fills a batch
+/// of `-b` tokens.
+pub fn batches(ids: &[Vec<u32>], budget: usize) -> Vec<&[Vec<u32>]> {
     let mut out = Vec::new();
     let (mut start, mut tokens) = (0, 0);
     for (i, t) in ids.iter().enumerate() {
-        if i > start && tokens + t.len() > TOKENS_PER_PASS {
+        if i > start && tokens + t.len() > budget {
             out.push(&ids[start..i]);
             (start, tokens) = (i, 0);
         }
@@ -179,7 +181,7 @@ mod tests {
     #[test]
     fn batches_respect_the_token_budget_and_keep_order() {
         let ids: Vec<Vec<u32>> = [600, 300, 200, 1500, 10].map(|n| vec![0; n]).to_vec();
-        let lens: Vec<Vec<usize>> = batches(&ids)
+        let lens: Vec<Vec<usize>> = batches(&ids, TOKENS_PER_PASS)
             .iter()
             .map(|b| b.iter().map(Vec::len).collect())
             .collect();
